@@ -1,0 +1,191 @@
+"""Composite and described-restricted types (Part 1 §1.3, §1.4) as dataclasses.
+
+Theory of operation: every class in ``definitions.py`` (generated from the specification's XML) has a
+field table, ``FIELDS``, in wire order. Encoding writes the descriptor then a list of the fields, each
+with the encoding its declared type fixes (a ``handle`` field is a uint even when it holds a plain
+``int``), with trailing nulls trimmed (§1.4: "the encoding MAY omit trailing null fields"). Decoding
+checks the shape: the described value must be a list, mandatory fields must be present, and a present
+field must hold a value of its declared type; otherwise ``DecodeError``.
+
+Fields are all optional in the dataclasses (a missing mandatory field is a decode error, not a
+constructor error), so a decoded list maps positionally onto the constructor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from minibroker.amqp import codec
+from minibroker.amqp.types import Array, DecodeError, EncodeError, Symbol, ULong
+
+# Python types a decoded value of each AMQP type may have (bool is an int, so it is excluded apart).
+_PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "boolean": bool,
+    "ubyte": int, "ushort": int, "uint": int, "ulong": int,
+    "byte": int, "short": int, "int": int, "long": int, "timestamp": int,
+    "float": float, "double": float,
+    "string": str, "symbol": str, "char": str,
+    "binary": bytes,
+    "map": dict, "fields": dict,
+    "list": list,
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One field of a composite: its Python and spec names, its wire type, and its flags."""
+
+    name: str
+    amqp_name: str
+    type: str
+    """Primitive type name after resolving restricted types; "*" for any; "fields" for a symbol-keyed map."""
+    mandatory: bool = False
+    multiple: bool = False
+    default: str | None = None
+    """The specification's default, as written in the XML (None when it gives none)."""
+
+
+class Composite:
+    """Base of all generated composite types."""
+
+    __slots__ = ()
+    DESCRIPTOR_CODE: ClassVar[int]
+    DESCRIPTOR_NAME: ClassVar[str]
+    FIELDS: ClassVar[tuple[FieldSpec, ...]]
+    _CHECKS: ClassVar[tuple[tuple[int, FieldSpec, type | tuple[type, ...] | None], ...]]
+    _DESCRIPTOR: ClassVar[bytes]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "DESCRIPTOR_CODE" not in cls.__dict__:
+            return
+        cls._DESCRIPTOR = b"\x00" + codec.encode(ULong(cls.DESCRIPTOR_CODE))
+        cls._CHECKS = tuple((i, f, _PYTHON_TYPES.get(f.type)) for i, f in enumerate(cls.FIELDS))
+        make = cls.from_described
+        codec.DESCRIBED_TYPES[ULong(cls.DESCRIPTOR_CODE)] = make
+        codec.DESCRIBED_TYPES[Symbol(cls.DESCRIPTOR_NAME)] = make
+
+    def field_values(self) -> list[Any]:
+        """The field values in wire order."""
+        return [getattr(self, f.name) for f in self.FIELDS]
+
+    def encode_into(self, buf: bytearray) -> None:
+        """Append the described-list encoding of this value, trailing nulls trimmed."""
+        values = self.field_values()
+        while values and values[-1] is None:
+            values.pop()
+        buf += self._DESCRIPTOR
+        if not values:
+            buf.append(0x45)
+            return
+        body = bytearray()
+        for spec, value in zip(self.FIELDS, values, strict=False):
+            _encode_field(body, spec, value)
+        codec._compound(buf, 0xC0, 0xD0, len(values), body)
+
+    def described_value(self) -> list[Any]:
+        """The underlying list, with typed values, for use as an element of a described array."""
+        return list(codec.decode(codec.encode(self)[len(self._DESCRIPTOR) :])[0])
+
+    @classmethod
+    def from_described(cls, value: Any) -> Self:
+        """Build from the value of a described list; check mandatory fields and field types."""
+        if not isinstance(value, list):
+            raise DecodeError(f"{cls.DESCRIPTOR_NAME}: described value must be a list")
+        n = len(cls.FIELDS)
+        if len(value) < n:
+            value = value + [None] * (n - len(value))
+        for i, spec, kind in cls._CHECKS:
+            item = value[i]
+            if item is None:
+                if spec.mandatory:
+                    raise DecodeError(f"{cls.DESCRIPTOR_NAME}: mandatory field {spec.amqp_name} is null")
+                continue
+            if spec.multiple:
+                item = value[i] = list(item.items) if isinstance(item, Array) else [item]
+                items = item
+            else:
+                items = (item,)
+            if kind is not None:
+                for one in items:
+                    if not isinstance(one, kind) or (kind is int and isinstance(one, bool)):
+                        raise DecodeError(
+                            f"{cls.DESCRIPTOR_NAME}: field {spec.amqp_name} must be {spec.type}, "
+                            f"got {type(one).__name__}"
+                        )
+        return cls(*value[:n])
+
+    def __bytes__(self) -> bytes:
+        return codec.encode(self)
+
+
+class DescribedSection:
+    """Base of the restricted types that carry a descriptor: the message sections (Part 3 §3.2)."""
+
+    __slots__ = ()
+    DESCRIPTOR_CODE: ClassVar[int]
+    DESCRIPTOR_NAME: ClassVar[str]
+    SOURCE: ClassVar[str]
+    _DESCRIPTOR: ClassVar[bytes]
+    value: Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "DESCRIPTOR_CODE" not in cls.__dict__:
+            return
+        cls._DESCRIPTOR = b"\x00" + codec.encode(ULong(cls.DESCRIPTOR_CODE))
+        make = cls.from_described
+        codec.DESCRIBED_TYPES[ULong(cls.DESCRIPTOR_CODE)] = make
+        codec.DESCRIBED_TYPES[Symbol(cls.DESCRIPTOR_NAME)] = make
+
+    def __init__(self, value: Any) -> None:  # replaced by the dataclass's own
+        raise NotImplementedError
+
+    def encode_into(self, buf: bytearray) -> None:
+        """Append descriptor and value, the value encoded as the section's source type."""
+        buf += self._DESCRIPTOR
+        _encode_field(buf, _SECTION_FIELD[self.SOURCE], self.value)
+
+    def described_value(self) -> Any:
+        """The underlying value, for use as an element of a described array."""
+        return self.value
+
+    @classmethod
+    def from_described(cls, value: Any) -> Self:
+        """Build from the described value, checking it has the section's source type."""
+        kind = _PYTHON_TYPES.get(cls.SOURCE)
+        if kind is not None and not isinstance(value, kind):
+            raise DecodeError(f"{cls.DESCRIPTOR_NAME}: value must be {cls.SOURCE}")
+        return cls(value)
+
+    def __bytes__(self) -> bytes:
+        return codec.encode(self)
+
+
+_SECTION_FIELD = {kind: FieldSpec("value", "value", kind) for kind in ("binary", "list", "map", "fields", "*")}
+
+
+def _encode_field(buf: bytearray, spec: FieldSpec, value: Any) -> None:
+    kind = spec.type
+    if value is None:
+        buf.append(0x40)
+        return
+    if spec.multiple and isinstance(value, list | tuple):
+        if kind in codec.TYPED_ENCODERS:
+            codec.encode_into(buf, Array(kind, list(value)))
+        else:
+            codec.encode_into(buf, list(value))
+        return
+    enc = codec.TYPED_ENCODERS.get(kind)
+    try:
+        if enc is not None:
+            enc(buf, value)
+        elif kind == "fields" and isinstance(value, dict):
+            codec.encode_into(
+                buf, {Symbol(k) if type(k) is str else k: v for k, v in value.items()}
+            )
+        else:
+            codec.encode_into(buf, value)
+    except (TypeError, AttributeError, ValueError, OverflowError) as exc:
+        raise EncodeError(f"field {spec.amqp_name}: {value!r} is not a valid {kind}: {exc}") from None

@@ -1,0 +1,115 @@
+"""The ``minibroker`` command (DESIGN §2).
+
+Precedence of settings: command line, then environment (``MINIBROKER_HOST``, ``MINIBROKER_PORT``,
+``MINIBROKER_CONFIG``), then the config file, then defaults. Exit codes: 0 after SIGINT/SIGTERM,
+2 for bad arguments or a bad config file (the message names the file, the key and the problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+
+from minibroker.config import Config, ConfigError
+from minibroker.server.app import serve
+
+CONTAINER_CONFIG = Path("/etc/minibroker/minibroker.toml")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0-65535; 0 picks a free one)")
+    return port
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="minibroker",
+        description="An embeddable AMQP 1.0 broker for testing, with complete transactions.",
+    )
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=_port, help="TCP port (default 5672; 0 picks a free port)")
+    parser.add_argument("--config", metavar="PATH", help="TOML configuration file")
+    parser.add_argument("--data-dir", metavar="PATH", help="directory for durable storage (default: memory)")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help="logging threshold (default info)")
+    parser.add_argument(
+        "--trace-frames", action="store_true", default=None, help="print every frame, decoded, to stderr"
+    )
+    return parser
+
+
+def resolve_config(args: argparse.Namespace, environ: dict[str, str]) -> Config:
+    """Merge command line, environment, config file and defaults, in that order of precedence."""
+    path = args.config or environ.get("MINIBROKER_CONFIG")
+    if path is None and CONTAINER_CONFIG.exists():
+        path = str(CONTAINER_CONFIG)
+    config = Config.load(path) if path else Config()
+    host = args.host or environ.get("MINIBROKER_HOST")
+    port_text = environ.get("MINIBROKER_PORT")
+    port = args.port
+    if port is None and port_text is not None:
+        try:
+            port = _port(port_text)
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"environment: MINIBROKER_PORT: {exc}") from None
+    changes: dict[str, object] = {}
+    if host:
+        changes["server__host"] = host
+    if port is not None:
+        changes["server__port"] = port
+    if args.log_level:
+        changes["log_level"] = args.log_level
+    if args.trace_frames:
+        changes["trace_frames"] = True
+    if args.data_dir:
+        changes["data_dir"] = args.data_dir
+    return config.replace(**changes) if changes else config
+
+
+async def _run(config: Config) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with serve(config) as running:
+            print(f"minibroker listening on {running.url}", flush=True)
+            async for _ in signals:
+                break
+    logging.getLogger("minibroker").info("stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = resolve_config(args, dict(os.environ))
+    except ConfigError as exc:
+        print(f"minibroker: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=getattr(logging, config.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        trio.run(_run, config)
+    except OSError as exc:
+        print(f"minibroker: cannot listen on {config.server.host}:{config.server.port}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Configuration: TOML (stdlib ``tomllib``) into frozen dataclasses.
+
+Every key has a default, documented in ``conf/minibroker.toml``. A bad file raises ``ConfigError`` naming
+the file, the dotted key and what is wrong; an unknown key is an error, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; the message names the file, the key and the problem."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """``[server]``: the AMQP listener and connection limits."""
+
+    host: str = "127.0.0.1"
+    port: int = 5672
+    container_id: str = "minibroker"
+    max_frame_size: int = 65536
+    channel_max: int = 255
+    idle_timeout: float = 0.0
+    """Seconds of silence after which a peer is dropped; 0 disables (heartbeats to the peer still go out)."""
+    max_message_size: int = 0
+    """Largest message accepted, in bytes; 0 means no limit."""
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """``[auth]``: SASL. With users configured, PLAIN is checked and ANONYMOUS refused."""
+
+    anonymous: bool = True
+    users: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """``[broker]``: node and transaction policies."""
+
+    auto_create: bool = True
+    link_credit: int = 1000
+    transaction_timeout: float = 300.0
+    """Seconds after which an open transaction is rolled back; 0 means never."""
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """``[queues.NAME]``: a queue created at start-up."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
+    queues: dict[str, QueueConfig] = field(default_factory=dict)
+    log_level: str = "info"
+    trace_frames: bool = False
+    data_dir: str | None = None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Config:
+        """Read a TOML file."""
+        path = Path(path)
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        return cls.from_dict(raw, source=str(path))
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "<dict>") -> Config:
+        """Build from a dict shaped like the TOML file."""
+        return _build(cls, raw, source, "")
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with top-level or ``section__key`` fields changed (``server__port=0``)."""
+        sections: dict[str, dict[str, Any]] = {}
+        top: dict[str, Any] = {}
+        for key, value in changes.items():
+            if "__" in key:
+                section, name = key.split("__", 1)
+                sections.setdefault(section, {})[name] = value
+            else:
+                top[key] = value
+        for section, values in sections.items():
+            top[section] = dataclasses.replace(getattr(self, section), **values)
+        return dataclasses.replace(self, **top)
+
+
+_SECTIONS: dict[str, type] = {"server": ServerConfig, "auth": AuthConfig, "broker": BrokerConfig}
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _check_type(value: Any, expected: Any, where: str) -> Any:
+    if expected in ("float", float):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if expected in ("int", int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if expected in ("bool", bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if expected in ("str", str):
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if expected == "str | None":
+        return None if value is None else _check_type(value, str, where)
+    if expected == "dict[str, str]":
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        return {k: _check_type(v, str, f"{where}.{k}") for k, v in value.items()}
+    raise ConfigError(f"{where}: unsupported setting type {expected}")  # pragma: no cover
+
+
+def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'top level'}: expected a table, got {raw!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"{source}: {prefix}{key}"
+        spec = fields.get(key)
+        if spec is None:
+            known = ", ".join(sorted(fields)) or "none"
+            raise ConfigError(f"{where}: unknown key (known keys here: {known})")
+        if cls is Config and key in _SECTIONS:
+            values[key] = _build(_SECTIONS[key], value, source, f"{key}.")
+        elif cls is Config and key == "queues":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: expected a table of queues")
+            values[key] = {name: _build(QueueConfig, q, source, f"queues.{name}.") for name, q in value.items()}
+        else:
+            values[key] = _check_type(value, spec.type, where)
+    config = cls(**values)
+    _validate(config, source, prefix)
+    return config
+
+
+def _validate(config: Any, source: str, prefix: str) -> None:
+    def bad(key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{source}: {prefix}{key}: {problem}")
+
+    if isinstance(config, ServerConfig):
+        if not 0 <= config.port <= 65535:
+            raise bad("port", f"{config.port} is not a TCP port (0-65535)")
+        if config.max_frame_size < 512:
+            raise bad("max_frame_size", f"{config.max_frame_size} is below the AMQP minimum of 512")
+        if not 0 <= config.channel_max <= 65535:
+            raise bad("channel_max", f"{config.channel_max} is not in 0-65535")
+        if config.idle_timeout < 0:
+            raise bad("idle_timeout", "must not be negative")
+        if config.max_message_size < 0:
+            raise bad("max_message_size", "must not be negative")
+    elif isinstance(config, BrokerConfig):
+        if config.link_credit < 1:
+            raise bad("link_credit", "must be at least 1")
+        if config.transaction_timeout < 0:
+            raise bad("transaction_timeout", "must not be negative")
+    elif isinstance(config, Config) and config.log_level not in _LOG_LEVELS:
+        raise bad("log_level", f"{config.log_level!r} is not one of {', '.join(_LOG_LEVELS)}")

@@ -1,0 +1,865 @@
+"""Server end of one AMQP 1.0 connection, sans-IO (Part 2 §2.2-§2.8, Part 5 §5.3).
+
+Theory of operation
+-------------------
+Bytes go in through ``receive_data(data, now)`` and come back as a list of events; frames to send are
+collected in an output buffer that ``data_to_send()`` drains. Time only arrives as ``now``. The engine
+owns the protocol state: the header exchange, SASL, open/close, sessions with their windows, links
+with their credit, delivery ids, reassembly of multi-frame transfers and splitting of large ones.
+It decides nothing about messages: that is the broker core's job, done through the commands at the
+bottom of the class (``accept_attach``, ``deliver``, ``settle`` ...), each of which only queues frames.
+
+Errors: a peer that breaks the protocol raises a ``ProtocolError`` inside the engine; it never escapes
+``receive_data``. Its scope picks the answer: close the connection, end the session, or detach the
+link, each with the error's condition. A connection-level error is final: after our close frame the
+engine ignores input and ``finished`` turns true, so the I/O layer flushes and drops the socket.
+
+Not here on purpose: routing, settlement policy, transactions (broker core); sockets and clocks (server).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from minibroker.amqp import codec
+from minibroker.amqp.definitions import (
+    Attach,
+    Begin,
+    Close,
+    Detach,
+    Disposition,
+    End,
+    Error,
+    Flow,
+    Open,
+    SaslInit,
+    SaslMechanisms,
+    SaslOutcome,
+    Source,
+    Target,
+    Transfer,
+)
+from minibroker.amqp.errors import (
+    Condition,
+    ConnectionDecodeError,
+    ConnectionNotAllowed,
+    FramingError,
+    HandleInUse,
+    LinkError,
+    MessageSizeExceeded,
+    ProtocolError,
+    Scope,
+    SessionError,
+    TransferLimitExceeded,
+    UnattachedHandle,
+    WindowViolation,
+    error,
+)
+from minibroker.amqp.framing import (
+    AMQP_FRAME,
+    AMQP_HEADER,
+    EMPTY_FRAME,
+    FRAME_HEADER,
+    MIN_MAX_FRAME_SIZE,
+    SASL_FRAME,
+    SASL_HEADER,
+)
+from minibroker.amqp.types import DecodeError, Symbol, UInt
+from minibroker.engine.endpoints import (
+    RECEIVER,
+    SENDER,
+    SERIAL_MASK,
+    IncomingDelivery,
+    Link,
+    LinkState,
+    OutgoingDelivery,
+    Session,
+)
+from minibroker.engine.events import (
+    Authenticated,
+    ConnectionClosed,
+    ConnectionOpened,
+    DeliveryUpdated,
+    Event,
+    IncomingSettled,
+    LinkAttached,
+    LinkDetached,
+    LinkFlow,
+    SessionBegun,
+    SessionEnded,
+    SessionFlow,
+    TransferReceived,
+)
+from minibroker.engine.sasl import SASL_AUTH, SASL_OK, SaslPolicy, outcome_for
+
+Trace = Callable[[str, int, Any, int], None]
+"""trace(direction "<-" or "->", channel, performative or header bytes, payload length)."""
+
+_TAG = struct.Struct(">Q")
+_INCOMING_WINDOW = 2048  # transfer frames we accept before the peer needs a session flow from us
+_PENDING_LIMIT = 64  # outgoing transfer frames held back by the peer's window before we stop sending
+_CLOSE_GRACE = 2.0  # seconds we wait for the peer's close after sending ours with an error
+
+
+class Phase(Enum):
+    """Connection phases, in the order they happen."""
+
+    HEADER = "header"  # waiting for the peer's protocol header
+    SASL = "sasl"  # mechanisms sent, waiting for sasl-init
+    SASL_DONE = "sasl-done"  # outcome ok sent, waiting for the AMQP header
+    OPEN = "open"  # AMQP header exchanged, waiting for open
+    OPENED = "opened"
+    CLOSE_SENT = "close-sent"  # our close is out, waiting for theirs
+    FINISHED = "finished"  # nothing more to read or write but what is buffered
+
+
+class ServerConnection:
+    """Server end of one AMQP connection (Part 2 §2.4)."""
+
+    def __init__(
+        self,
+        *,
+        container_id: str = "minibroker",
+        sasl: SaslPolicy | None = None,
+        max_frame_size: int = 65536,
+        channel_max: int = 255,
+        idle_time_out: float | None = None,
+        max_message_size: int | None = None,
+        offered_capabilities: list[str] | None = None,
+        trace: Trace | None = None,
+    ) -> None:
+        self.container_id = container_id
+        self.sasl = sasl or SaslPolicy()
+        self.max_frame_size = max(MIN_MAX_FRAME_SIZE, max_frame_size)
+        self.channel_max = channel_max
+        self.idle_time_out = idle_time_out
+        self.max_message_size = max_message_size
+        self.offered_capabilities = offered_capabilities
+        self.trace = trace
+        self.phase = Phase.HEADER
+        self.user: str | None = None
+        self.remote_open: Open | None = None
+        self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
+        self.remote_idle_time_out: float | None = None
+        self.sessions: dict[int, Session] = {}  # by the peer's channel
+        self._local_channels: dict[int, Session] = {}
+        self._in = bytearray()
+        self._out = bytearray()
+        self._events: list[Event] = []
+        self._now = 0.0
+        self._last_received = 0.0
+        self._last_sent = 0.0
+        self._close_deadline: float | None = None
+        self._closed_event_sent = False
+        self.context: Any = None
+
+    # -- I/O side ---------------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        """True when the connection is over; flush ``data_to_send`` and close the socket."""
+        return self.phase is Phase.FINISHED
+
+    def data_to_send(self) -> bytes:
+        """Take every byte queued for the peer."""
+        if not self._out:
+            return b""
+        out = bytes(self._out)
+        self._out.clear()
+        return out
+
+    @property
+    def has_output(self) -> bool:
+        """True when ``data_to_send`` would return something."""
+        return bool(self._out)
+
+    def receive_data(self, data: bytes, now: float) -> list[Event]:
+        """Feed bytes from the peer (``b""`` means end of stream); return what happened."""
+        self._now = now
+        self._last_received = now
+        if not data:
+            if self.phase is not Phase.FINISHED:
+                self._finish(None, by_peer=True)
+            return self._take_events()
+        if self.phase is Phase.FINISHED:
+            return []
+        self._in += data
+        try:
+            self._parse()
+        except ProtocolError as exc:
+            # Only connection-scope errors reach here; the others are handled where raised.
+            self._close_with(exc.to_error())
+        return self._take_events()
+
+    def next_deadline(self) -> float | None:
+        """When ``handle_timeout`` must next be called, or None."""
+        deadlines = []
+        if self._close_deadline is not None:
+            deadlines.append(self._close_deadline)
+        if self.phase is Phase.OPENED:
+            if self.remote_idle_time_out:
+                deadlines.append(self._last_sent + self.remote_idle_time_out / 2)
+            if self.idle_time_out:
+                deadlines.append(self._last_received + self.idle_time_out)
+        return min(deadlines) if deadlines else None
+
+    def handle_timeout(self, now: float) -> list[Event]:
+        """Send heartbeats, enforce our idle time-out, give up on a peer that does not close."""
+        self._now = now
+        if self._close_deadline is not None and now >= self._close_deadline:
+            self._close_deadline = None
+            self._finish(None, by_peer=False)
+        elif self.phase is Phase.OPENED:
+            if self.idle_time_out and now >= self._last_received + self.idle_time_out:
+                # §2.4.5: a peer silent past our idle time-out is gone
+                self._close_with(error(Condition.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired"))
+            elif self.remote_idle_time_out and now >= self._last_sent + self.remote_idle_time_out / 2:
+                self._write(EMPTY_FRAME)
+        return self._take_events()
+
+    def _take_events(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+    def _write(self, data: bytes) -> None:
+        self._out += data
+        self._last_sent = self._now
+
+    def _send(self, channel: int, performative: Any, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
+        body = bytearray(8)
+        codec.encode_into(body, performative)
+        if payload:
+            body += payload
+        FRAME_HEADER.pack_into(body, 0, len(body), 2, frame_type, channel)
+        if self.trace is not None:
+            self.trace("->", channel, performative, len(payload))
+        self._write(bytes(body))
+
+    # -- parsing ------------------------------------------------------------------------------------
+    def _parse(self) -> None:
+        buf = self._in
+        pos = 0
+        try:
+            while self.phase is not Phase.FINISHED:
+                if self.phase in (Phase.HEADER, Phase.SASL_DONE):
+                    if len(buf) - pos < 8:
+                        return
+                    header = bytes(buf[pos : pos + 8])
+                    pos += 8
+                    self._on_header(header)
+                    continue
+                if len(buf) - pos < 8:
+                    return
+                size, doff, frame_type, channel = FRAME_HEADER.unpack_from(buf, pos)
+                if size < 8:
+                    raise FramingError(f"frame size {size} is below the 8-byte minimum")
+                if size > self.max_frame_size:
+                    raise FramingError(f"frame size {size} exceeds max-frame-size {self.max_frame_size}")
+                if doff < 2 or doff * 4 > size:
+                    raise FramingError(f"data offset {doff} is invalid for a frame of {size} bytes")
+                if len(buf) - pos < size:
+                    return
+                body = bytes(buf[pos + doff * 4 : pos + size])
+                pos += size
+                self._on_frame(frame_type, channel, body)
+                if self.phase is Phase.FINISHED:
+                    return
+        finally:
+            del buf[:pos]
+
+    def _on_header(self, header: bytes) -> None:
+        if self.trace is not None:
+            self.trace("<-", 0, header, 0)
+        if header == SASL_HEADER and self.phase is Phase.HEADER:
+            self._write_header(SASL_HEADER)
+            mechanisms = [Symbol(m) for m in self.sasl.mechanisms]
+            self._send(0, SaslMechanisms(sasl_server_mechanisms=mechanisms), frame_type=SASL_FRAME)
+            self.phase = Phase.SASL
+        elif header == AMQP_HEADER and (self.phase is Phase.SASL_DONE or not self.sasl.required):
+            self._write_header(AMQP_HEADER)
+            self.phase = Phase.OPEN
+        else:
+            # §2.2: answer an unsupported (or, with SASL required, premature) header with ours, then close
+            self._write_header(SASL_HEADER if self.sasl.required and self.phase is Phase.HEADER else AMQP_HEADER)
+            self._finish(None, by_peer=False)
+
+    def _write_header(self, header: bytes) -> None:
+        if self.trace is not None:
+            self.trace("->", 0, header, 0)
+        self._write(header)
+
+    def _on_frame(self, frame_type: int, channel: int, body: bytes) -> None:
+        if not body:
+            if self.trace is not None:
+                self.trace("<-", channel, None, 0)
+            return  # an empty frame: heartbeat (§2.4.5)
+        try:
+            performative, end = codec.decode(body)
+        except DecodeError as exc:
+            raise ConnectionDecodeError(f"performative does not decode: {exc}") from None
+        payload = body[end:]
+        if self.trace is not None:
+            self.trace("<-", channel, performative, len(payload))
+        if self.phase is Phase.SASL:
+            if frame_type != SASL_FRAME or not isinstance(performative, SaslInit):
+                raise ConnectionNotAllowed(f"expected sasl-init, got {type(performative).__name__}")
+            self._on_sasl_init(performative)
+            return
+        if frame_type != AMQP_FRAME:
+            raise FramingError(f"frame type {frame_type} is not an AMQP frame")
+        if self.phase is Phase.CLOSE_SENT:
+            if isinstance(performative, Close):
+                self._finish(None, by_peer=True)
+            return  # §2.4.3: after close is sent, everything but close is ignored
+        handler = self._HANDLERS.get(type(performative))
+        if handler is None:
+            raise ConnectionNotAllowed(f"{type(performative).__name__} is not a performative")
+        if self.phase is Phase.OPEN and not isinstance(performative, Open):
+            raise ConnectionNotAllowed("the first frame must be open")
+        if self.phase is Phase.OPENED and isinstance(performative, Open):
+            raise ConnectionNotAllowed("open received twice")
+        if isinstance(performative, Open | Close):
+            if channel != 0 and isinstance(performative, Open):
+                raise ConnectionNotAllowed("open must be sent on channel 0")
+            handler(self, performative)
+            return
+        if isinstance(performative, Begin):
+            self._on_begin(channel, performative)
+            return
+        session = self.sessions.get(channel)
+        if session is None:
+            raise ConnectionNotAllowed(f"frame on channel {channel}, where no session has begun")
+        try:
+            if isinstance(performative, Transfer):
+                self._on_transfer(session, performative, payload)
+            else:
+                handler(self, session, performative)
+        except SessionError as exc:
+            self._end_session(session, exc.to_error())
+        except LinkError as exc:
+            link = session.links.get(exc.handle)
+            if link is not None:
+                self._detach_link(link, exc.to_error())
+
+    # -- SASL -----------------------------------------------------------------------------------------
+    def _on_sasl_init(self, init: SaslInit) -> None:
+        code, user = outcome_for(self.sasl, init)
+        self._send(0, SaslOutcome(code=code), frame_type=SASL_FRAME)
+        if code == SASL_OK:
+            self.user = user
+            self.phase = Phase.SASL_DONE
+            self._events.append(Authenticated(str(init.mechanism), user))
+        else:
+            assert code == SASL_AUTH
+            self._finish(None, by_peer=False)
+
+    # -- connection ---------------------------------------------------------------------------------
+    def _on_open(self, open_: Open) -> None:
+        self.remote_open = open_
+        self.remote_max_frame_size = max(
+            MIN_MAX_FRAME_SIZE, 0xFFFFFFFF if open_.max_frame_size is None else open_.max_frame_size
+        )
+        if open_.channel_max is not None:
+            self.channel_max = min(self.channel_max, open_.channel_max)
+        if open_.idle_time_out:
+            self.remote_idle_time_out = open_.idle_time_out / 1000
+        self._send(
+            0,
+            Open(
+                container_id=self.container_id,
+                max_frame_size=UInt(self.max_frame_size),
+                channel_max=self.channel_max,
+                idle_time_out=int(self.idle_time_out * 1000) if self.idle_time_out else None,
+                offered_capabilities=(
+                    [Symbol(c) for c in self.offered_capabilities] if self.offered_capabilities else None
+                ),
+            ),
+        )
+        self.phase = Phase.OPENED
+        self._events.append(ConnectionOpened(open_))
+
+    def _on_close(self, close: Close) -> None:
+        self._send(0, Close())
+        self._finish(close.error, by_peer=True)
+
+    def _close_with(self, err: Error) -> None:
+        """Send close with ``err``; wait briefly for the peer's close, then finish."""
+        if self.phase in (Phase.FINISHED, Phase.CLOSE_SENT):
+            return
+        if self.phase in (Phase.OPEN, Phase.OPENED):
+            if self.phase is Phase.OPEN:
+                # §2.4.1: a close must follow an open, so answer the open we never saw with ours first
+                self._send(0, Open(container_id=self.container_id))
+            self._send(0, Close(error=err))
+            self._detach_everything(err)
+            self.phase = Phase.CLOSE_SENT
+            self._close_deadline = self._now + _CLOSE_GRACE
+            self._events.append(ConnectionClosed(err, by_peer=False))
+            self._closed_event_sent = True
+        else:
+            self._finish(err, by_peer=False)
+
+    def _finish(self, err: Error | None, *, by_peer: bool) -> None:
+        if self.phase is Phase.FINISHED:
+            return
+        self._detach_everything(err)
+        self.phase = Phase.FINISHED
+        self._close_deadline = None
+        if not self._closed_event_sent:
+            self._closed_event_sent = True
+            self._events.append(ConnectionClosed(err, by_peer=by_peer))
+
+    def _detach_everything(self, err: Error | None) -> None:
+        for session in list(self.sessions.values()):
+            self._drop_session(session, err)
+
+    # -- sessions -----------------------------------------------------------------------------------
+    def _on_begin(self, channel: int, begin: Begin) -> None:
+        if begin.remote_channel is not None:
+            raise ConnectionNotAllowed("a server does not begin sessions, so remote-channel must be null")
+        if channel in self.sessions:
+            raise ConnectionNotAllowed(f"channel {channel} already has a session")
+        if channel > self.channel_max:
+            raise ConnectionNotAllowed(f"channel {channel} exceeds channel-max {self.channel_max}")
+        local = next(c for c in range(self.channel_max + 2) if c not in self._local_channels)
+        if local > self.channel_max:
+            raise ConnectionNotAllowed("no free channel")
+        session = Session(local, channel, begin.next_outgoing_id or 0, _INCOMING_WINDOW)
+        session.remote_incoming_window = begin.incoming_window or 0
+        session.remote_outgoing_window = begin.outgoing_window or 0
+        self.sessions[channel] = session
+        self._local_channels[local] = session
+        self._send(
+            local,
+            Begin(
+                remote_channel=channel,
+                next_outgoing_id=UInt(0),
+                incoming_window=UInt(_INCOMING_WINDOW),
+                outgoing_window=UInt(0xFFFFFFFF),
+                handle_max=UInt(0xFFFFFFFF if begin.handle_max is None else begin.handle_max),
+            ),
+        )
+        self._events.append(SessionBegun(session))
+
+    def _on_end(self, session: Session, end: End) -> None:
+        self._drop_session(session, end.error)
+        self._send(session.channel, End())
+
+    def _end_session(self, session: Session, err: Error) -> None:
+        self._send(session.channel, End(error=err))
+        self._drop_session(session, err)
+
+    def _drop_session(self, session: Session, err: Error | None) -> None:
+        for link in list(session.links.values()):
+            self._drop_link(link, closed=True, err=err)
+        session.ended = True
+        session.pending.clear()
+        self.sessions.pop(session.remote_channel, None)
+        self._local_channels.pop(session.channel, None)
+        self._events.append(SessionEnded(session, err))
+
+    # -- links --------------------------------------------------------------------------------------
+    def _on_attach(self, session: Session, attach: Attach) -> None:
+        if attach.handle in session.links:
+            raise HandleInUse(f"handle {attach.handle} is already attached")
+        output = next(h for h in range(len(session.links_by_output) + 1) if h not in session.links_by_output)
+        link = Link(session, attach, output)
+        session.links[link.input_handle] = link
+        session.links_by_output[output] = link
+        self._events.append(LinkAttached(link))
+
+    def _on_detach(self, session: Session, detach: Detach) -> None:
+        link = session.links.get(detach.handle or 0)
+        if link is None:
+            raise UnattachedHandle(f"detach of handle {detach.handle}, which is not attached")
+        closed = bool(detach.closed)
+        if link.state is not LinkState.DETACHED:
+            self._send(session.channel, Detach(handle=UInt(link.output_handle), closed=closed or None))
+        self._drop_link(link, closed=closed, err=detach.error)
+
+    def _drop_link(self, link: Link, *, closed: bool, err: Error | None) -> None:
+        session = link.session
+        if session.links.get(link.input_handle) is link:
+            del session.links[link.input_handle]
+        if session.links_by_output.get(link.output_handle) is link:
+            del session.links_by_output[link.output_handle]
+        link.state = LinkState.DETACHED
+        link.credit = 0
+        link.partial = None
+        link.partial_delivery = None
+        self._events.append(LinkDetached(link, closed, err))
+
+    def _detach_link(self, link: Link, err: Error | None) -> None:
+        self._send(link.session.channel, Detach(handle=UInt(link.output_handle), closed=True, error=err))
+        self._drop_link(link, closed=True, err=err)
+
+    def _link(self, session: Session, handle: int | None) -> Link:
+        link = session.links.get(handle) if handle is not None else None
+        if link is None:
+            # §2.8.17 unattached-handle
+            raise UnattachedHandle(f"handle {handle} is not attached")
+        return link
+
+    # -- flow ---------------------------------------------------------------------------------------
+    def _on_flow(self, session: Session, flow: Flow) -> None:
+        # §2.5.6: remote-incoming-window = next-incoming-id(flow) + incoming-window(flow) - next-outgoing-id
+        next_incoming = session.next_outgoing_id if flow.next_incoming_id is None else flow.next_incoming_id
+        session.remote_incoming_window = (
+            next_incoming + (flow.incoming_window or 0) - session.next_outgoing_id
+        ) & SERIAL_MASK
+        session.remote_outgoing_window = flow.outgoing_window or 0
+        self._pump(session)
+        if flow.handle is None:
+            if flow.echo:
+                self._send_session_flow(session)
+            self._events.append(SessionFlow(session))
+            return
+        link = self._link(session, flow.handle)
+        if link.role == SENDER:
+            # §2.6.7: link-credit(snd) = delivery-count(rcv) + link-credit(rcv) - delivery-count(snd)
+            rcv_count = link.delivery_count if flow.delivery_count is None else flow.delivery_count
+            link.credit = max(0, (rcv_count + (flow.link_credit or 0) - link.delivery_count) & SERIAL_MASK)
+            if link.credit > 0x7FFFFFFF:  # a delivery-count "behind" ours: the peer granted nothing new
+                link.credit = 0
+            link.drain = bool(flow.drain)
+        if flow.echo:
+            self._send_link_flow(link)
+        self._events.append(LinkFlow(link, flow.properties))
+
+    def _flow_fields(self, session: Session) -> dict[str, Any]:
+        return {
+            "next_incoming_id": UInt(session.next_incoming_id),
+            "incoming_window": UInt(session.incoming_window),
+            "next_outgoing_id": UInt(session.next_outgoing_id),
+            "outgoing_window": UInt(0xFFFFFFFF),
+        }
+
+    def _send_session_flow(self, session: Session) -> None:
+        self._send(session.channel, Flow(**self._flow_fields(session)))
+
+    def _send_link_flow(self, link: Link, *, drain: bool | None = None) -> None:
+        self._send(
+            link.session.channel,
+            Flow(
+                **self._flow_fields(link.session),
+                handle=UInt(link.output_handle),
+                delivery_count=UInt(link.delivery_count),
+                link_credit=UInt(link.credit),
+                available=UInt(link.available) if link.role == SENDER else None,
+                drain=drain if drain is not None else (link.drain or None),
+            ),
+        )
+
+    # -- transfers in -------------------------------------------------------------------------------
+    def _on_transfer(self, session: Session, transfer: Transfer, payload: bytes) -> None:
+        link = self._link(session, transfer.handle)
+        if session.incoming_window <= 0:
+            # §2.5.6: a transfer beyond the incoming window
+            raise WindowViolation("transfer received with the session's incoming window closed")
+        session.incoming_window -= 1
+        session.next_incoming_id = (session.next_incoming_id + 1) & SERIAL_MASK
+        if session.incoming_window < _INCOMING_WINDOW // 2:
+            session.incoming_window = _INCOMING_WINDOW
+            self._send_session_flow(session)
+        if link.role != RECEIVER:
+            raise ConnectionNotAllowed("transfer on a link where the peer is the receiver")
+        delivery = link.partial_delivery
+        if delivery is None:
+            if link.credit <= 0:
+                raise TransferLimitExceeded("transfer without link credit", handle=link.input_handle)
+            if transfer.delivery_id is None:
+                raise ConnectionNotAllowed("the first transfer of a delivery must carry a delivery-id")
+            link.credit -= 1
+            link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
+            settled = bool(transfer.settled) or link.snd_settle_mode == 1
+            delivery = IncomingDelivery(
+                link, transfer.delivery_id, transfer.delivery_tag or b"", settled, transfer.state
+            )
+            link.partial = []
+            link.partial_size = 0
+        elif transfer.settled:
+            delivery.settled = True
+        if transfer.state is not None:
+            delivery.state = transfer.state
+        if transfer.aborted:
+            # §2.6.14: an aborted delivery is discarded; it needs no settlement
+            link.partial = None
+            link.partial_delivery = None
+            return
+        assert link.partial is not None
+        link.partial.append(payload)
+        link.partial_size += len(payload)
+        limit = link.max_message_size
+        if limit and link.partial_size > limit:
+            link.partial = None
+            link.partial_delivery = None
+            raise MessageSizeExceeded(
+                f"message of more than {limit} bytes exceeds max-message-size", handle=link.input_handle
+            )
+        if transfer.more:
+            link.partial_delivery = delivery
+            return
+        parts = link.partial
+        link.partial = None
+        link.partial_delivery = None
+        whole = parts[0] if len(parts) == 1 else b"".join(parts)
+        if not delivery.settled:
+            session.incoming_unsettled[delivery.delivery_id] = delivery
+        self._events.append(TransferReceived(link, delivery, whole, transfer.message_format or 0))
+
+    # -- dispositions in ----------------------------------------------------------------------------
+    def _on_disposition(self, session: Session, disposition: Disposition) -> None:
+        first = disposition.first or 0
+        last = first if disposition.last is None else disposition.last
+        settled = bool(disposition.settled)
+        if disposition.role == RECEIVER:
+            out = _take_range(session.outgoing_unsettled, first, last, settled)
+            for delivery in out:
+                delivery.remote_state = disposition.state
+                delivery.remote_settled = settled
+            if out:
+                self._events.append(DeliveryUpdated(out, disposition.state, settled))
+        else:
+            inc = _take_range(session.incoming_unsettled, first, last, settled)
+            for delivery in inc:
+                delivery.settled = settled
+            if inc:
+                self._events.append(IncomingSettled(inc, disposition.state))
+
+    _HANDLERS: dict[type, Callable[..., None]] = {
+        Open: _on_open,
+        Close: _on_close,
+        Begin: _on_begin,
+        End: _on_end,
+        Attach: _on_attach,
+        Detach: _on_detach,
+        Flow: _on_flow,
+        Transfer: _on_transfer,
+        Disposition: _on_disposition,
+    }
+
+    # -- commands from the broker core ----------------------------------------------------------------
+    def accept_attach(
+        self,
+        link: Link,
+        *,
+        source: Any = None,
+        target: Any = None,
+        max_message_size: int | None = None,
+        properties: dict[Any, Any] | None = None,
+        offered_capabilities: list[str] | None = None,
+    ) -> None:
+        """Answer the peer's attach with ours, naming the terminus we really provide (§2.6.3)."""
+        if link.state is not LinkState.ATTACHING:
+            return
+        link.state = LinkState.ATTACHED
+        link.source = source
+        link.target = target
+        link.max_message_size = max_message_size or self.max_message_size
+        self._send(
+            link.session.channel,
+            Attach(
+                name=link.name,
+                handle=UInt(link.output_handle),
+                role=link.role,
+                snd_settle_mode=link.attach.snd_settle_mode,
+                rcv_settle_mode=link.attach.rcv_settle_mode,
+                source=source,
+                target=target,
+                initial_delivery_count=UInt(link.delivery_count) if link.role == SENDER else None,
+                max_message_size=link.max_message_size,
+                offered_capabilities=[Symbol(c) for c in offered_capabilities] if offered_capabilities else None,
+                properties=properties,
+            ),
+        )
+
+    def refuse_attach(self, link: Link, err: Error) -> None:
+        """Refuse an attach: answer with a null terminus, then detach with ``err`` (§2.6.3)."""
+        if link.state is not LinkState.ATTACHING:
+            return
+        self._send(
+            link.session.channel,
+            Attach(
+                name=link.name,
+                handle=UInt(link.output_handle),
+                role=link.role,
+                source=link.source if link.role == RECEIVER else None,
+                target=link.target if link.role == SENDER else None,
+                initial_delivery_count=UInt(0) if link.role == SENDER else None,
+            ),
+        )
+        self._detach_link(link, err)
+
+    def detach(self, link: Link, err: Error | None = None) -> None:
+        """Close a link from our side."""
+        if link.state is not LinkState.DETACHED:
+            self._detach_link(link, err)
+
+    def close(self, err: Error | None = None) -> None:
+        """Close the connection from our side (e.g. broker shutdown)."""
+        if self.phase is Phase.OPENED:
+            self._close_with(err or error(Condition.CONNECTION_FORCED, "broker shutting down"))
+        else:
+            self._finish(err, by_peer=False)
+
+    def take_events(self) -> list[Event]:
+        """Events produced by commands (for example a detach after a refused attach)."""
+        return self._take_events()
+
+    def grant_credit(self, link: Link, credit: int) -> None:
+        """Set the credit of a link where we are receiver and tell the peer (§2.6.7)."""
+        if link.state is LinkState.DETACHED:
+            return
+        link.credit = credit
+        self._send_link_flow(link)
+
+    def can_send(self, link: Link) -> bool:
+        """True when a delivery may be sent on ``link`` now: credit, and no backlog on its session."""
+        return (
+            link.credit > 0
+            and link.state is LinkState.ATTACHED
+            and len(link.session.pending) < _PENDING_LIMIT
+        )
+
+    def deliver(
+        self,
+        link: Link,
+        payload: bytes,
+        *,
+        settled: bool,
+        state: Any = None,
+        context: Any = None,
+        message_format: int = 0,
+    ) -> OutgoingDelivery:
+        """Send one message on ``link`` (our role: sender), split into frames that fit (§2.7.5)."""
+        session = link.session
+        delivery_id = session.next_delivery_id
+        session.next_delivery_id = (delivery_id + 1) & SERIAL_MASK
+        link.tag_counter += 1
+        tag = _TAG.pack(link.tag_counter)
+        link.credit -= 1
+        link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
+        delivery = OutgoingDelivery(link, delivery_id, tag, settled, context)
+        if not settled:
+            session.outgoing_unsettled[delivery_id] = delivery
+        transfer = Transfer(
+            handle=UInt(link.output_handle),
+            delivery_id=UInt(delivery_id),
+            delivery_tag=tag,
+            message_format=UInt(message_format),
+            settled=settled,
+            state=state,
+        )
+        frame = self._frame_with(session, transfer, more=False, payload=payload)
+        if len(frame) <= self.remote_max_frame_size:
+            self._queue_transfer(session, frame, transfer, len(payload))  # the common case: one frame
+            return delivery
+        # §2.6.14: split into frames of at most the peer's max-frame-size, more=true on all but the last
+        offset = 0
+        while offset < len(payload):
+            room = self.remote_max_frame_size - len(self._frame_with(session, transfer, more=True, payload=b""))
+            chunk = payload[offset : offset + room]
+            offset += len(chunk)
+            frame = self._frame_with(session, transfer, more=offset < len(payload), payload=chunk)
+            self._queue_transfer(session, frame, transfer, len(chunk))
+            transfer = Transfer(handle=UInt(link.output_handle))
+        return delivery
+
+    def _frame_with(self, session: Session, transfer: Transfer, *, more: bool, payload: bytes) -> bytearray:
+        transfer.more = more or None
+        body = bytearray(8)
+        codec.encode_into(body, transfer)
+        body += payload
+        FRAME_HEADER.pack_into(body, 0, len(body), 2, AMQP_FRAME, session.channel)
+        return body
+
+    def _queue_transfer(self, session: Session, frame: bytearray, transfer: Transfer, size: int) -> None:
+        if self.trace is not None:
+            self.trace("->", session.channel, transfer, size)
+        session.pending.append(bytes(frame))
+        self._pump(session)
+
+    def _pump(self, session: Session) -> None:
+        """Move held-back transfer frames out as far as the peer's incoming window allows (§2.5.6)."""
+        pending = session.pending
+        while pending and session.remote_incoming_window > 0:
+            self._write(pending.popleft())
+            session.remote_incoming_window -= 1
+            session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
+
+    def settle(self, deliveries: list[OutgoingDelivery], state: Any = None) -> None:
+        """Settle deliveries we sent, with ``state`` (disposition, role=sender)."""
+        self._dispose(deliveries, SENDER, state, lambda d: d.link.session.outgoing_unsettled)
+
+    def dispose_incoming(self, deliveries: list[IncomingDelivery], state: Any, *, settled: bool = True) -> None:
+        """Give the peer's deliveries an outcome (disposition, role=receiver)."""
+        self._dispose(deliveries, RECEIVER, state, lambda d: d.link.session.incoming_unsettled, settled)
+
+    def _dispose(
+        self,
+        deliveries: list[Any],
+        role: bool,
+        state: Any,
+        table: Callable[[Any], dict[int, Any]],
+        settled: bool = True,
+    ) -> None:
+        # One disposition per run of consecutive delivery ids on the same session.
+        run: list[Any] = []
+        for delivery in sorted(deliveries, key=lambda d: (d.link.session.channel, d.delivery_id)):
+            session = delivery.link.session
+            if session.ended:
+                continue
+            if settled:
+                table(delivery).pop(delivery.delivery_id, None)
+                delivery.settled = True
+            if run and (run[-1].link.session is not session or run[-1].delivery_id + 1 != delivery.delivery_id):
+                self._send_disposition(run, role, state, settled)
+                run = []
+            run.append(delivery)
+        if run:
+            self._send_disposition(run, role, state, settled)
+
+    def _send_disposition(self, run: list[Any], role: bool, state: Any, settled: bool) -> None:
+        first, last = run[0].delivery_id, run[-1].delivery_id
+        self._send(
+            run[0].link.session.channel,
+            Disposition(
+                role=role,
+                first=UInt(first),
+                last=UInt(last) if last != first else None,
+                settled=settled,
+                state=state,
+            ),
+        )
+
+    def complete_drain(self, link: Link) -> None:
+        """End a drain: use up the remaining credit and tell the peer (§2.6.7)."""
+        if link.state is LinkState.DETACHED or not link.drain:
+            return
+        link.delivery_count = (link.delivery_count + link.credit) & SERIAL_MASK
+        link.credit = 0
+        link.drain = False
+        self._send_link_flow(link, drain=True)
+
+    def set_available(self, link: Link, available: int) -> None:
+        """Record how many messages the node holds for this link (reported in our flows)."""
+        link.available = available
+
+
+def _take_range(table: dict[int, Any], first: int, last: int, settled: bool) -> list[Any]:
+    """Deliveries in ``table`` with ids in [first, last], removed from it when ``settled``."""
+    span = (last - first) & SERIAL_MASK
+    if span < len(table):
+        ids = [(first + i) & SERIAL_MASK for i in range(span + 1)]
+        found = [(i, table[i]) for i in ids if i in table]
+    else:
+        found = [(i, d) for i, d in table.items() if (i - first) & SERIAL_MASK <= span]
+    if settled:
+        for i, _ in found:
+            del table[i]
+    return [d for _, d in found]
+
+
+__all__ = ["Phase", "Scope", "ServerConnection", "Source", "Target"]

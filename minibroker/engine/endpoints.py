@@ -1,0 +1,170 @@
+"""Session, link and delivery records of the engine (Part 2 §2.5-§2.6).
+
+These are plain state holders: ``connection.py`` owns every transition. The broker core reads them
+(``link.credit``, ``link.source``) and keeps its own object for each link in ``link.context``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from enum import Enum
+from typing import Any
+
+from minibroker.amqp.definitions import Attach
+
+SENDER = False  # §2.8.1 role: false is sender, true is receiver
+RECEIVER = True
+
+# Serial-number arithmetic for delivery-count and transfer ids (§2.8.7, RFC 1982), modulo 2^32.
+SERIAL_MASK = 0xFFFFFFFF
+
+
+class LinkState(Enum):
+    """Where a link is in its attach/detach handshake."""
+
+    ATTACHING = "attaching"  # the peer's attach arrived; the broker has not answered yet
+    ATTACHED = "attached"
+    DETACHED = "detached"
+
+
+class IncomingDelivery:
+    """A delivery the peer sent us (we are the receiver)."""
+
+    __slots__ = ("delivery_id", "link", "settled", "state", "tag", "txn_id")
+
+    def __init__(self, link: Link, delivery_id: int, tag: bytes, settled: bool, state: Any) -> None:
+        self.link = link
+        self.delivery_id = delivery_id
+        self.tag = tag
+        self.settled = settled
+        self.state = state
+        self.txn_id: bytes | None = None
+
+    def __repr__(self) -> str:
+        return f"IncomingDelivery(id={self.delivery_id}, tag={self.tag!r}, settled={self.settled})"
+
+
+class OutgoingDelivery:
+    """A delivery we sent the peer (we are the sender). ``context`` belongs to the broker core."""
+
+    __slots__ = ("context", "delivery_id", "link", "remote_settled", "remote_state", "settled", "tag")
+
+    def __init__(self, link: Link, delivery_id: int, tag: bytes, settled: bool, context: Any) -> None:
+        self.link = link
+        self.delivery_id = delivery_id
+        self.tag = tag
+        self.settled = settled
+        self.remote_settled = False
+        self.remote_state: Any = None
+        self.context = context
+
+    def __repr__(self) -> str:
+        return f"OutgoingDelivery(id={self.delivery_id}, tag={self.tag!r}, settled={self.settled})"
+
+
+class Link:
+    """One link endpoint. ``role`` is *our* role: SENDER when the peer attached as receiver."""
+
+    __slots__ = (
+        "attach",
+        "available",
+        "context",
+        "credit",
+        "delivery_count",
+        "drain",
+        "input_handle",
+        "max_message_size",
+        "name",
+        "output_handle",
+        "partial",
+        "partial_delivery",
+        "partial_size",
+        "rcv_settle_mode",
+        "role",
+        "session",
+        "snd_settle_mode",
+        "source",
+        "state",
+        "tag_counter",
+        "target",
+        "txn_id",
+    )
+
+    def __init__(self, session: Session, attach: Attach, output_handle: int) -> None:
+        self.session = session
+        self.attach = attach
+        self.name: str = attach.name or ""
+        self.input_handle: int = attach.handle or 0
+        self.output_handle = output_handle
+        self.role: bool = not attach.role
+        self.snd_settle_mode: int = 2 if attach.snd_settle_mode is None else attach.snd_settle_mode
+        self.rcv_settle_mode: int = 0 if attach.rcv_settle_mode is None else attach.rcv_settle_mode
+        self.source = attach.source
+        self.target = attach.target
+        self.state = LinkState.ATTACHING
+        # Flow control (§2.6.7). For a link where we are sender, credit is what the peer granted;
+        # where we are receiver, it is what we granted.
+        self.delivery_count = (attach.initial_delivery_count or 0) if self.role == RECEIVER else 0
+        self.credit = 0
+        self.drain = False
+        self.available = 0
+        self.max_message_size: int | None = None
+        # Incoming multi-frame transfer being reassembled (§2.6.14).
+        self.partial: list[bytes] | None = None
+        self.partial_delivery: IncomingDelivery | None = None
+        self.partial_size = 0
+        self.tag_counter = 0
+        self.txn_id: bytes | None = None  # transactional acquisition (Part 4 §4.4.3), set from flow
+        self.context: Any = None
+
+    @property
+    def is_sender(self) -> bool:
+        """True when we send on this link (the peer is the receiver)."""
+        return self.role == SENDER
+
+    def __repr__(self) -> str:
+        role = "sender" if self.role == SENDER else "receiver"
+        return f"Link({self.name!r}, {role}, handle={self.input_handle})"
+
+
+class Session:
+    """One session endpoint (§2.5)."""
+
+    __slots__ = (
+        "channel",
+        "context",
+        "ended",
+        "incoming_unsettled",
+        "incoming_window",
+        "links",
+        "links_by_output",
+        "next_delivery_id",
+        "next_incoming_id",
+        "next_outgoing_id",
+        "outgoing_unsettled",
+        "pending",
+        "remote_channel",
+        "remote_incoming_window",
+        "remote_outgoing_window",
+    )
+
+    def __init__(self, channel: int, remote_channel: int, next_incoming_id: int, incoming_window: int) -> None:
+        self.channel = channel
+        self.remote_channel = remote_channel
+        self.next_outgoing_id = 0
+        self.next_incoming_id = next_incoming_id
+        self.incoming_window = incoming_window
+        self.remote_incoming_window = 0
+        self.remote_outgoing_window = 0
+        self.next_delivery_id = 0
+        self.links: dict[int, Link] = {}  # by the peer's (input) handle
+        self.links_by_output: dict[int, Link] = {}
+        self.incoming_unsettled: dict[int, IncomingDelivery] = {}
+        self.outgoing_unsettled: dict[int, OutgoingDelivery] = {}
+        # Transfer frames waiting for the peer's incoming window to open (§2.5.6).
+        self.pending: deque[bytes] = deque()
+        self.ended = False
+        self.context: Any = None
+
+    def __repr__(self) -> str:
+        return f"Session(channel={self.channel}, remote_channel={self.remote_channel})"

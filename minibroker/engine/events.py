@@ -1,0 +1,111 @@
+"""Events the engine reports: what the peer did, in the past tense."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from minibroker.amqp.definitions import Error, Open
+from minibroker.engine.endpoints import IncomingDelivery, Link, OutgoingDelivery, Session
+
+
+class Event:
+    """Base of all engine events."""
+
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class Authenticated(Event):
+    """SASL finished successfully (``user`` is None for ANONYMOUS)."""
+
+    mechanism: str
+    user: str | None
+
+
+@dataclass(slots=True)
+class ConnectionOpened(Event):
+    """The peer's open arrived and was answered."""
+
+    open: Open
+
+
+@dataclass(slots=True)
+class ConnectionClosed(Event):
+    """The connection is over: the peer closed it, we closed it with ``error``, or the socket ended."""
+
+    error: Error | None = None
+    by_peer: bool = False
+
+
+@dataclass(slots=True)
+class SessionBegun(Event):
+    """The peer began a session and it was answered."""
+
+    session: Session
+
+
+@dataclass(slots=True)
+class SessionEnded(Event):
+    """A session ended (its links were detached first, each with its own event)."""
+
+    session: Session
+    error: Error | None = None
+
+
+@dataclass(slots=True)
+class LinkAttached(Event):
+    """The peer attached a link; the broker must ``accept_attach`` or ``refuse_attach`` it."""
+
+    link: Link
+
+
+@dataclass(slots=True)
+class LinkDetached(Event):
+    """A link is detached (by the peer, by a session end, or by an error we raised)."""
+
+    link: Link
+    closed: bool
+    error: Error | None = None
+
+
+@dataclass(slots=True)
+class LinkFlow(Event):
+    """The peer's flow changed a link's credit or drain mode, or asked for an echo."""
+
+    link: Link
+    properties: dict[Any, Any] | None = None
+
+
+@dataclass(slots=True)
+class SessionFlow(Event):
+    """The peer's flow opened the session's outgoing window."""
+
+    session: Session
+
+
+@dataclass(slots=True)
+class TransferReceived(Event):
+    """A whole message arrived on a link where we are receiver."""
+
+    link: Link
+    delivery: IncomingDelivery
+    payload: bytes
+    message_format: int = 0
+
+
+@dataclass(slots=True)
+class DeliveryUpdated(Event):
+    """The peer's disposition for deliveries we sent (role=receiver)."""
+
+    deliveries: list[OutgoingDelivery]
+    state: Any
+    settled: bool
+
+
+@dataclass(slots=True)
+class IncomingSettled(Event):
+    """The peer settled deliveries it sent us (its disposition with role=sender)."""
+
+    deliveries: list[IncomingDelivery]
+    state: Any

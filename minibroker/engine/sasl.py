@@ -1,0 +1,67 @@
+"""SASL negotiation, server side (Part 5 §5.3).
+
+The server offers its mechanisms, takes one ``sasl-init``, and answers ``sasl-outcome``. Checking a
+password is the embedder's decision, handed in as ``authenticate(user, password) -> bool``, so this
+module stays pure. Credentials are never put in an exception, an event or a trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from minibroker.amqp.definitions import SaslInit
+
+ANONYMOUS = "ANONYMOUS"
+PLAIN = "PLAIN"
+
+SASL_OK = 0  # §5.3.3.6 sasl-code
+SASL_AUTH = 1
+SASL_SYS_PERM = 3
+
+
+def _accept_anyone(user: str, password: str) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class SaslPolicy:
+    """Which mechanisms are offered and how PLAIN credentials are checked."""
+
+    anonymous: bool = True
+    plain: bool = True
+    required: bool = False
+    """A peer that skips SASL is refused (true whenever users are configured)."""
+    authenticate: Callable[[str, str], bool] = field(default=_accept_anyone, repr=False)
+
+    @property
+    def mechanisms(self) -> list[str]:
+        """Mechanisms in the order we offer them."""
+        return [m for m, on in ((PLAIN, self.plain), (ANONYMOUS, self.anonymous)) if on]
+
+
+def parse_plain(response: bytes) -> tuple[str, str] | None:
+    """Split a PLAIN initial response (RFC 4616: authzid NUL authcid NUL passwd) into user and password."""
+    parts = response.split(b"\x00")
+    if len(parts) != 3:
+        return None
+    try:
+        return parts[1].decode("utf-8"), parts[2].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def outcome_for(policy: SaslPolicy, init: SaslInit) -> tuple[int, str | None]:
+    """Decide a ``sasl-init``: the sasl-code to answer, and the authenticated user (None if anonymous)."""
+    mechanism = str(init.mechanism)
+    if mechanism not in policy.mechanisms:
+        return SASL_AUTH, None
+    if mechanism == ANONYMOUS:
+        return SASL_OK, None
+    credentials = parse_plain(init.initial_response or b"")
+    if credentials is None:
+        return SASL_AUTH, None
+    user, password = credentials
+    if not policy.authenticate(user, password):
+        return SASL_AUTH, None
+    return SASL_OK, user

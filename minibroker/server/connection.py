@@ -1,0 +1,97 @@
+"""The trio task that pumps bytes between one socket and its engine.
+
+Two loops share the connection: the reader feeds received bytes (and timeouts) to the engine and the
+events to the broker core; the writer sleeps until someone marks the engine as having output, then
+sends everything queued in one ``send_all``. Awaiting the write is the back-pressure: while a peer does
+not read, its writer blocks and the engine's buffer grows only by what that peer's credit allows.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from minibroker.broker.core import Broker
+from minibroker.engine.connection import ServerConnection
+
+log = logging.getLogger("minibroker.connection")
+_RECEIVE_SIZE = 65536
+
+
+class ConnectionTask:
+    """One accepted connection."""
+
+    def __init__(self, conn_id: int, stream: trio.abc.Stream, broker: Broker, engine: ServerConnection) -> None:
+        self.id = conn_id
+        self.stream = stream
+        self.broker = broker
+        self.engine = engine
+        engine.context = self
+        self._wakeup = trio.Event()
+
+    def wake(self) -> None:
+        """The engine has bytes to send."""
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        broker = self.broker
+        broker.connection_made(self.engine)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer, nursery.cancel_scope)
+                await self._reader()
+                # the engine is finished: let the writer flush, then stop
+                self.wake()
+        finally:
+            if not self.engine.finished:
+                self._feed(b"")
+            broker.connections.discard(self.engine)
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    def _feed(self, data: bytes) -> None:
+        events = self.engine.receive_data(data, trio.current_time())
+        self._publish(events)
+
+    def _publish(self, events: list) -> None:  # type: ignore[type-arg]
+        broker = self.broker
+        if events:
+            broker.handle(self.engine, events)
+        if self.engine.has_output:
+            broker.dirty.add(self.engine)
+        for engine in broker.take_dirty():
+            task = engine.context
+            if task is not None:
+                task.wake()
+
+    async def _reader(self) -> None:
+        engine = self.engine
+        while not engine.finished:
+            deadline = engine.next_deadline()
+            data = None
+            with trio.move_on_at(deadline if deadline is not None else float("inf")):
+                try:
+                    data = await self.stream.receive_some(_RECEIVE_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+            if data is None:
+                self._publish(engine.handle_timeout(trio.current_time()))
+            else:
+                self._feed(data)
+
+    async def _writer(self, cancel_scope: trio.CancelScope) -> None:
+        engine = self.engine
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            data = engine.data_to_send()
+            if data:
+                try:
+                    await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    cancel_scope.cancel()
+                    return
+            if engine.finished and not engine.has_output:
+                cancel_scope.cancel()
+                return
