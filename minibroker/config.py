@@ -84,7 +84,8 @@ class Config:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, source: str = "<dict>") -> Config:
         """Build from a dict shaped like the TOML file."""
-        return _build(cls, raw, source, "")
+        config: Config = _build(cls, raw, source, "")
+        return config
 
     def replace(self, **changes: Any) -> Config:
         """A copy with top-level or ``section__key`` fields changed (``server__port=0``)."""

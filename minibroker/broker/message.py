@@ -18,7 +18,7 @@ _HEADER_PREFIX = b"\x00\x53\x70"  # described, smallulong 0x70: amqp:header:list
 class Message:
     """One message on a node."""
 
-    __slots__ = ("body_offset", "delivery_count", "header", "payload", "seq", "sent_count")
+    __slots__ = ("body_offset", "delivery_count", "header", "payload", "sent_count", "seq")
 
     def __init__(self, payload: bytes, seq: int) -> None:
         self.payload = payload

@@ -175,7 +175,7 @@ class ServerConnection:
         """True when ``data_to_send`` would return something."""
         return bool(self._out)
 
-    def receive_data(self, data: bytes, now: float) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray, now: float) -> list[Event]:
         """Feed bytes from the peer (``b""`` means end of stream); return what happened."""
         self._now = now
         self._last_received = now
@@ -264,7 +264,7 @@ class ServerConnection:
                 body = bytes(buf[pos + doff * 4 : pos + size])
                 pos += size
                 self._on_frame(frame_type, channel, body)
-                if self.phase is Phase.FINISHED:
+                if self.finished:
                     return
         finally:
             del buf[:pos]
@@ -274,7 +274,7 @@ class ServerConnection:
             self.trace("<-", 0, header, 0)
         if header == SASL_HEADER and self.phase is Phase.HEADER:
             self._write_header(SASL_HEADER)
-            mechanisms = [Symbol(m) for m in self.sasl.mechanisms]
+            mechanisms: list[str] = [Symbol(m) for m in self.sasl.mechanisms]
             self._send(0, SaslMechanisms(sasl_server_mechanisms=mechanisms), frame_type=SASL_FRAME)
             self.phase = Phase.SASL
         elif header == AMQP_HEADER and (self.phase is Phase.SASL_DONE or not self.sasl.required):

@@ -101,6 +101,7 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
     tasks: set[ConnectionTask] = set()
     make_engine = engine_factory(cfg, FrameTracer() if cfg.trace_frames else None)
     ids = itertools.count(1)
+    all_closed = trio.Event()
 
     async def handle(stream: trio.SocketStream) -> None:
         conn_id = next(ids)
@@ -112,6 +113,8 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
             log.exception("connection %d failed", task.id)
         finally:
             tasks.discard(task)
+            if not tasks:
+                all_closed.set()
 
     try:
         async with trio.open_nursery() as nursery:
@@ -121,9 +124,10 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
             for task in list(tasks):
                 task.engine.close(error(Condition.CONNECTION_FORCED, "broker shutting down"))
                 task.wake()
-            with trio.move_on_after(1.0):
-                while tasks:
-                    await trio.sleep(0.01)
+            if tasks:
+                all_closed = trio.Event()
+                with trio.move_on_after(1.0):
+                    await all_closed.wait()
             nursery.cancel_scope.cancel()
     finally:
         for listener in listeners:

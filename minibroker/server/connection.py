@@ -50,7 +50,7 @@ class ConnectionTask:
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes | bytearray) -> None:
         events = self.engine.receive_data(data, trio.current_time())
         self._publish(events)
 

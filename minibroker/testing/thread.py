@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 import trio
@@ -61,10 +61,8 @@ def run_in_thread(config: ConfigLike = None, *, start_timeout: float = 10.0) -> 
             raise
 
     def target() -> None:
-        try:
+        with suppress(BaseException):  # reported through box["error"]
             trio.run(main)
-        except BaseException:  # reported through box["error"]
-            pass
 
     thread = threading.Thread(target=target, name="minibroker", daemon=True)
     thread.start()
@@ -77,8 +75,6 @@ def run_in_thread(config: ConfigLike = None, *, start_timeout: float = 10.0) -> 
         yield broker
     finally:
         stop: trio.Event = box["stop"]
-        try:
+        with suppress(trio.RunFinishedError):
             trio.from_thread.run_sync(stop.set, trio_token=broker._token)
-        except trio.RunFinishedError:
-            pass
         thread.join(start_timeout)

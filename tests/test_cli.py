@@ -1,0 +1,134 @@
+"""The command line (DESIGN §2): the listening line, clean exit on signals, exit 2 on bad input,
+environment variables and their precedence, and --trace-frames."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from proton import Message
+from proton.utils import BlockingConnection
+
+LISTENING = re.compile(r"^minibroker listening on amqp://127\.0\.0\.1:(\d+)$")
+
+
+@contextmanager
+def broker_process(*args: str, env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    command = [sys.executable, "-m", "minibroker", *args]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})},
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().rstrip("\n")
+            match = LISTENING.match(line)
+            assert match, f"unexpected first line {line!r}; stderr: {proc.stderr.read() if proc.stderr else ''}"
+            yield proc, int(match.group(1))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+def _round_trip(port: int) -> None:
+    conn = BlockingConnection(f"127.0.0.1:{port}", timeout=5)
+    try:
+        conn.create_sender("orders").send(Message(body="hello"))
+        receiver = conn.create_receiver("orders")
+        assert receiver.receive(timeout=5).body == "hello"
+        receiver.accept()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serves_then_exits_zero_on_signal(sig: signal.Signals) -> None:
+    with broker_process("--port", "0") as (proc, port):
+        assert port != 0
+        _round_trip(port)
+        proc.send_signal(sig)
+        assert proc.wait(10) == 0
+        assert proc.stdout is not None
+        assert proc.stdout.read() == "", "only one line may be printed to stdout"
+
+
+def test_console_script_is_installed() -> None:
+    script = shutil.which("minibroker")
+    assert script is not None
+    result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=20, check=False)
+    assert result.returncode == 0
+    assert "--trace-frames" in result.stdout
+
+
+def test_environment_port_and_cli_precedence() -> None:
+    with broker_process(env={"MINIBROKER_PORT": "0", "MINIBROKER_HOST": "127.0.0.1"}) as (proc, port):
+        _round_trip(port)
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+def test_cli_beats_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[server]\nport = 1\n")  # a port we could not bind: the command line must win
+    with broker_process("--config", str(config), "--port", "0") as (proc, _port):
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["--port", "x"], {}, "--port"),
+        (["--port", "70000"], {}, "--port"),
+        (["--log-level", "loud"], {}, "--log-level"),
+        (["--bogus"], {}, "unrecognized arguments"),
+        ([], {"MINIBROKER_PORT": "nope"}, "MINIBROKER_PORT"),
+    ],
+)
+def test_bad_arguments_exit_2(args: list[str], env: dict[str, str], expected: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "minibroker", *args], capture_output=True, text=True, timeout=20,
+        env={**os.environ, **env}, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert result.stdout == ""
+
+
+def test_bad_config_exits_2_naming_file_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[server]\nport = -5\n")
+    for args, env in ((["--config", str(config)], {}), ([], {"MINIBROKER_CONFIG": str(config)})):
+        result = subprocess.run(
+            [sys.executable, "-m", "minibroker", *args], capture_output=True, text=True, timeout=20,
+            env={**os.environ, **env}, check=False,
+        )  # fmt: skip
+        assert result.returncode == 2
+        assert str(config) in result.stderr
+        assert "server.port" in result.stderr
+
+
+def test_trace_frames_prints_decoded_frames_without_credentials() -> None:
+    with broker_process("--port", "0", "--trace-frames") as (proc, port):
+        conn = BlockingConnection(f"127.0.0.1:{port}", timeout=5, user="alice", password="s3cret-pw")
+        conn.create_sender("orders").send(Message(body="traced"))
+        conn.close()
+        proc.terminate()
+        assert proc.wait(10) == 0
+        assert proc.stderr is not None
+        trace = proc.stderr.read()
+    assert re.search(r"\[1\]:0 <- @open\(16\) \[container-id=", trace)
+    assert re.search(r"\[1\]:0 -> @open\(16\) \[container-id=\"minibroker\"", trace)
+    assert re.search(r"<- @transfer\(20\) \[handle=0, delivery-id=0, .*\] \(\d+ bytes\)", trace)
+    assert "-> @disposition(21) [role=true, first=0, settled=true, state=@accepted(36) []]" in trace
+    assert "s3cret-pw" not in trace
+    assert "sasl-init" in trace
