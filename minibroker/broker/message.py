@@ -8,8 +8,10 @@ which case only the header is re-encoded in front of the untouched remainder.
 
 from __future__ import annotations
 
+from typing import Any
+
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import Header
+from minibroker.amqp.definitions import DeliveryAnnotations, Header, MessageAnnotations, Properties
 from minibroker.amqp.types import DecodeError, UInt
 
 _HEADER_PREFIX = b"\x00\x53\x70"  # described, smallulong 0x70: amqp:header:list
@@ -41,6 +43,27 @@ class Message:
     def size(self) -> int:
         """Bytes of the encoded message."""
         return len(self.payload)
+
+    @property
+    def to(self) -> Any:
+        """``properties.to``, decoded on first use (anonymous relay routes by it, §3.2.4)."""
+        properties = self._properties()
+        return properties.to if properties is not None else None
+
+    def _properties(self) -> Properties | None:
+        """The properties section: after header, delivery- and message-annotations, if present."""
+        pos = self.body_offset
+        payload = self.payload
+        try:
+            while pos < len(payload):
+                section, pos = codec.decode(payload, pos)
+                if isinstance(section, Properties):
+                    return section
+                if not isinstance(section, DeliveryAnnotations | MessageAnnotations | Header):
+                    return None
+        except DecodeError:
+            return None
+        return None
 
     def encoded(self) -> bytes:
         """The message as it goes to a consumer: header updated with the current delivery-count."""

@@ -29,6 +29,7 @@ class Queue:
         self.ready: SortedKeyList = SortedKeyList(key=_order)
         self.consumers: list[Consumer] = []
         self.acquired = 0
+        self.staged = 0  # messages posted in open transactions, invisible until commit
         self._next_consumer = 0
         self.enqueued_total = 0
 

@@ -146,6 +146,7 @@ class ServerConnection:
         self.remote_idle_time_out: float | None = None
         self.sessions: dict[int, Session] = {}  # by the peer's channel
         self._local_channels: dict[int, Session] = {}
+        self._end_sent: set[int] = set()  # peer channels whose session we ended, awaiting the peer's end
         self._in = bytearray()
         self._out = bytearray()
         self._events: list[Event] = []
@@ -330,6 +331,12 @@ class ServerConnection:
             return
         session = self.sessions.get(channel)
         if session is None:
+            if channel in self._end_sent:
+                # §2.5.2: we ended this session; frames sent before the peer saw our end are dropped,
+                # and its end frees the channel
+                if isinstance(performative, End):
+                    self._end_sent.discard(channel)
+                return
             raise ConnectionNotAllowed(f"frame on channel {channel}, where no session has begun")
         try:
             if isinstance(performative, Transfer):
@@ -450,6 +457,7 @@ class ServerConnection:
     def _end_session(self, session: Session, err: Error) -> None:
         self._send(session.channel, End(error=err))
         self._drop_session(session, err)
+        self._end_sent.add(session.remote_channel)
 
     def _drop_session(self, session: Session, err: Error | None) -> None:
         for link in list(session.links.values()):
@@ -473,6 +481,10 @@ class ServerConnection:
     def _on_detach(self, session: Session, detach: Detach) -> None:
         link = session.links.get(detach.handle or 0)
         if link is None:
+            if detach.handle in session.detach_sent:
+                # §2.6.2: the peer's answer to our detach; the handle is free again
+                session.detach_sent.discard(detach.handle)
+                return
             raise UnattachedHandle(f"detach of handle {detach.handle}, which is not attached")
         closed = bool(detach.closed)
         if link.state is not LinkState.DETACHED:
@@ -494,6 +506,7 @@ class ServerConnection:
     def _detach_link(self, link: Link, err: Error | None) -> None:
         self._send(link.session.channel, Detach(handle=UInt(link.output_handle), closed=True, error=err))
         self._drop_link(link, closed=True, err=err)
+        link.session.detach_sent.add(link.input_handle)
 
     def _link(self, session: Session, handle: int | None) -> Link:
         link = session.links.get(handle) if handle is not None else None
@@ -516,6 +529,8 @@ class ServerConnection:
                 self._send_session_flow(session)
             self._events.append(SessionFlow(session))
             return
+        if flow.handle in session.detach_sent:
+            return  # §2.6.2: sent before the peer saw our detach
         link = self._link(session, flow.handle)
         if link.role == SENDER:
             # §2.6.7: link-credit(snd) = delivery-count(rcv) + link-credit(rcv) - delivery-count(snd)
@@ -554,7 +569,8 @@ class ServerConnection:
 
     # -- transfers in -------------------------------------------------------------------------------
     def _on_transfer(self, session: Session, transfer: Transfer, payload: bytes) -> None:
-        link = self._link(session, transfer.handle)
+        # §2.6.2: a transfer sent before the peer saw our detach is counted by the session, then dropped
+        link = None if transfer.handle in session.detach_sent else self._link(session, transfer.handle)
         if session.incoming_window <= 0:
             # §2.5.6: a transfer beyond the incoming window
             raise WindowViolation("transfer received with the session's incoming window closed")
@@ -563,6 +579,8 @@ class ServerConnection:
         if session.incoming_window < _INCOMING_WINDOW // 2:
             session.incoming_window = _INCOMING_WINDOW
             self._send_session_flow(session)
+        if link is None:
+            return
         if link.role != RECEIVER:
             raise ConnectionNotAllowed("transfer on a link where the peer is the receiver")
         delivery = link.partial_delivery

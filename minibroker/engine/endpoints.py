@@ -133,6 +133,7 @@ class Session:
     __slots__ = (
         "channel",
         "context",
+        "detach_sent",
         "ended",
         "incoming_unsettled",
         "incoming_window",
@@ -163,6 +164,8 @@ class Session:
         self.outgoing_unsettled: dict[int, OutgoingDelivery] = {}
         # Transfer frames waiting for the peer's incoming window to open (§2.5.6).
         self.pending: deque[bytes] = deque()
+        # §2.6.2: input handles we detached; in use until the peer's detach answers ours.
+        self.detach_sent: set[int] = set()
         self.ended = False
         self.context: Any = None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,10 +19,11 @@ import trio
 
 from minibroker.amqp.errors import Condition, error
 from minibroker.broker.core import Broker, BrokerSettings
+from minibroker.broker.transactions import counter_ids
 from minibroker.config import Config
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
-from minibroker.server.connection import ConnectionTask
+from minibroker.server.connection import ConnectionTask, run_broker_timer
 from minibroker.server.trace import FrameTracer
 
 log = logging.getLogger("minibroker")
@@ -82,6 +84,7 @@ def engine_factory(config: Config, tracer: FrameTracer | None = None) -> Callabl
             channel_max=server.channel_max,
             idle_time_out=server.idle_timeout or None,
             max_message_size=server.max_message_size or None,
+            offered_capabilities=["ANONYMOUS-RELAY"],
             trace=tracer.bind(conn_id) if tracer is not None else None,
         )
 
@@ -92,7 +95,14 @@ def engine_factory(config: Config, tracer: FrameTracer | None = None) -> Callabl
 async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
     """Run a broker for the duration of the ``async with`` block."""
     cfg = as_config(config)
-    broker = Broker(BrokerSettings(auto_create=cfg.broker.auto_create, link_credit=cfg.broker.link_credit))
+    broker = Broker(
+        BrokerSettings(
+            auto_create=cfg.broker.auto_create,
+            link_credit=cfg.broker.link_credit,
+            transaction_timeout=cfg.broker.transaction_timeout,
+        ),
+        txn_ids=counter_ids(secrets.token_bytes(8)),
+    )
     for name in cfg.queues:
         broker.declare_queue(name)
     listeners = await trio.open_tcp_listeners(cfg.server.port, host=cfg.server.host)
@@ -119,6 +129,7 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_serve_listeners, listeners, handle)
+            nursery.start_soon(run_broker_timer, broker)
             yield running
             # graceful stop: close every connection, give them a moment to flush, then cancel
             for task in list(tasks):

@@ -14,9 +14,37 @@ import trio
 
 from minibroker.broker.core import Broker
 from minibroker.engine.connection import ServerConnection
+from minibroker.engine.events import Event
 
 log = logging.getLogger("minibroker.connection")
 _RECEIVE_SIZE = 65536
+
+
+def wake_writers(broker: Broker) -> None:
+    """Wake the writer of every connection the broker gave output to."""
+    for engine in broker.take_dirty():
+        task = engine.context
+        if task is not None:
+            task.wake()
+
+
+async def run_broker_timer(broker: Broker) -> None:
+    """Call ``broker.handle_timeout`` at its deadlines (transaction time-outs), for ever."""
+    armed = trio.Event()
+
+    def rearm() -> None:
+        armed.set()
+
+    broker.on_new_deadline = rearm
+    while True:
+        deadline = broker.next_deadline()
+        if deadline is None:
+            await armed.wait()
+            armed = trio.Event()
+            continue
+        await trio.sleep_until(deadline)
+        broker.handle_timeout(trio.current_time())
+        wake_writers(broker)
 
 
 class ConnectionTask:
@@ -54,16 +82,13 @@ class ConnectionTask:
         events = self.engine.receive_data(data, trio.current_time())
         self._publish(events)
 
-    def _publish(self, events: list) -> None:  # type: ignore[type-arg]
+    def _publish(self, events: list[Event]) -> None:
         broker = self.broker
         if events:
-            broker.handle(self.engine, events)
+            broker.handle(self.engine, events, trio.current_time())
         if self.engine.has_output:
             broker.dirty.add(self.engine)
-        for engine in broker.take_dirty():
-            task = engine.context
-            if task is not None:
-                task.wake()
+        wake_writers(broker)
 
     async def _reader(self) -> None:
         engine = self.engine
