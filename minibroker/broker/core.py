@@ -44,6 +44,7 @@ from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.types import DecodeError, Symbol
 from minibroker.broker.links import RELEASED, Consumer, Controller, Dispatched, Producer
 from minibroker.broker.message import Message
+from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.queue import Queue
 from minibroker.broker.transactions import (
     MAX_TXN_ID,
@@ -55,10 +56,12 @@ from minibroker.broker.transactions import (
     counter_ids,
     info,
 )
+from minibroker.broker.views import ConnectionInfo
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery, Link, LinkState, OutgoingDelivery
 from minibroker.engine.events import (
     ConnectionClosed,
+    ConnectionOpened,
     DeliveryUpdated,
     Event,
     IncomingSettled,
@@ -95,7 +98,9 @@ class Broker:
 
     def __init__(self, settings: BrokerSettings | None = None, txn_ids: Iterator[bytes] | None = None) -> None:
         self.settings = settings or BrokerSettings()
-        self.queues: dict[str, Queue] = {}
+        self.default = Namespace(DEFAULT_NAMESPACE)
+        self.namespaces: dict[str, Namespace] = {DEFAULT_NAMESPACE: self.default}
+        self._namespace_of: dict[ServerConnection, Namespace] = {}
         self.connections: set[ServerConnection] = set()
         self.dirty: set[ServerConnection] = set()
         self.txn_stats = TransactionStats()
@@ -110,25 +115,76 @@ class Broker:
         """Called when ``next_deadline`` may have moved earlier (the I/O layer re-arms its timer)."""
 
     # -- nodes ----------------------------------------------------------------------------------------
-    def declare_queue(self, name: str) -> Queue:
-        """Return the queue called ``name``, creating it if needed."""
-        queue = self.queues.get(name)
+    @property
+    def queues(self) -> dict[str, Queue]:
+        """The queues of the default namespace."""
+        return self.default.queues
+
+    def declare_queue(self, name: str, namespace: Namespace | None = None) -> Queue:
+        """Return the queue called ``name`` (in the default namespace unless told), creating it if needed."""
+        queues = (namespace or self.default).queues
+        queue = queues.get(name)
         if queue is None:
-            queue = self.queues[name] = Queue(name)
+            queue = queues[name] = Queue(name)
         return queue
 
-    def _lookup(self, address: Any) -> Queue | None:
+    def _lookup(self, conn: ServerConnection, address: Any) -> Queue | None:
         if not address or not isinstance(address, str):
             return None
-        queue = self.queues.get(address)
+        namespace = self._namespace_of.get(conn, self.default)
+        queue = namespace.queues.get(address)
         if queue is None and self.settings.auto_create:
-            queue = self.declare_queue(address)
+            queue = self.declare_queue(address, namespace)
         return queue
 
+    # -- namespaces -----------------------------------------------------------------------------------
+    def namespace(self, name: str) -> Namespace:
+        """The namespace called ``name``, created if needed."""
+        namespace = self.namespaces.get(name)
+        if namespace is None:
+            namespace = self.namespaces[name] = Namespace(name)
+        return namespace
+
+    def reset(self, namespace: Namespace | None = None) -> None:
+        """Drop every node, message and transaction of ``namespace`` (default: the default namespace).
+
+        Its connections are closed with ``amqp:connection:forced`` (rolling back their transactions);
+        other namespaces are untouched. Costs O(nodes + connections) of that namespace.
+        """
+        namespace = namespace or self.default
+        for conn in list(namespace.connections):
+            conn.close(error(Condition.CONNECTION_FORCED, f"namespace {namespace.name!r} was reset"))
+            self.handle(conn, conn.take_events(), self._now)
+        namespace.queues = {}
+
+    def drop_namespace(self, name: str) -> None:
+        """Reset and forget a namespace (the default one cannot be dropped, only reset)."""
+        namespace = self.namespaces.get(name)
+        if namespace is None:
+            return
+        self.reset(namespace)
+        if namespace is not self.default:
+            del self.namespaces[name]
+
+    def namespace_of(self, conn: ServerConnection) -> Namespace:
+        """The namespace ``conn`` works in."""
+        return self._namespace_of.get(conn, self.default)
+
+    def _on_opened(self, conn: ServerConnection, event: ConnectionOpened) -> None:
+        hostname = event.open.hostname
+        chosen = self.namespaces.get(hostname) if hostname else None
+        if chosen is not None:
+            self._namespace_of[conn].connections.discard(conn)
+            chosen.connections.add(conn)
+            self._namespace_of[conn] = chosen
+
     # -- entry points -------------------------------------------------------------------------------
-    def connection_made(self, conn: ServerConnection) -> None:
-        """A new connection's engine exists (before any byte was read)."""
+    def connection_made(self, conn: ServerConnection, namespace: Namespace | None = None) -> None:
+        """A new connection's engine exists (before any byte was read); it came in for ``namespace``."""
         self.connections.add(conn)
+        namespace = namespace or self.default
+        namespace.connections.add(conn)
+        self._namespace_of[conn] = namespace
 
     def handle(self, conn: ServerConnection, events: Iterable[Event], now: float = 0.0) -> None:
         """Apply a batch of events from ``conn``'s engine."""
@@ -176,9 +232,29 @@ class Broker:
         """Open transactions with what each has staged, oldest first."""
         return [info(txn, self._now) for txn in sorted(self._txns.values(), key=lambda t: t.created)]
 
-    def transactions_at(self, now: float) -> list[TransactionInfo]:
-        """``transactions`` with ages computed at ``now``."""
-        return [info(txn, now) for txn in sorted(self._txns.values(), key=lambda t: t.created)]
+    def transactions_at(self, now: float, conns: set[ServerConnection] | None = None) -> list[TransactionInfo]:
+        """``transactions`` with ages computed at ``now`` (only those of ``conns`` when given)."""
+        txns = sorted(self._txns.values(), key=lambda t: t.created)
+        return [info(txn, now) for txn in txns if conns is None or txn.conn in conns]
+
+    def connection_infos(self, namespace: Namespace | None = None) -> list[ConnectionInfo]:
+        """The open connections (of ``namespace`` when given), in the order they came."""
+        conns = self.connections if namespace is None else namespace.connections
+        infos = []
+        for conn in conns:
+            remote = conn.remote_open
+            infos.append(
+                ConnectionInfo(
+                    id=conn.conn_id,
+                    container_id=str(remote.container_id) if remote is not None else "",
+                    hostname=remote.hostname if remote is not None else None,
+                    namespace=self.namespace_of(conn).name,
+                    user=conn.user,
+                    sessions=len(conn.sessions),
+                    links=sum(len(s.links) for s in conn.sessions.values()),
+                )
+            )
+        return sorted(infos, key=lambda i: i.id)
 
     # -- links --------------------------------------------------------------------------------------
     def _on_attach(self, conn: ServerConnection, event: LinkAttached) -> None:
@@ -193,7 +269,7 @@ class Broker:
     def _attach_consumer(self, conn: ServerConnection, link: Link) -> None:
         source = link.source
         address = source.address if isinstance(source, Source) else None
-        queue = self._lookup(address)
+        queue = self._lookup(conn, address)
         if queue is None or not isinstance(source, Source):
             conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {address!r}"))
             return
@@ -220,7 +296,7 @@ class Broker:
         address = target.address if isinstance(target, Target) else None
         queue = None
         if address is not None:
-            queue = self._lookup(address)
+            queue = self._lookup(conn, address)
             if queue is None:
                 conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {address!r}"))
                 return
@@ -263,6 +339,9 @@ class Broker:
             self._rollback(txn)
         self._expired.pop(conn, None)
         self.connections.discard(conn)
+        namespace = self._namespace_of.pop(conn, None)
+        if namespace is not None:
+            namespace.connections.discard(conn)
         self.dirty.discard(conn)
 
     # -- credit -------------------------------------------------------------------------------------
@@ -306,7 +385,7 @@ class Broker:
         link = context.link
         delivery = event.delivery
         message = Message(event.payload, 0)
-        queue = context.queue if context.queue is not None else self._route(message)
+        queue = context.queue if context.queue is not None else self._route(conn, message)
         state = delivery.state
         if isinstance(state, TransactionalState):
             self._post_in_transaction(conn, delivery, state.txn_id, queue, message)
@@ -316,12 +395,12 @@ class Broker:
             self._enqueue(queue, message)
             self._settle_incoming(conn, delivery, _ACCEPTED)
             self._dispatch(queue)
-        if link.credit < self.settings.link_credit // 2:
+        if link.credit <= self.settings.link_credit // 2:  # <=: with a credit of 1, refill at 0
             conn.grant_credit(link, self.settings.link_credit)
 
-    def _route(self, message: Message) -> Queue | None:
+    def _route(self, conn: ServerConnection, message: Message) -> Queue | None:
         """Anonymous relay: the node named by the message's ``to`` (Part 3 §3.2.4)."""
-        return self._lookup(message.to)
+        return self._lookup(conn, message.to)
 
     def _unroutable(self, message: Message) -> Error:
         return error(Condition.NOT_FOUND, f"no node at address {message.to!r}")
@@ -434,8 +513,7 @@ class Broker:
                 self._control_error(conn, controller, delivery, err)
                 return
             txn = self._declare(conn, link)
-            if not delivery.settled:
-                conn.dispose_incoming([delivery], Declared(txn_id=txn.id))
+            self._settle_incoming(conn, delivery, Declared(txn_id=txn.id))  # honours rcv-settle-mode second
         elif isinstance(body, Discharge):
             self._discharge(conn, controller, delivery, body)
         else:
@@ -459,7 +537,7 @@ class Broker:
         txn_id = body.txn_id
         txn = self._txn(conn, txn_id)
         if txn is None:
-            self._control_error(conn, controller, delivery, self._unknown_txn_error(conn, txn_id))
+            self._control_error(conn, controller, delivery, self._unknown_txn_error(conn, txn_id, discharged=True))
             return
         if body.fail:
             self._rollback(txn)
@@ -471,15 +549,14 @@ class Broker:
             return
         else:
             self._commit(txn)
-        if not delivery.settled:
-            conn.dispose_incoming([delivery], _ACCEPTED)
+        self._settle_incoming(conn, delivery, _ACCEPTED)
 
     def _control_error(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, err: Error
     ) -> None:
         """§4.3: report a declare/discharge error as rejected, or by detaching the coordinator link."""
         if controller.rejects_errors and not delivery.settled:
-            conn.dispose_incoming([delivery], Rejected(error=err))
+            self._settle_incoming(conn, delivery, Rejected(error=err))
         else:
             conn.detach(controller.link, err)
 
@@ -490,10 +567,11 @@ class Broker:
         txn = self._txns.get(txn_id)
         return txn if txn is not None and txn.conn is conn else None
 
-    def _unknown_txn_error(self, conn: ServerConnection, txn_id: Any) -> Error:
+    def _unknown_txn_error(self, conn: ServerConnection, txn_id: Any, *, discharged: bool = False) -> Error:
         expired = self._expired.get(conn)
-        if expired is not None and txn_id in expired:
-            expired.discard(txn_id)
+        if expired is not None and isinstance(txn_id, bytes) and txn_id in expired:
+            if discharged:  # only the discharge ends the memory of it: other uses report it but keep it
+                expired.discard(txn_id)
             return error(Condition.TRANSACTION_TIMEOUT, "the transaction timed out and was rolled back")
         shown = txn_id.hex() if isinstance(txn_id, bytes) else repr(txn_id)
         return error(Condition.UNKNOWN_TXN_ID, f"unknown transaction id {shown}")
@@ -645,6 +723,7 @@ class Broker:
         LinkAttached: _on_attach,
         LinkDetached: _on_detach,
         ConnectionClosed: _on_closed,
+        ConnectionOpened: _on_opened,
         LinkFlow: _on_link_flow,
         SessionFlow: _on_session_flow,
         TransferReceived: _on_transfer,

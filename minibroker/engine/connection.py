@@ -130,7 +130,10 @@ class ServerConnection:
         max_message_size: int | None = None,
         offered_capabilities: list[str] | None = None,
         trace: Trace | None = None,
+        conn_id: int = 0,
     ) -> None:
+        self.conn_id = conn_id
+        """A number the embedder gives this connection (logs, traces, introspection)."""
         self.container_id = container_id
         self.sasl = sasl or SaslPolicy()
         self.max_frame_size = max(MIN_MAX_FRAME_SIZE, max_frame_size)
@@ -192,6 +195,10 @@ class ServerConnection:
         except ProtocolError as exc:
             # Only connection-scope errors reach here; the others are handled where raised.
             self._close_with(exc.to_error())
+            if isinstance(exc, FramingError):
+                # the byte stream is out of step: the peer's close could never be parsed, so do not wait for it
+                self._in.clear()
+                self._finish(None, by_peer=False)
         return self._take_events()
 
     def next_deadline(self) -> float | None:

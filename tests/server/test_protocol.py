@@ -1,0 +1,222 @@
+"""The real broker over TCP, driven frame by frame by ``ScriptedPeer``.
+
+These pin what a peer sees on the wire at the edges of the protocol: header exchange, SASL, and how a
+broken connection is closed without harming its neighbours. Every socket wait is bounded by the peer's
+timeout (5 s), far inside the global pytest timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from minibroker.amqp.definitions import (
+    Accepted,
+    Attach,
+    Close,
+    Detach,
+    Disposition,
+    Flow,
+    Open,
+    SaslMechanisms,
+    SaslOutcome,
+    Transfer,
+)
+from minibroker.amqp.errors import Condition
+from minibroker.amqp.framing import AMQP_HEADER, SASL_HEADER, TLS_HEADER
+from minibroker.amqp.types import UInt
+from minibroker.testing import frames
+from minibroker.testing.peer import ScriptedPeer
+from minibroker.testing.thread import ThreadedBroker, run_in_thread
+
+HOST = "127.0.0.1"
+
+
+def condition(performative: Any) -> str | None:
+    return None if performative.error is None else str(performative.error.condition)
+
+
+@pytest.fixture
+def peer(broker: ThreadedBroker) -> Iterator[ScriptedPeer]:
+    with ScriptedPeer.connect(HOST, broker.port) as p:
+        yield p
+
+
+@pytest.fixture
+def secured() -> Iterator[ThreadedBroker]:
+    """A broker with users configured: PLAIN is checked, ANONYMOUS refused, SASL required."""
+    with run_in_thread({"server": {"port": 0}, "auth": {"users": {"alice": "secret"}}}) as running:
+        yield running
+
+
+def send_and_receive(peer: ScriptedPeer, address: str, body: str) -> bytes:
+    """On an open connection: begin, post ``body`` to ``address``, consume it back; its payload."""
+    peer.begin()
+    peer.attach_sender(address, handle=0)
+    assert peer.expect(Flow).link_credit
+    payload = frames.message(body)
+    peer.transfer(0, 0, payload)
+    disposition = peer.expect(Disposition)
+    assert isinstance(disposition.state, Accepted)
+    assert disposition.settled
+    peer.attach_receiver(address, handle=1)
+    peer.flow(handle=1, link_credit=1)
+    item = peer.expect_frame(Transfer)
+    peer.disposition(item.performative.delivery_id, state=Accepted())
+    return item.payload
+
+
+# -- header exchange -----------------------------------------------------------------------------------
+def test_header_exchange_open_and_clean_close(peer: ScriptedPeer) -> None:
+    peer.send_header(AMQP_HEADER)
+    assert peer.expect_header() == AMQP_HEADER
+    peer.send(frames.open_(container_id="scripted"))
+    remote = peer.expect(Open, channel=0)
+    assert remote.container_id == "minibroker"
+    assert remote.max_frame_size == 65536
+    reply = peer.close()
+    assert reply.error is None
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        pytest.param(TLS_HEADER, id="tls"),
+        pytest.param(b"AMQP\x00\x01\x00\x01", id="unsupported-revision"),
+        pytest.param(b"HTTP/1.1", id="http"),
+    ],
+)
+def test_unsupported_protocol_header(peer: ScriptedPeer, header: bytes) -> None:
+    peer.send_header(header)
+    assert peer.expect_header() == AMQP_HEADER  # §2.2: the header we do support
+    peer.expect_closed()
+
+
+def test_open_works_on_a_message_round_trip(peer: ScriptedPeer) -> None:
+    peer.open()
+    assert send_and_receive(peer, "round-trip", "hello") == frames.message("hello")
+
+
+# -- SASL -------------------------------------------------------------------------------------------------
+def test_sasl_mechanisms_offered_by_default(peer: ScriptedPeer) -> None:
+    peer.send_header(SASL_HEADER)
+    assert peer.expect_header() == SASL_HEADER
+    mechanisms = peer.expect_sasl(SaslMechanisms)
+    assert set(mechanisms.sasl_server_mechanisms or []) == {"ANONYMOUS", "PLAIN"}
+
+
+@pytest.mark.parametrize("sasl", ["ANONYMOUS", ("PLAIN", "anyone", "anything")])
+def test_sasl_then_open(peer: ScriptedPeer, sasl: Any) -> None:
+    remote = peer.open(sasl=sasl)
+    assert remote.container_id == "minibroker"
+    assert send_and_receive(peer, "after-sasl", "authenticated") == frames.message("authenticated")
+
+
+def test_sasl_plain_with_configured_user(secured: ThreadedBroker) -> None:
+    with ScriptedPeer.connect(HOST, secured.port) as peer:
+        peer.open(sasl=("PLAIN", "alice", "secret"))
+        peer.close()
+
+
+@pytest.mark.parametrize(
+    "sasl",
+    [
+        pytest.param(("PLAIN", "alice", "wrong"), id="bad-password"),
+        pytest.param(("PLAIN", "mallory", "secret"), id="unknown-user"),
+        pytest.param("ANONYMOUS", id="anonymous-refused"),
+    ],
+)
+def test_sasl_auth_failure_closes_the_connection(secured: ThreadedBroker, sasl: Any) -> None:
+    with ScriptedPeer.connect(HOST, secured.port) as peer:
+        outcome = peer.authenticate(sasl)
+        assert outcome == SaslOutcome(code=1)  # §5.3.3.6 auth
+        peer.expect_closed()
+
+
+def test_secured_broker_refuses_a_peer_that_skips_sasl(secured: ThreadedBroker) -> None:
+    with ScriptedPeer.connect(HOST, secured.port) as peer:
+        peer.send_header(AMQP_HEADER)
+        assert peer.expect_header() == SASL_HEADER  # the layer we require
+        peer.expect_closed()
+
+
+# -- broken peers do not harm their neighbours ------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("garbage", "expected", "needs_our_close"),
+    [
+        pytest.param(frames.undecodable_frame(), Condition.DECODE_ERROR, True, id="undecodable-body"),
+        pytest.param(b"\x00\x00\x00\x03garbage!", Condition.FRAMING_ERROR, False, id="bad-frame-header"),
+        pytest.param(frames.frame(6, frames.flow()), Condition.NOT_ALLOWED, True, id="no-such-session"),
+    ],
+)
+def test_garbage_closes_only_that_connection(
+    broker: ThreadedBroker, garbage: bytes, expected: Condition, needs_our_close: bool
+) -> None:
+    with ScriptedPeer.connect(HOST, broker.port) as bystander, ScriptedPeer.connect(HOST, broker.port) as bad:
+        bystander.open()
+        bad.open()
+        bad.send_raw(garbage)
+        close = bad.expect(Close)
+        assert condition(close) == expected
+        if needs_our_close:
+            bad.send(Close())  # the broker waits for our close while the stream can still be read
+        bad.expect_closed()
+        # the connection opened before the bad one carries on
+        assert send_and_receive(bystander, "bystander", "still here") == frames.message("still here")
+        bystander.close()
+
+
+def test_frame_larger_than_max_frame_size(peer: ScriptedPeer) -> None:
+    remote = peer.open()
+    assert remote.max_frame_size == 65536
+    peer.begin()
+    peer.attach_sender("big", handle=0)
+    peer.expect(Flow)
+    # a well-formed transfer, just bigger than the broker said it accepts (§2.7.1, §2.8.16)
+    peer.transfer(0, 0, frames.message("x" * 70_000))
+    close = peer.expect(Close)
+    assert condition(close) == Condition.FRAMING_ERROR
+    peer.expect_closed()
+
+
+def test_refused_attach_handshake_leaves_the_session_usable() -> None:
+    config = {"server": {"port": 0}, "broker": {"auto_create": False}, "queues": {"known": {}}}
+    with run_in_thread(config) as running, ScriptedPeer.connect(HOST, running.port) as peer:
+        peer.open()
+        peer.begin()
+        refused = peer.attach_sender("unknown", handle=0)
+        assert refused.target is None
+        detach = peer.expect(Detach)
+        assert condition(detach) == Condition.NOT_FOUND
+        peer.send(Detach(handle=UInt(0), closed=True))  # §2.6.2: our answer ends the handshake
+        # the same session and even the same handle work afterwards
+        accepted = peer.attach_sender("known", handle=0)
+        assert isinstance(accepted, Attach)
+        assert accepted.target is not None
+        assert peer.expect(Flow).link_credit
+        peer.close()
+
+
+def test_producer_credit_is_replenished_with_a_credit_of_one() -> None:
+    with run_in_thread({"server": {"port": 0}, "broker": {"link_credit": 1}}) as running:
+        with ScriptedPeer.connect(HOST, running.port) as peer:
+            peer.open()
+            peer.begin()
+            peer.attach_sender("trickle", handle=0)
+            assert peer.expect(Flow).link_credit == 1
+            for delivery_id in range(3):
+                peer.transfer(0, delivery_id, frames.message(delivery_id))
+                assert isinstance(peer.expect(Disposition).state, Accepted)
+                flow = peer.expect(Flow)
+                assert (flow.handle, flow.link_credit) == (0, 1)
+            peer.close()
+        assert running.call(lambda r: r.broker.queues["trickle"].depth) == 3
+
+
+def test_peer_wait_fails_with_a_clear_message(broker: ThreadedBroker) -> None:
+    with ScriptedPeer.connect(HOST, broker.port, timeout=0.2) as peer:
+        peer.open()
+        with pytest.raises(AssertionError, match=r"timed out waiting for a frame; last frames received: .*Open"):
+            peer.receive()  # the broker has nothing to say until we speak
