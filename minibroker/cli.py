@@ -17,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from minibroker import health
 from minibroker.config import Config, ConfigError
 from minibroker.server.app import serve
 
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minibroker",
         description="An embeddable AMQP 1.0 broker for testing, with complete transactions.",
+        epilog="minibroker check [--url URL]: exit 0 if a broker answers AMQP open within a second, else 1.",
     )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, help="TCP port (default 5672; 0 picks a free port)")
@@ -89,6 +91,9 @@ async def _run(config: Config) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"]:
+        return health.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -54,6 +54,12 @@ class Queue:
         message: Message = self.ready.pop(0)
         return message
 
+    def purge(self) -> int:
+        """Drop every ready message; return how many."""
+        count = len(self.ready)
+        self.ready.clear()
+        return count
+
     def retire(self) -> None:
         """An acquired message is gone for good (accepted, rejected)."""
         self.acquired -= 1

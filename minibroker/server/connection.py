@@ -13,6 +13,7 @@ import logging
 import trio
 
 from minibroker.broker.core import Broker
+from minibroker.broker.namespace import Namespace
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import Event
 
@@ -50,8 +51,16 @@ async def run_broker_timer(broker: Broker) -> None:
 class ConnectionTask:
     """One accepted connection."""
 
-    def __init__(self, conn_id: int, stream: trio.abc.Stream, broker: Broker, engine: ServerConnection) -> None:
+    def __init__(
+        self,
+        conn_id: int,
+        stream: trio.abc.Stream,
+        broker: Broker,
+        engine: ServerConnection,
+        namespace: Namespace | None = None,
+    ) -> None:
         self.id = conn_id
+        self.namespace = namespace
         self.stream = stream
         self.broker = broker
         self.engine = engine
@@ -64,7 +73,7 @@ class ConnectionTask:
 
     async def run(self) -> None:
         broker = self.broker
-        broker.connection_made(self.engine)
+        broker.connection_made(self.engine, self.namespace)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer, nursery.cancel_scope)
@@ -74,7 +83,6 @@ class ConnectionTask:
         finally:
             if not self.engine.finished:
                 self._feed(b"")
-            broker.connections.discard(self.engine)
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 

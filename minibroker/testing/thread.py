@@ -1,43 +1,118 @@
-"""Run a broker in a background thread, for synchronous code (tests using BlockingConnection).
+"""Run a broker in a background thread, for synchronous code (tests using BlockingConnection, say).
 
-The broker runs its own trio loop in a daemon thread. ``run_in_thread`` returns only when the listener
-is bound, and ``ThreadedBroker.call(fn)`` runs ``fn(running_broker)`` inside the broker's loop and waits
-for its answer, so test code never touches broker state from the wrong thread.
+The broker runs its own trio loop in a daemon thread. ``run_in_thread`` returns only when the listener is
+bound and every configured node exists. Every inspection call made from another thread runs inside the
+broker's loop and waits for its answer (``trio.from_thread``), so test code never touches broker state
+from the wrong thread.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 import trio
 
-from minibroker.server.app import ConfigLike, RunningBroker, as_config, serve
+from minibroker.broker.core import Broker
+from minibroker.broker.namespace import DEFAULT_NAMESPACE
+from minibroker.handles import NamespaceView
+from minibroker.server.app import ConfigLike, RunningBroker, as_config, format_url, serve
 
 T = TypeVar("T")
 
 
-class ThreadedBroker:
-    """A broker served from a background thread."""
+class _Shared:
+    """What every view of one threaded broker shares: the trio token and a change condition."""
 
     def __init__(self, running: RunningBroker, token: trio.lowlevel.TrioToken) -> None:
         self.running = running
-        self._token = token
+        self.token = token
+        self.condition = threading.Condition()
+        self.version = 0
+        self.waiters = 0
+        running._server.change_listeners.append(self.changed)
+
+    def changed(self) -> None:
+        """Called in the broker thread after each change: wake threads in ``wait_for``."""
+        if self.waiters:
+            with self.condition:
+                self.version += 1
+                self.condition.notify_all()
+
+
+class ThreadedBroker(NamespaceView):
+    """A broker served from a background thread (one namespace of it: the default unless created)."""
+
+    def __init__(self, shared: _Shared, port: int, namespace: str = DEFAULT_NAMESPACE) -> None:
+        self._shared = shared
+        self.running = shared.running
+        self.host = shared.running.host
+        self.port = port
+        self.namespace_name = namespace
 
     @property
     def url(self) -> str:
-        """``amqp://127.0.0.1:PORT``."""
-        return self.running.url
+        """``amqp://HOST:PORT`` of the listener of this namespace."""
+        return format_url(self.host, self.port)
 
-    @property
-    def port(self) -> int:
-        return self.running.port
+    def _call(self, fn: Callable[[Broker], T]) -> T:
+        return self.call(lambda running: running._call(fn))
+
+    def _now(self) -> float:
+        return self.call(lambda running: trio.current_time())
 
     def call(self, fn: Callable[[RunningBroker], T]) -> T:
         """Run ``fn(running_broker)`` in the broker's thread and return its result."""
-        return trio.from_thread.run_sync(fn, self.running, trio_token=self._token)
+        return trio.from_thread.run_sync(fn, self.running, trio_token=self._shared.token)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Block until ``predicate()`` holds, re-checking after every change of broker state.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds.
+        """
+        shared = self._shared
+        deadline = time.monotonic() + timeout
+        with shared.condition:
+            shared.waiters += 1
+        try:
+            while True:
+                with shared.condition:
+                    seen = shared.version
+                if predicate():
+                    return
+                with shared.condition:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError(f"condition not met within {timeout} s")
+                    if shared.version == seen:
+                        shared.condition.wait(remaining)
+        finally:
+            with shared.condition:
+                shared.waiters -= 1
+
+    def create_namespace(self, name: str | None = None) -> ThreadedBroker:
+        """A new isolated namespace with a listener of its own; its ``url`` connects into it."""
+
+        async def create() -> RunningBroker:
+            return await self.running.create_namespace(name)
+
+        created = trio.from_thread.run(create, trio_token=self._shared.token)
+        return ThreadedBroker(self._shared, created.port, created.namespace_name)
+
+    def drop_namespace(self) -> None:
+        """Close this namespace's listener and connections and forget its state."""
+        name = self.namespace_name
+
+        def drop(running: RunningBroker) -> None:
+            RunningBroker(running._server, running.host, self.port, name).drop_namespace()
+
+        self.call(drop)
+
+    def __repr__(self) -> str:
+        return f"ThreadedBroker({self.url}, namespace={self.namespace_name!r})"
 
 
 @contextmanager
@@ -51,7 +126,8 @@ def run_in_thread(config: ConfigLike = None, *, start_timeout: float = 10.0) -> 
         try:
             async with serve(cfg) as running:
                 stop = trio.Event()
-                box["broker"] = ThreadedBroker(running, trio.lowlevel.current_trio_token())
+                shared = _Shared(running, trio.lowlevel.current_trio_token())
+                box["broker"] = ThreadedBroker(shared, running.port)
                 box["stop"] = stop
                 ready.set()
                 await stop.wait()
@@ -76,5 +152,5 @@ def run_in_thread(config: ConfigLike = None, *, start_timeout: float = 10.0) -> 
     finally:
         stop: trio.Event = box["stop"]
         with suppress(trio.RunFinishedError):
-            trio.from_thread.run_sync(stop.set, trio_token=broker._token)
+            trio.from_thread.run_sync(stop.set, trio_token=broker._shared.token)
         thread.join(start_timeout)

@@ -1,0 +1,16 @@
+# minibroker in a container:  docker build -t minibroker . && docker run -p 5672:5672 minibroker
+# A config file mounted at /etc/minibroker/minibroker.toml is read when present.
+FROM python:3.12-slim
+
+COPY pyproject.toml README.md /src/
+COPY minibroker /src/minibroker
+RUN pip install --no-cache-dir /src && rm -rf /src \
+    && useradd --uid 1001 --no-create-home --shell /usr/sbin/nologin minibroker
+
+USER 1001
+# Inside the container only, listen on every interface so the published port reaches the broker.
+ENV MINIBROKER_HOST=0.0.0.0
+EXPOSE 5672 5671
+HEALTHCHECK --interval=5s --timeout=2s --start-period=2s --retries=3 CMD ["minibroker", "check"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["minibroker"]

@@ -1,0 +1,152 @@
+"""Read-only views of broker state for tests and embedders (``broker.queue(name).peek()`` and friends).
+
+``MessageView`` presents a stored message the way python-qpid-proton's ``Message`` does: the same
+attribute names (``body``, ``id``, ``address``, ``properties`` for application-properties,
+``annotations`` for message-annotations, ``instructions`` for delivery-annotations), ``ttl`` and times in
+seconds. Decoding happens only here, on request, never on the hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from minibroker.amqp import codec
+from minibroker.amqp.definitions import (
+    AmqpSequence,
+    AmqpValue,
+    ApplicationProperties,
+    Data,
+    DeliveryAnnotations,
+    Footer,
+    Header,
+    MessageAnnotations,
+    Properties,
+)
+from minibroker.amqp.types import DecodeError
+
+_NO_BODY = object()
+
+
+@dataclass(frozen=True)
+class MessageView:
+    """A message as a consumer would see it, decoded (attribute names follow proton's ``Message``)."""
+
+    body: Any = None
+    id: Any = None
+    user_id: bytes | None = None
+    address: str | None = None
+    subject: str | None = None
+    reply_to: str | None = None
+    correlation_id: Any = None
+    content_type: str | None = None
+    content_encoding: str | None = None
+    expiry_time: float | None = None
+    creation_time: float | None = None
+    group_id: str | None = None
+    group_sequence: int | None = None
+    reply_to_group_id: str | None = None
+    durable: bool = False
+    priority: int = 4
+    ttl: float | None = None
+    first_acquirer: bool = False
+    delivery_count: int = 0
+    instructions: dict[Any, Any] = field(default_factory=dict)
+    annotations: dict[Any, Any] = field(default_factory=dict)
+    properties: dict[Any, Any] = field(default_factory=dict)
+    footer: dict[Any, Any] = field(default_factory=dict)
+    size: int = 0
+    """Bytes of the encoded message."""
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+def view_message(payload: bytes, *, delivery_count: int | None = None) -> MessageView:
+    """Decode ``payload`` (an encoded message) into a ``MessageView``; undecodable parts are left out."""
+    fields: dict[str, Any] = {"size": len(payload)}
+    body: Any = _NO_BODY
+    try:
+        sections = codec.decode_all(payload)
+    except DecodeError:
+        sections = []
+    for section in sections:
+        if isinstance(section, Header):
+            fields.update(
+                durable=bool(section.durable),
+                priority=4 if section.priority is None else int(section.priority),
+                ttl=_seconds(section.ttl),
+                first_acquirer=bool(section.first_acquirer),
+                delivery_count=section.delivery_count or 0,
+            )
+        elif isinstance(section, DeliveryAnnotations):
+            fields["instructions"] = dict(section.value)
+        elif isinstance(section, MessageAnnotations):
+            fields["annotations"] = dict(section.value)
+        elif isinstance(section, Properties):
+            fields.update(
+                id=section.message_id,
+                user_id=section.user_id,
+                address=section.to,
+                subject=section.subject,
+                reply_to=section.reply_to,
+                correlation_id=section.correlation_id,
+                content_type=section.content_type,
+                content_encoding=section.content_encoding,
+                expiry_time=_seconds(section.absolute_expiry_time),
+                creation_time=_seconds(section.creation_time),
+                group_id=section.group_id,
+                group_sequence=section.group_sequence,
+                reply_to_group_id=section.reply_to_group_id,
+            )
+        elif isinstance(section, ApplicationProperties):
+            fields["properties"] = dict(section.value)
+        elif isinstance(section, Data):
+            body = section.value if body is _NO_BODY else [*_as_list(body), section.value]
+        elif isinstance(section, AmqpSequence):
+            body = section.value if body is _NO_BODY else [*_as_list(body), *section.value]
+        elif isinstance(section, AmqpValue):
+            body = section.value
+        elif isinstance(section, Footer):
+            fields["footer"] = dict(section.value)
+    if delivery_count is not None:
+        fields["delivery_count"] = delivery_count
+    return MessageView(body=None if body is _NO_BODY else body, **fields)
+
+
+def _as_list(body: Any) -> list[Any]:
+    return body if isinstance(body, list) else [body]
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Counts of one queue at one moment."""
+
+    name: str
+    ready: int
+    """Messages waiting for a consumer (``depth``)."""
+    acquired: int
+    """Messages delivered and not yet settled."""
+    staged: int
+    """Messages posted in open transactions, invisible until commit."""
+    consumers: int
+    enqueued_total: int
+
+    @property
+    def depth(self) -> int:
+        """Messages ready for delivery (the same as ``ready``)."""
+        return self.ready
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    """One client connection."""
+
+    id: int
+    container_id: str
+    hostname: str | None
+    namespace: str
+    user: str | None
+    sessions: int
+    links: int

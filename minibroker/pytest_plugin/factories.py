@@ -1,0 +1,124 @@
+"""Fixture factories: make minibroker fixtures of your own, with your own configuration.
+
+    # conftest.py
+    from minibroker.pytest_plugin import factories
+
+    secure_proc = factories.minibroker_proc(config={"auth": {"users": {"app": "secret"}}})
+    secure = factories.minibroker("secure_proc")
+
+Settings resolve in this order: the factory's arguments, then the ``--minibroker-*`` command-line options,
+then the ``minibroker_*`` ini options, then the defaults (127.0.0.1, any free port).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pytest
+
+from minibroker.config import Config
+from minibroker.server.app import ConfigLike, RunningBroker, as_config, format_url, serve
+from minibroker.testing.thread import ThreadedBroker, run_in_thread
+
+Fixture = Callable[..., Any]
+Scope = Literal["session", "package", "module", "class", "function"]
+
+
+def _setting(request: pytest.FixtureRequest, name: str, given: Any) -> Any:
+    """A setting from the factory argument, else --minibroker-NAME, else the minibroker_NAME ini option."""
+    if given is not None:
+        return given
+    option = request.config.getoption(f"minibroker_{name}", default=None)
+    if option is not None:
+        return option
+    ini = request.config.getini(f"minibroker_{name}")
+    return ini or None
+
+
+def _config(request: pytest.FixtureRequest, config: ConfigLike, host: str | None, port: int | None) -> Config:
+    cfg = as_config(_setting(request, "config", config))
+    host = _setting(request, "host", host) or "127.0.0.1"
+    port_setting = _setting(request, "port", port)
+    return cfg.replace(server__host=host, server__port=int(port_setting) if port_setting is not None else 0)
+
+
+def minibroker_proc(
+    config: ConfigLike = None, *, host: str | None = None, port: int | None = None, scope: Scope = "session"
+) -> Fixture:
+    """A fixture that runs a broker in a background thread (no subprocess) for its scope."""
+
+    @pytest.fixture(scope=scope)
+    def minibroker_proc_fixture(request: pytest.FixtureRequest) -> Iterator[ThreadedBroker]:
+        with run_in_thread(_config(request, config, host, port)) as broker:
+            yield broker
+
+    return minibroker_proc_fixture
+
+
+def minibroker(proc_fixture_name: str = "minibroker_proc") -> Fixture:
+    """A function-scoped fixture: a fresh namespace of the broker of ``proc_fixture_name`` per test.
+
+    The namespace has its own listener, so its ``url`` needs no client option to select it; it is
+    dropped (nodes, messages, transactions, connections) when the test ends.
+    """
+
+    @pytest.fixture
+    def minibroker_fixture(request: pytest.FixtureRequest) -> Iterator[ThreadedBroker]:
+        proc: ThreadedBroker = request.getfixturevalue(proc_fixture_name)
+        namespace = proc.create_namespace()
+        try:
+            yield namespace
+        finally:
+            namespace.drop_namespace()
+
+    return minibroker_fixture
+
+
+@dataclass(frozen=True)
+class ExternalBroker:
+    """A broker this test session did not start (a Docker container in CI, say): its address only."""
+
+    url: str
+
+    @property
+    def host(self) -> str:
+        return self.url.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def check(self, timeout: float = 1.0) -> None:
+        """Raise ``minibroker.health.NotHealthy`` unless the broker answers AMQP open in time."""
+        from minibroker.health import check
+
+        check(self.url, timeout)
+
+
+def minibroker_noproc(url: str | None = None, *, scope: Scope = "session") -> Fixture:
+    """A fixture pointing at an already running broker (``--minibroker-url`` or ``minibroker_url``)."""
+
+    @pytest.fixture(scope=scope)
+    def minibroker_noproc_fixture(request: pytest.FixtureRequest) -> ExternalBroker:
+        found = _setting(request, "url", url)
+        if found is None:
+            host = _setting(request, "host", None) or "127.0.0.1"
+            found = format_url(host, int(_setting(request, "port", None) or 5672))
+        broker = ExternalBroker(found if "://" in found else f"amqp://{found}")
+        broker.check(timeout=5.0)
+        return broker
+
+    return minibroker_noproc_fixture
+
+
+def minibroker_trio(config: ConfigLike = None, *, host: str | None = None, port: int | None = None) -> Fixture:
+    """For trio tests (pytest-trio): a broker in the test's own trio run, fresh for each test."""
+
+    @pytest.fixture
+    async def minibroker_trio_fixture(request: pytest.FixtureRequest) -> AsyncIterator[RunningBroker]:
+        async with serve(_config(request, config, host, port)) as broker:
+            yield broker
+
+    return minibroker_trio_fixture
