@@ -47,7 +47,9 @@ class QueueHandle:
 
     def _queue(self, broker: Broker) -> Queue | None:
         namespace = broker.namespaces.get(self.namespace)
-        return namespace.queues.get(self.name) if namespace is not None else None
+        if namespace is None:
+            raise LookupError(f"namespace {self.namespace!r} does not exist (any more)")
+        return namespace.queues.get(self.name)
 
     def stats(self) -> QueueStats:
         """Ready, acquired and staged counts at one instant (zeros when the queue does not exist)."""

@@ -38,7 +38,10 @@ class _Reader:
             if remaining <= 0:
                 raise NotHealthy("no answer in time")
             self.sock.settimeout(remaining)
-            chunk = self.sock.recv(65536)
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                raise NotHealthy("no answer in time") from None
             if not chunk:
                 raise NotHealthy("the connection was closed")
             self.buf += chunk

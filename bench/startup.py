@@ -1,0 +1,144 @@
+"""Start-up, stop and footprint of minibroker, embedded and as a process.
+
+    python bench/startup.py [--runs 20]
+
+Reports, as the median (and min-max) of ``--runs`` runs:
+- embedded (trio): ``async with minibroker.serve(...)`` entered (listener bound, nodes created) and left;
+- embedded (thread): ``with minibroker.run_in_thread(...)`` entered and left;
+- process: ``python -m minibroker --port 0`` started until its "listening" line, and until it answers an
+  AMQP open (``minibroker.health.check``); idle RSS of that process;
+- install size: the bytes on disk of minibroker and its runtime dependencies (trio and what trio needs,
+  sortedcontainers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+import minibroker
+from minibroker.health import check
+
+CONFIG = {"server": {"port": 0}, "queues": {"orders": {}}}
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
+
+
+def embedded_trio(runs: int) -> dict[str, float]:
+    async def once() -> float:
+        started = time.perf_counter()
+        async with minibroker.serve(CONFIG):
+            pass
+        return time.perf_counter() - started
+
+    async def main() -> list[float]:
+        return [await once() for _ in range(runs)]
+
+    return _summary(trio.run(main))
+
+
+def embedded_thread(runs: int) -> dict[str, float]:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        with minibroker.run_in_thread(CONFIG):
+            pass
+        samples.append(time.perf_counter() - started)
+    return _summary(samples)
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def process(runs: int) -> dict[str, dict[str, float]]:
+    listening, answering, rss = [], [], []
+    for _ in range(runs):
+        started = time.perf_counter()
+        with subprocess.Popen(
+            [sys.executable, "-m", "minibroker", "--port", "0", "--log-level", "warning"],
+            stdout=subprocess.PIPE, text=True,
+        ) as proc:  # fmt: skip
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            listening.append(time.perf_counter() - started)
+            match = re.search(r"amqp://(\S+)", line)
+            assert match, line
+            check(match.group(0), timeout=5)
+            answering.append(time.perf_counter() - started)
+            time.sleep(0.2)
+            rss.append(_rss_kib(proc.pid) / 1024)
+            proc.terminate()
+            proc.wait(10)
+    return {"listening": _summary(listening), "open_answered": _summary(answering), "idle_rss_mib": _summary(rss)}
+
+
+def install_size() -> dict[str, float]:
+    """Bytes on disk of minibroker's runtime dependency closure (what ``pip install .`` adds)."""
+    seen: set[str] = set()
+    pending = ["minibroker"]
+    total = 0
+    while pending:
+        name = pending.pop()
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for file in dist.files or []:
+            path = Path(str(file.locate()))
+            if path.is_file() and "__editable__" not in path.name:
+                total += path.stat().st_size
+        if name == "minibroker":  # an editable install: count the package sources instead
+            package = Path(minibroker.__file__).parent
+            total += sum(p.stat().st_size for p in package.rglob("*.py"))
+        for requirement in dist.requires or []:
+            if "extra ==" in requirement:
+                continue
+            pending.append(re.split(r"[ ;<>=!~\[(]", requirement, maxsplit=1)[0])
+    return {"mib": total / 2**20, "packages": len(seen)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    results = {
+        "embedded_trio_start_stop_s": embedded_trio(args.runs),
+        "embedded_thread_start_stop_s": embedded_thread(args.runs),
+        "process": process(max(3, args.runs // 4)),
+        "install_size": install_size(),
+    }
+    ms = lambda d: f"{d['median'] * 1000:7.1f} ms (min {d['min'] * 1000:.1f}, max {d['max'] * 1000:.1f})"  # noqa: E731
+    print(f"embedded (trio)   start+stop: {ms(results['embedded_trio_start_stop_s'])}")
+    print(f"embedded (thread) start+stop: {ms(results['embedded_thread_start_stop_s'])}")
+    proc = results["process"]
+    print(f"process to listening line:    {ms(proc['listening'])}")
+    print(f"process to AMQP open answered:{ms(proc['open_answered'])}")
+    print(f"process idle RSS:             {proc['idle_rss_mib']['median']:7.1f} MiB")
+    size = results["install_size"]
+    print(f"install size:                 {size['mib']:7.1f} MiB in {size['packages']} packages")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
