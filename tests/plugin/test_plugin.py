@@ -3,7 +3,7 @@ inside our own suite."""
 
 from __future__ import annotations
 
-import proton  # imported here first: pytester restores sys.modules, and proton cannot be imported twice
+import proton  # noqa: F401 -- imported first: pytester restores sys.modules and proton cannot be imported twice
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -59,7 +59,6 @@ strict = factories.minibroker("strict_proc")
     )
     pytester.makepyfile(
         test_strict='''
-import proton  # imported here first: pytester restores sys.modules, and proton cannot be imported twice
 import pytest
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached

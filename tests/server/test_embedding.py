@@ -110,7 +110,7 @@ def test_reset_closes_connections_and_rolls_back(broker: ThreadedBroker) -> None
     broker.reset()
     assert broker.queues == []
     assert broker.connections == []
-    with pytest.raises(Exception, match="forced|reset|closed|aborted"):
+    with pytest.raises(Exception, match=r"forced|reset|closed|aborted"):
         conn.create_sender("r").send(Message(body=2))
     conn.close()
 
