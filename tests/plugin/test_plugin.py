@@ -150,3 +150,15 @@ async def test_broker_in_the_test_run(minibroker_trio):
     )
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def test_safe_under_xdist(pytester: pytest.Pytester) -> None:
+    """Each xdist worker gets its own session broker on its own free port: no collisions, no sharing."""
+    pytester.makepyfile(test_example=EXAMPLE)
+    pytester.makepyfile(
+        test_more="\n".join(
+            f"def test_isolated_{i}(minibroker):\n    assert minibroker.queues == []\n" for i in range(8)
+        )
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    result.assert_outcomes(passed=11)
