@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minibroker.broker.policy import OVERFLOW_POLICIES, NodePolicy
+
 
 class ConfigError(Exception):
     """A configuration that cannot be used; the message names the file, the key and the problem."""
@@ -51,18 +53,18 @@ class BrokerConfig:
 
 
 @dataclass(frozen=True)
-class QueueConfig:
-    """``[queues.NAME]``: a queue created at start-up."""
-
-
-@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
-    queues: dict[str, QueueConfig] = field(default_factory=dict)
+    node_defaults: NodePolicy = field(default_factory=NodePolicy)
+    """``[node_defaults]``: the policy of nodes created on demand, and the base of declared ones."""
+    queues: dict[str, NodePolicy] = field(default_factory=dict)
+    """``[queues.NAME]``: queues created at start-up (in every namespace), each key defaulting to node_defaults."""
+    topics: dict[str, NodePolicy] = field(default_factory=dict)
+    """``[topics.NAME]``: topics created at start-up, like queues."""
     log_level: str = "info"
     trace_frames: bool = False
     data_dir: str | None = None
@@ -102,8 +104,19 @@ class Config:
         return dataclasses.replace(self, **top)
 
 
-_SECTIONS: dict[str, type] = {"server": ServerConfig, "auth": AuthConfig, "broker": BrokerConfig}
+_SECTIONS: dict[str, type] = {
+    "server": ServerConfig,
+    "auth": AuthConfig,
+    "broker": BrokerConfig,
+    "node_defaults": NodePolicy,
+}
 _LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table, got {value!r}")
+    return value
 
 
 def _check_type(value: Any, expected: Any, where: str) -> Any:
@@ -145,10 +158,16 @@ def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
             raise ConfigError(f"{where}: unknown key (known keys here: {known})")
         if cls is Config and key in _SECTIONS:
             values[key] = _build(_SECTIONS[key], value, source, f"{key}.")
-        elif cls is Config and key == "queues":
+        elif cls is Config and key in ("queues", "topics"):
             if not isinstance(value, dict):
-                raise ConfigError(f"{where}: expected a table of queues")
-            values[key] = {name: _build(QueueConfig, q, source, f"queues.{name}.") for name, q in value.items()}
+                raise ConfigError(f"{where}: expected a table of {key}")
+            base = raw.get("node_defaults", {})
+            if not isinstance(base, dict):
+                base = {}
+            values[key] = {
+                name: _build(NodePolicy, {**base, **_table(node, f"{where}.{name}")}, source, f"{key}.{name}.")
+                for name, node in value.items()
+            }
         else:
             values[key] = _check_type(value, spec.type, where)
     config = cls(**values)
@@ -176,5 +195,13 @@ def _validate(config: Any, source: str, prefix: str) -> None:
             raise bad("link_credit", "must be at least 1")
         if config.transaction_timeout < 0:
             raise bad("transaction_timeout", "must not be negative")
+    elif isinstance(config, NodePolicy):
+        for key in ("max_messages", "max_bytes", "max_delivery_attempts"):
+            if getattr(config, key) < 0:
+                raise bad(key, "must not be negative")
+        if config.overflow not in OVERFLOW_POLICIES:
+            raise bad("overflow", f"{config.overflow!r} is not one of {', '.join(OVERFLOW_POLICIES)}")
+        if config.redelivery_delay < 0:
+            raise bad("redelivery_delay", "must not be negative")
     elif isinstance(config, Config) and config.log_level not in _LOG_LEVELS:
         raise bad("log_level", f"{config.log_level!r} is not one of {', '.join(_LOG_LEVELS)}")

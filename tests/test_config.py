@@ -20,12 +20,13 @@ def test_example_config_is_the_defaults() -> None:
 
 def test_example_documents_every_key() -> None:
     text = EXAMPLE.read_text()
-    for section in ("server", "auth", "broker"):
+    for section in ("server", "auth", "broker", "node_defaults"):
         assert f"[{section}]" in text
         for field in dataclasses.fields(getattr(Config(), section)):
-            assert f"\n{field.name} =" in text or f"\n[{section}.{field.name}]" in text, field.name
+            documented = (f"\n{field.name} =", f"\n# {field.name} =", f"\n[{section}.{field.name}]")
+            assert any(d in text for d in documented), field.name
     for field in dataclasses.fields(Config):
-        if field.name not in ("server", "auth", "broker", "queues"):
+        if field.name not in ("server", "auth", "broker", "node_defaults", "queues", "topics"):
             assert f"{field.name} =" in text, field.name
 
 
@@ -58,6 +59,9 @@ def test_values_are_read(tmp_path: Path) -> None:
         ('log_level = "loud"\n', "log_level", "is not one of"),
         ("server = 3\n", "server", "expected a table"),
         ("[queues.orders]\nsize = 1\n", "queues.orders.size", "unknown key"),
+        ('[topics.t]\noverflow = "spill"\n', "topics.t.overflow", "is not one of"),
+        ("[node_defaults]\nmax_messages = -1\n", "node_defaults.max_messages", "must not be negative"),
+        ("[queues]\norders = 1\n", "queues.orders", "expected a table"),
     ],
 )
 def test_bad_config_names_file_key_and_problem(tmp_path: Path, text: str, key: str, problem: str) -> None:

@@ -1,4 +1,4 @@
-"""The broker core: nodes, links, dispatch, settlement and transactions, driven by engine events.
+"""The broker core: connections, namespaces, links and credit, driven by engine events (Part 3).
 
 Theory of operation
 -------------------
@@ -6,33 +6,26 @@ The trio layer hands every batch of engine events to ``Broker.handle(conn, event
 is a plain synchronous call that changes broker state and issues engine commands (accept an attach,
 deliver, settle); nothing here awaits, so one handler runs to completion before any other connection is
 served and no lock is needed. Every engine given a command is recorded in ``dirty`` so the I/O layer
-knows whose socket has bytes to write.
+knows whose socket has bytes to write. Time arrives as ``now``; timers (message expiry, scheduled
+delivery, redelivery delays, transaction time-outs) run when the I/O layer calls ``handle_timeout`` at
+``next_deadline``.
 
-Settlement (Part 3 §3.4): a message delivered unsettled stays acquired (a ``Dispatched`` record) until
-the consumer's outcome arrives. Accepted and rejected retire it; released and modified put it back in
-its queue (modified with delivery-failed counts one more delivery attempt, §3.4.5). A delivery still
-unsettled when its link or connection goes away gets the source's default outcome (released).
-
-Transactions (Part 4, DESIGN §4): see ``transactions.py`` for what is staged. ``_commit`` applies every
-staged post, retirement and acquisition of a transaction in one synchronous call, so no consumer, browser
-or depth reading can observe part of it; ``_rollback`` undoes them. A transaction ends when it is
-discharged, when its controller link detaches or its connection drops (rolled back), or when it is older
-than ``transaction_timeout`` (rolled back, and its discharge then fails with amqp:transaction:timeout).
+This module attaches links to nodes: a receiver link becomes a ``Consumer`` of a queue, of a topic
+subscription, or a browser; a sender link a ``Producer`` of a node, or of the anonymous relay; a
+coordinator target a ``Controller``. Messages move in ``delivery.py``; transactions live in
+``coordinator.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Iterator
+from itertools import count
 from typing import Any
 
 from minibroker.amqp.definitions import (
     Accepted,
     Coordinator,
-    Declare,
-    Declared,
-    Discharge,
-    Error,
     Modified,
     Rejected,
     Released,
@@ -41,24 +34,21 @@ from minibroker.amqp.definitions import (
     TransactionalState,
 )
 from minibroker.amqp.errors import Condition, error
-from minibroker.amqp.types import DecodeError, Symbol
-from minibroker.broker.links import RELEASED, Consumer, Controller, Dispatched, Producer
+from minibroker.amqp.types import Described, Symbol
+from minibroker.broker.clock import WallClock
+from minibroker.broker.coordinator import ACCEPTED, CONTROLLER_CREDIT, CoordinatorMixin
+from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
+from minibroker.broker.namespace import DEFAULT_NAMESPACE, QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.queue import Queue
-from minibroker.broker.transactions import (
-    MAX_TXN_ID,
-    TXN_CAPABILITIES,
-    Transaction,
-    TransactionInfo,
-    TransactionStats,
-    control_body,
-    counter_ids,
-    info,
-)
+from minibroker.broker.selector import SelectorError, selector_from_filter
+from minibroker.broker.state import BrokerSettings
+from minibroker.broker.timers import Timers
+from minibroker.broker.topic import Subscription, Topic
+from minibroker.broker.transactions import TXN_CAPABILITIES, TransactionInfo, TransactionStats, counter_ids, info
 from minibroker.broker.views import ConnectionInfo
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import IncomingDelivery, Link, LinkState, OutgoingDelivery
+from minibroker.engine.endpoints import IncomingDelivery, Link, LinkState
 from minibroker.engine.events import (
     ConnectionClosed,
     ConnectionOpened,
@@ -72,46 +62,43 @@ from minibroker.engine.events import (
     TransferReceived,
 )
 
-_ACCEPTED = Accepted()
 _OUTCOMES: list[str] = [
     Symbol(o) for o in ("amqp:accepted:list", "amqp:rejected:list", "amqp:released:list", "amqp:modified:list")
 ]
 _REJECTED_LIST = "amqp:rejected:list"
 _TXN_ID = Symbol("txn-id")
-_CONTROLLER_CREDIT = 100
+_NO_LOCAL = {Symbol("apache.org:no-local-filter:list"), 0x0000468C00000003}
+_DURABLE_NONE = 0  # terminus-durability none (§3.5.5)
+_SHARED_SUFFIX = re.compile(r"\|.*$")  # Qpid JMS names extra links of a shared subscription "name|n"
 
 
-@dataclass(frozen=True)
-class BrokerSettings:
-    """Policies of the broker core."""
-
-    auto_create: bool = True
-    """Create a queue for an unknown address on attach (else refuse with amqp:not-found)."""
-    link_credit: int = 1000
-    """Credit granted to each producer link, topped up when half is used."""
-    transaction_timeout: float = 300.0
-    """Seconds after which an open transaction is rolled back; 0 means never."""
-
-
-class Broker:
+class Broker(CoordinatorMixin):
     """All broker state; one instance per running server."""
 
-    def __init__(self, settings: BrokerSettings | None = None, txn_ids: Iterator[bytes] | None = None) -> None:
+    def __init__(
+        self,
+        settings: BrokerSettings | None = None,
+        txn_ids: Iterator[bytes] | None = None,
+        clock: WallClock | None = None,
+    ) -> None:
         self.settings = settings or BrokerSettings()
-        self.default = Namespace(DEFAULT_NAMESPACE)
-        self.namespaces: dict[str, Namespace] = {DEFAULT_NAMESPACE: self.default}
-        self._namespace_of: dict[ServerConnection, Namespace] = {}
-        self.connections: set[ServerConnection] = set()
-        self.dirty: set[ServerConnection] = set()
+        self.clock = clock or WallClock()
+        self.namespaces = {}
+        self.default = self.namespace(DEFAULT_NAMESPACE)
+        self._namespace_of = {}
+        self.connections = set()
+        self.dirty = set()
+        self.timers = Timers()
         self.txn_stats = TransactionStats()
-        self._txns: dict[bytes, Transaction] = {}
-        self._expired: dict[ServerConnection, set[bytes]] = {}
+        self._txns = {}
+        self._expired = {}
         self._txn_ids = txn_ids if txn_ids is not None else counter_ids()
+        self._dynamic_ids = count(1)
         self._seq = 0
         self._now = 0.0
-        self.on_change: Callable[[], None] | None = None
+        self.on_change = None
         """Called after every batch of events (the I/O layer uses it to wake waiters)."""
-        self.on_new_deadline: Callable[[], None] | None = None
+        self.on_new_deadline = None
         """Called when ``next_deadline`` may have moved earlier (the I/O layer re-arms its timer)."""
 
     # -- nodes ----------------------------------------------------------------------------------------
@@ -120,42 +107,82 @@ class Broker:
         """The queues of the default namespace."""
         return self.default.queues
 
+    @property
+    def topics(self) -> dict[str, Topic]:
+        """The topics of the default namespace."""
+        return self.default.topics
+
     def declare_queue(self, name: str, namespace: Namespace | None = None) -> Queue:
         """Return the queue called ``name`` (in the default namespace unless told), creating it if needed."""
-        queues = (namespace or self.default).queues
-        queue = queues.get(name)
+        namespace = namespace or self.default
+        queue = namespace.queues.get(name)
         if queue is None:
-            queue = queues[name] = Queue(name)
+            created = self._create_node(namespace, name, QUEUE)
+            assert isinstance(created, Queue)
+            queue = created
         return queue
 
-    def _lookup(self, conn: ServerConnection, address: Any) -> Queue | None:
+    def _create_node(self, namespace: Namespace, name: str, kind: str | None) -> Node:
+        """Create a node; the configuration decides its kind and policy, else ``kind``, else a queue."""
+        settings = self.settings
+        if name in settings.topics:
+            kind, policy = TOPIC, settings.topics[name]
+        elif name in settings.queues:
+            kind, policy = QUEUE, settings.queues[name]
+        else:
+            policy = settings.node_defaults
+        node: Node
+        if kind == TOPIC:
+            node = namespace.topics[name] = Topic(name, policy)
+        else:
+            node = namespace.queues[name] = Queue(name, policy)
+        node.namespace = namespace
+        return node
+
+    def _lookup(self, conn: ServerConnection, address: Any, capabilities: Any = None) -> Node | None:
+        """The node an address names in ``conn``'s namespace, created when auto-create is on."""
         if not address or not isinstance(address, str):
             return None
+        name, kind = parse_address(address, capabilities)
         namespace = self._namespace_of.get(conn, self.default)
-        queue = namespace.queues.get(address)
-        if queue is None and self.settings.auto_create:
-            queue = self.declare_queue(address, namespace)
-        return queue
+        node = namespace.node(name)
+        if node is None and self.settings.auto_create:
+            node = self._create_node(namespace, name, kind)
+        return node
 
     # -- namespaces -----------------------------------------------------------------------------------
     def namespace(self, name: str) -> Namespace:
-        """The namespace called ``name``, created if needed."""
+        """The namespace called ``name``, created (with the configured nodes) if needed."""
         namespace = self.namespaces.get(name)
         if namespace is None:
             namespace = self.namespaces[name] = Namespace(name)
+            self._populate(namespace)
         return namespace
+
+    def _populate(self, namespace: Namespace) -> None:
+        for name in self.settings.queues:
+            self._create_node(namespace, name, QUEUE)
+        for name in self.settings.topics:
+            self._create_node(namespace, name, TOPIC)
 
     def reset(self, namespace: Namespace | None = None) -> None:
         """Drop every node, message and transaction of ``namespace`` (default: the default namespace).
 
-        Its connections are closed with ``amqp:connection:forced`` (rolling back their transactions);
-        other namespaces are untouched. Costs O(nodes + connections) of that namespace.
+        Its connections are closed with ``amqp:connection:forced`` (rolling back their transactions); other
+        namespaces are untouched; configured nodes are created again, empty. O(nodes + connections).
         """
         namespace = namespace or self.default
         for conn in list(namespace.connections):
             conn.close(error(Condition.CONNECTION_FORCED, f"namespace {namespace.name!r} was reset"))
             self.handle(conn, conn.take_events(), self._now)
+        for queue in namespace.queues.values():
+            queue.deleted = True
+        for topic in namespace.topics.values():
+            for subscription in topic.subscriptions.values():
+                subscription.deleted = True
         namespace.queues = {}
+        namespace.topics = {}
+        self._populate(namespace)
 
     def drop_namespace(self, name: str) -> None:
         """Reset and forget a namespace (the default one cannot be dropped, only reset)."""
@@ -207,22 +234,17 @@ class Broker:
         return dirty
 
     def next_deadline(self) -> float | None:
-        """When ``handle_timeout`` must next run (the oldest transaction's expiry), or None."""
-        timeout = self.settings.transaction_timeout
-        if not timeout or not self._txns:
-            return None
-        return min(txn.created for txn in self._txns.values()) + timeout
+        """When ``handle_timeout`` must next run: a message timer or a transaction time-out."""
+        deadlines = [d for d in (self.timers.next_deadline(), self._transactions_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
 
     def handle_timeout(self, now: float) -> None:
-        """Roll back every transaction older than ``transaction_timeout``."""
+        """Run every timer due at ``now``: expiries, scheduled deliveries, transaction time-outs."""
         self._now = now
-        timeout = self.settings.transaction_timeout
-        if not timeout:
-            return
-        for txn in [t for t in self._txns.values() if now >= t.created + timeout]:
-            self.txn_stats.timed_out += 1
-            self._expired.setdefault(txn.conn, set()).add(txn.id)
-            self._rollback(txn)
+        for timer in self.timers.pop_due(now):
+            if not timer.queue.deleted:
+                self._on_timer(timer)
+        self._expire_transactions(now)
         if self.on_change is not None:
             self.on_change()
 
@@ -230,7 +252,7 @@ class Broker:
     @property
     def transactions(self) -> list[TransactionInfo]:
         """Open transactions with what each has staged, oldest first."""
-        return [info(txn, self._now) for txn in sorted(self._txns.values(), key=lambda t: t.created)]
+        return self.transactions_at(self._now)
 
     def transactions_at(self, now: float, conns: set[ServerConnection] | None = None) -> list[TransactionInfo]:
         """``transactions`` with ages computed at ``now`` (only those of ``conns`` when given)."""
@@ -256,7 +278,7 @@ class Broker:
             )
         return sorted(infos, key=lambda i: i.id)
 
-    # -- links --------------------------------------------------------------------------------------
+    # -- attach -----------------------------------------------------------------------------------------
     def _on_attach(self, conn: ServerConnection, event: LinkAttached) -> None:
         link = event.link
         if link.is_sender:
@@ -266,43 +288,156 @@ class Broker:
         else:
             self._attach_producer(conn, link)
 
+    def _dynamic_node(self, conn: ServerConnection, capabilities: Any) -> Node:
+        """A node with a generated address for a dynamic terminus (§3.5.3), deleted with its link."""
+        _, kind = parse_address("", capabilities)
+        name = f"dynamic.{conn.conn_id}.{next(self._dynamic_ids)}"
+        node = self._create_node(self.namespace_of(conn), name, kind)
+        node.dynamic = True
+        return node
+
     def _attach_consumer(self, conn: ServerConnection, link: Link) -> None:
         source = link.source
-        address = source.address if isinstance(source, Source) else None
-        queue = self._lookup(conn, address)
-        if queue is None or not isinstance(source, Source):
-            conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {address!r}"))
+        if not isinstance(source, Source):
+            self._resume_subscription(conn, link)
             return
+        owned = None
+        node: Node | None
+        if source.dynamic:
+            node = owned = self._dynamic_node(conn, source.capabilities)
+        else:
+            node = self._lookup(conn, source.address, source.capabilities)
+            if node is None:
+                conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {source.address!r}"))
+                return
+        try:
+            found = selector_from_filter(source.filter)
+        except SelectorError as exc:
+            conn.refuse_attach(link, error(Condition.INVALID_FIELD, f"invalid selector: {exc}"))
+            return
+        applied: dict[Any, Any] = {}
+        selector = None
+        if found is not None:
+            key, selector = found
+            applied[key] = source.filter[key]  # type: ignore[index]
+        no_local = self._no_local_filter(source.filter)
+        if no_local is not None:
+            applied[no_local] = source.filter[no_local]  # type: ignore[index]
         default_outcome = source.default_outcome
         if not isinstance(default_outcome, Released | Modified | Rejected | Accepted):
             default_outcome = RELEASED
+        browse = source.distribution_mode == "copy" and isinstance(node, Queue)
+        if isinstance(node, Topic):
+            queue: Queue = self._subscribe(conn, link, node, source, selector, no_local is not None)
+            consumer = Consumer(conn, link, queue, default_outcome)
+        else:
+            assert isinstance(node, Queue)
+            queue = node
+            consumer = Consumer(conn, link, queue, default_outcome, selector=selector, browser=browse)
+        consumer.owned_node = owned
         reply = Source(
-            address=queue.name,
+            address=source.address if not source.dynamic else node.name,
             durable=source.durable,
             expiry_policy=source.expiry_policy,
             timeout=source.timeout,
-            distribution_mode=Symbol("move"),
+            dynamic=source.dynamic,
+            dynamic_node_properties=source.dynamic_node_properties,
+            distribution_mode=Symbol("copy" if browse else "move"),
+            filter=applied or None,
             default_outcome=default_outcome,
             outcomes=_OUTCOMES,
             capabilities=source.capabilities,
         )
         conn.accept_attach(link, source=reply, target=link.target)
-        consumer = Consumer(conn, link, queue, default_outcome)
         link.context = consumer
         queue.add_consumer(consumer)
+        self._dispatch(queue)
+
+    def _no_local_filter(self, filter_set: Any) -> Any:
+        """The key of a no-local filter (apache.org:no-local-filter:list) in a source's filter set."""
+        if not isinstance(filter_set, dict):
+            return None
+        for key, value in filter_set.items():
+            if isinstance(value, Described) and value.descriptor in _NO_LOCAL:
+                return key
+        return None
+
+    def _subscribe(
+        self, conn: ServerConnection, link: Link, topic: Topic, source: Source, selector: Any, no_local: bool
+    ) -> Subscription:
+        capabilities = {str(c) for c in source.capabilities or ()}
+        durable = (source.durable or _DURABLE_NONE) != _DURABLE_NONE and source.expiry_policy == "never"
+        shared = "shared" in capabilities
+        remote = conn.remote_open
+        container = "" if "global" in capabilities else str(remote.container_id if remote else "")
+        if shared:
+            key = (container, _SHARED_SUFFIX.sub("", link.name))
+        elif durable:
+            key = (container, link.name)
+        else:
+            key = (f"#{conn.conn_id}", f"{link.name}#{link.session.channel}:{link.input_handle}")
+        existing = topic.subscriptions.get(key)
+        if existing is not None and not existing.links and selector_source(existing.selector) != selector_source(
+            selector
+        ):
+            # JMS: a durable subscription resumed with another selector starts afresh
+            self._delete_subscription(existing)
+        return topic.subscribe(
+            key, durable=durable, shared=shared, selector=selector, no_local=conn if no_local else None
+        )
+
+    def _resume_subscription(self, conn: ServerConnection, link: Link) -> None:
+        """An attach without a source names an existing durable subscription (as JMS unsubscribe does)."""
+        remote = conn.remote_open
+        container = str(remote.container_id if remote else "")
+        namespace = self.namespace_of(conn)
+        for topic in namespace.topics.values():
+            for key in ((container, link.name), ("", link.name)):
+                subscription = topic.subscriptions.get(key)
+                if subscription is not None and subscription.durable:
+                    subscription.links += 1
+                    consumer = Consumer(conn, link, subscription, RELEASED)
+                    reply = Source(
+                        address=topic.name,
+                        durable=2,
+                        expiry_policy=Symbol("never"),
+                        default_outcome=RELEASED,
+                        outcomes=_OUTCOMES,
+                    )
+                    conn.accept_attach(link, source=reply, target=link.target)
+                    link.context = consumer
+                    subscription.add_consumer(consumer)
+                    self._dispatch(subscription)
+                    return
+        conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no subscription named {link.name!r}"))
 
     def _attach_producer(self, conn: ServerConnection, link: Link) -> None:
         target = link.target
-        address = target.address if isinstance(target, Target) else None
-        queue = None
-        if address is not None:
-            queue = self._lookup(conn, address)
-            if queue is None:
-                conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {address!r}"))
+        owned = None
+        node: Node | None = None
+        reply = target
+        if isinstance(target, Target) and target.dynamic:
+            owned = self._dynamic_node(conn, target.capabilities)
+            node = owned
+            reply = Target(
+                address=node.name,
+                durable=target.durable,
+                expiry_policy=target.expiry_policy,
+                timeout=target.timeout,
+                dynamic=True,
+                dynamic_node_properties=target.dynamic_node_properties,
+                capabilities=target.capabilities,
+            )
+        elif isinstance(target, Target) and target.address is not None:
+            node = self._lookup(conn, target.address, target.capabilities)
+            if node is None:
+                conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {target.address!r}"))
                 return
-        # A null target address is the anonymous relay: each message is routed by its ``to``.
-        conn.accept_attach(link, source=link.source, target=target)
-        link.context = Producer(conn, link, queue)
+        # otherwise a null target address: the anonymous relay routes each message by its ``to``
+        conn.accept_attach(link, source=link.source, target=reply)
+        producer = Producer(conn, link, node)
+        producer.owned_node = owned
+        link.context = producer
         conn.grant_credit(link, self.settings.link_credit)
 
     def _attach_controller(self, conn: ServerConnection, link: Link) -> None:
@@ -313,26 +448,57 @@ class Broker:
         reply = Coordinator(capabilities=[Symbol(c) for c in TXN_CAPABILITIES])
         conn.accept_attach(link, source=source, target=reply)
         link.context = Controller(conn, link, rejects)
-        conn.grant_credit(link, _CONTROLLER_CREDIT)
+        conn.grant_credit(link, CONTROLLER_CREDIT)
 
+    # -- detach ---------------------------------------------------------------------------------------
     def _on_detach(self, conn: ServerConnection, event: LinkDetached) -> None:
         context = event.link.context
         event.link.context = None
         if isinstance(context, Consumer):
+            self._release_consumer(context)
             queue = context.queue
-            queue.remove_consumer(context)
-            if context.txn is not None:
-                context.txn = None
-            # unsettled deliveries of a link that is gone get the default outcome, unless a transaction
-            # holds them: then its commit or rollback decides
-            for dispatched in list(context.unsettled.values()):
-                if not dispatched.in_transaction:
-                    self._finish_delivery(dispatched, context.default_outcome)
+            if isinstance(queue, Subscription):
+                queue.links -= 1
+                if queue.links <= 0 and (not queue.durable or event.closed):
+                    self._delete_subscription(queue)
+                    return
+            if context.owned_node is not None:
+                self._delete_node(context.owned_node)
+                return
             self._dispatch(queue)
+        elif isinstance(context, Producer):
+            if context.owned_node is not None:
+                self._delete_node(context.owned_node)
         elif isinstance(context, Controller):
             # §4.2 / DESIGN §4: a controller that goes away rolls back its open transactions
             for txn in [t for t in self._txns.values() if t.controller is event.link]:
                 self._rollback(txn)
+
+    def _release_consumer(self, consumer: Consumer) -> None:
+        """A consumer is gone: its unsettled deliveries get the default outcome (unless a transaction
+        holds them: then its commit or rollback decides)."""
+        consumer.queue.remove_consumer(consumer)
+        consumer.txn = None
+        for dispatched in list(consumer.unsettled.values()):
+            if not dispatched.in_transaction:
+                self._finish_delivery(dispatched, consumer.default_outcome)
+
+    def _delete_subscription(self, subscription: Subscription) -> None:
+        subscription.deleted = True
+        topic = subscription.topic
+        if topic.subscriptions.get(subscription.key) is subscription:
+            del topic.subscriptions[subscription.key]
+
+    def _delete_node(self, node: Node) -> None:
+        """Delete a dynamic node; links still attached to it are detached (amqp:resource-deleted)."""
+        queues = list(node.subscriptions.values()) if isinstance(node, Topic) else [node]
+        if node.namespace is not None:
+            node.namespace.remove(node)
+        for queue in queues:
+            queue.deleted = True
+            for consumer in [*queue.consumers, *queue.browsers]:
+                consumer.conn.detach(consumer.link, error(Condition.RESOURCE_DELETED, f"{node.name!r} was deleted"))
+                self.dirty.add(consumer.conn)
 
     def _on_closed(self, conn: ServerConnection, event: ConnectionClosed) -> None:
         for txn in [t for t in self._txns.values() if t.conn is conn]:
@@ -384,31 +550,25 @@ class Broker:
             return
         link = context.link
         delivery = event.delivery
-        message = Message(event.payload, 0)
-        queue = context.queue if context.queue is not None else self._route(conn, message)
+        message = Message(event.payload)
+        self._arrive(message)
+        node = context.node if context.node is not None else self._lookup(conn, message.to)
         state = delivery.state
         if isinstance(state, TransactionalState):
-            self._post_in_transaction(conn, delivery, state.txn_id, queue, message)
-        elif queue is None:
+            self._post_in_transaction(conn, delivery, state.txn_id, node, message)
+        elif node is None:
             self._settle_incoming(conn, delivery, Rejected(error=self._unroutable(message)))
         else:
-            self._enqueue(queue, message)
-            self._settle_incoming(conn, delivery, _ACCEPTED)
-            self._dispatch(queue)
+            refused = self._admit(node, message, conn)
+            if refused is not None:
+                self._settle_incoming(conn, delivery, Rejected(error=refused))
+            else:
+                targets = self._post(node, message, conn)
+                self._settle_incoming(conn, delivery, ACCEPTED)
+                for queue in targets:
+                    self._dispatch(queue)
         if link.credit <= self.settings.link_credit // 2:  # <=: with a credit of 1, refill at 0
             conn.grant_credit(link, self.settings.link_credit)
-
-    def _route(self, conn: ServerConnection, message: Message) -> Queue | None:
-        """Anonymous relay: the node named by the message's ``to`` (Part 3 §3.2.4)."""
-        return self._lookup(conn, message.to)
-
-    def _unroutable(self, message: Message) -> Error:
-        return error(Condition.NOT_FOUND, f"no node at address {message.to!r}")
-
-    def _enqueue(self, queue: Queue, message: Message) -> None:
-        self._seq += 1
-        message.seq = self._seq
-        queue.put(message)
 
     def _settle_incoming(self, conn: ServerConnection, delivery: IncomingDelivery, state: Any) -> None:
         if delivery.settled:
@@ -420,304 +580,8 @@ class Broker:
     def _on_incoming_settled(self, conn: ServerConnection, event: IncomingSettled) -> None:
         """The producer settled deliveries; nothing is held for them, so there is nothing to do."""
 
-    # -- messages out -------------------------------------------------------------------------------
-    def _dispatch(self, queue: Queue) -> None:
-        """Send ready messages of ``queue`` to consumers with credit, round-robin."""
-        while queue.ready:
-            consumer = queue.next_consumer()
-            if consumer is None:
-                break
-            message = queue.acquire()
-            conn = consumer.conn
-            presettled = consumer.presettled
-            txn = consumer.txn
-            state = TransactionalState(txn_id=txn.id) if txn is not None else None
-            delivery = conn.deliver(consumer.link, message.encoded(), settled=presettled, state=state)
-            self.dirty.add(conn)
-            dispatched = Dispatched(consumer, delivery, message)
-            delivery.context = dispatched
-            if txn is not None:
-                # §4.4.3: acquired under the transaction, settled or not, until it is discharged
-                dispatched.acquired_by = txn
-                dispatched.peer_settled = presettled
-                txn.acquisitions.append(dispatched)
-                consumer.unsettled[delivery] = dispatched
-            elif presettled:
-                queue.retire()
-            else:
-                consumer.unsettled[delivery] = dispatched
-
     def _on_delivery_updated(self, conn: ServerConnection, event: DeliveryUpdated) -> None:
-        queues: set[Queue] = set()
-        to_settle: list[OutgoingDelivery] = []
-        state = event.state
-        for delivery in event.deliveries:
-            dispatched = delivery.context
-            if not isinstance(dispatched, Dispatched) or delivery not in dispatched.consumer.unsettled:
-                continue
-            if isinstance(state, TransactionalState):
-                self._retire_in_transaction(conn, dispatched, state, event.settled)
-                continue
-            if dispatched.in_transaction:
-                # settling after the transaction staged its outcome: the transaction still decides
-                if event.settled:
-                    dispatched.peer_settled = True
-                if state is None or dispatched.retired_by is not None:
-                    continue
-                # a plain outcome for a message acquired under a transaction: staged in that transaction
-                assert dispatched.acquired_by is not None
-                self._stage_retirement(dispatched, dispatched.acquired_by, state, event.settled)
-                continue
-            if state is None and not event.settled:
-                continue
-            outcome = state if state is not None else dispatched.consumer.default_outcome
-            if not _is_outcome(outcome):
-                continue  # a non-terminal state (received): the delivery stays acquired
-            self._finish_delivery(dispatched, outcome)
-            queues.add(dispatched.consumer.queue)
-            if not event.settled:
-                to_settle.append(delivery)
-        if to_settle:
-            conn.settle(to_settle, state)
-            self.dirty.add(conn)
-        for queue in queues:
-            self._dispatch(queue)
-
-    def _finish_delivery(self, dispatched: Dispatched, outcome: Any) -> None:
-        """Apply a terminal outcome to a dispatched message and forget the delivery."""
-        consumer = dispatched.consumer
-        consumer.unsettled.pop(dispatched.delivery, None)
-        dispatched.delivery.link.session.outgoing_unsettled.pop(dispatched.delivery.delivery_id, None)
-        message = dispatched.message
-        if isinstance(outcome, Released | Modified):
-            if isinstance(outcome, Modified) and outcome.delivery_failed:
-                message.delivery_count += 1
-            consumer.queue.requeue(message)
-        else:
-            consumer.queue.retire()
-
-    # -- transactions: the coordinator ----------------------------------------------------------------
-    def _on_control(self, conn: ServerConnection, controller: Controller, event: TransferReceived) -> None:
-        link = controller.link
-        delivery = event.delivery
-        if link.credit < _CONTROLLER_CREDIT // 2:
-            conn.grant_credit(link, _CONTROLLER_CREDIT)
-        try:
-            body = control_body(event.payload)
-        except DecodeError as exc:
-            self._control_error(conn, controller, delivery, error(Condition.DECODE_ERROR, str(exc)))
-            return
-        if isinstance(body, Declare):
-            if body.global_id is not None:
-                err = error(Condition.NOT_IMPLEMENTED, "distributed transactions (global-id) are not supported")
-                self._control_error(conn, controller, delivery, err)
-                return
-            txn = self._declare(conn, link)
-            self._settle_incoming(conn, delivery, Declared(txn_id=txn.id))  # honours rcv-settle-mode second
-        elif isinstance(body, Discharge):
-            self._discharge(conn, controller, delivery, body)
-        else:
-            err = error(Condition.DECODE_ERROR, "a coordinator message must carry declare or discharge")
-            self._control_error(conn, controller, delivery, err)
-
-    def _declare(self, conn: ServerConnection, controller: Link) -> Transaction:
-        txn_id = next(self._txn_ids)
-        assert len(txn_id) <= MAX_TXN_ID, "txn-id generator gave an id longer than 32 bytes"
-        assert txn_id not in self._txns, "txn-id generator repeated an id"
-        txn = Transaction(txn_id, conn, controller, self._now)
-        self._txns[txn_id] = txn
-        self.txn_stats.declared += 1
-        if self.on_new_deadline is not None and len(self._txns) == 1:
-            self.on_new_deadline()
-        return txn
-
-    def _discharge(
-        self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Discharge
-    ) -> None:
-        txn_id = body.txn_id
-        txn = self._txn(conn, txn_id)
-        if txn is None:
-            self._control_error(conn, controller, delivery, self._unknown_txn_error(conn, txn_id, discharged=True))
-            return
-        if body.fail:
-            self._rollback(txn)
-        elif txn.failed is not None:
-            self._rollback(txn)
-            self.txn_stats.failed_commits += 1
-            description = f"transaction rolled back: {txn.failed.description}"
-            self._control_error(conn, controller, delivery, error(Condition.TRANSACTION_ROLLBACK, description))
-            return
-        else:
-            self._commit(txn)
-        self._settle_incoming(conn, delivery, _ACCEPTED)
-
-    def _control_error(
-        self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, err: Error
-    ) -> None:
-        """§4.3: report a declare/discharge error as rejected, or by detaching the coordinator link."""
-        if controller.rejects_errors and not delivery.settled:
-            self._settle_incoming(conn, delivery, Rejected(error=err))
-        else:
-            conn.detach(controller.link, err)
-
-    def _txn(self, conn: ServerConnection, txn_id: Any) -> Transaction | None:
-        """The live transaction ``txn_id`` of ``conn`` (another connection's id is unknown here)."""
-        if not isinstance(txn_id, bytes):
-            return None
-        txn = self._txns.get(txn_id)
-        return txn if txn is not None and txn.conn is conn else None
-
-    def _unknown_txn_error(self, conn: ServerConnection, txn_id: Any, *, discharged: bool = False) -> Error:
-        expired = self._expired.get(conn)
-        if expired is not None and isinstance(txn_id, bytes) and txn_id in expired:
-            if discharged:  # only the discharge ends the memory of it: other uses report it but keep it
-                expired.discard(txn_id)
-            return error(Condition.TRANSACTION_TIMEOUT, "the transaction timed out and was rolled back")
-        shown = txn_id.hex() if isinstance(txn_id, bytes) else repr(txn_id)
-        return error(Condition.UNKNOWN_TXN_ID, f"unknown transaction id {shown}")
-
-    # -- transactions: staging ----------------------------------------------------------------------
-    def _post_in_transaction(
-        self, conn: ServerConnection, delivery: IncomingDelivery, txn_id: Any, queue: Queue | None, message: Message
-    ) -> None:
-        """§4.4.1: stage a transactional post; answer with the provisional outcome."""
-        txn = self._txn(conn, txn_id)
-        if txn is None:
-            self._settle_incoming(conn, delivery, Rejected(error=self._unknown_txn_error(conn, txn_id)))
-            return
-        if queue is None:
-            err = self._unroutable(message)
-            txn.failed = txn.failed or err
-            self._settle_incoming(conn, delivery, TransactionalState(txn_id=txn.id, outcome=Rejected(error=err)))
-            return
-        txn.posts.append((queue, message))
-        queue.staged += 1
-        self._settle_incoming(conn, delivery, TransactionalState(txn_id=txn.id, outcome=_ACCEPTED))
-
-    def _retire_in_transaction(
-        self, conn: ServerConnection, dispatched: Dispatched, state: TransactionalState, settled: bool
-    ) -> None:
-        """§4.4.2: stage the outcome of a delivered message."""
-        txn = self._txn(conn, state.txn_id)
-        if txn is None:
-            # DESIGN §4: an unknown txn-id rejects that delivery; its message goes back to the queue
-            err = self._unknown_txn_error(conn, state.txn_id)
-            if not dispatched.in_transaction:
-                delivery = dispatched.delivery
-                self._finish_delivery(dispatched, RELEASED)
-                if not settled:
-                    conn.settle([delivery], Rejected(error=err))
-                self._dispatch(dispatched.consumer.queue)
-            return
-        other = dispatched.acquired_by or dispatched.retired_by
-        if other is not None and other is not txn:
-            # DESIGN §4: one delivery may not name two live transactions: both roll back
-            err = error(Condition.TRANSACTION_ROLLBACK, "a delivery named two different transactions")
-            for victim in (other, txn):
-                controller = victim.controller
-                self._rollback(victim)
-                victim.conn.detach(controller, err)
-                self.dirty.add(victim.conn)
-            return
-        if not _is_outcome(state.outcome):
-            return
-        self._stage_retirement(dispatched, txn, state.outcome, settled)
-
-    def _stage_retirement(self, dispatched: Dispatched, txn: Transaction, outcome: Any, settled: bool) -> None:
-        if dispatched.retired_by is None:
-            txn.retirements.append(dispatched)
-        dispatched.retired_by = txn
-        dispatched.retire_outcome = outcome
-        dispatched.peer_settled = dispatched.peer_settled or settled
-        if settled:
-            delivery = dispatched.delivery
-            delivery.link.session.outgoing_unsettled.pop(delivery.delivery_id, None)
-
-    # -- transactions: discharge --------------------------------------------------------------------
-    def _commit(self, txn: Transaction) -> None:
-        """Apply everything ``txn`` staged, in one step (no checkpoint: nobody sees half of it)."""
-        self._end(txn)
-        touched: set[Queue] = set()
-        for queue, message in txn.posts:
-            queue.staged -= 1
-            self._enqueue(queue, message)
-            touched.add(queue)
-        to_settle: dict[ServerConnection, list[tuple[OutgoingDelivery, Any]]] = {}
-        for dispatched in txn.retirements:
-            dispatched.retired_by = None
-            if dispatched.acquired_by is txn:
-                dispatched.acquired_by = None
-            self._finish_delivery(dispatched, dispatched.retire_outcome)
-            touched.add(dispatched.consumer.queue)
-            if not dispatched.peer_settled and dispatched.consumer.attached:
-                # after commit, the broker settles what it still holds unsettled
-                to_settle.setdefault(dispatched.consumer.conn, []).append(
-                    (dispatched.delivery, dispatched.retire_outcome)
-                )
-        for dispatched in txn.acquisitions:
-            if dispatched.acquired_by is not txn:
-                continue  # retired above
-            dispatched.acquired_by = None
-            if dispatched.peer_settled:
-                # pre-settled acquisition with no outcome staged: consumed by the commit
-                dispatched.consumer.unsettled.pop(dispatched.delivery, None)
-                dispatched.consumer.queue.retire()
-            elif not dispatched.consumer.attached:
-                self._finish_delivery(dispatched, dispatched.consumer.default_outcome)
-                touched.add(dispatched.consumer.queue)
-            # else: it stays acquired by its link, an ordinary unsettled delivery
-        for conn, pairs in to_settle.items():
-            for delivery, outcome in pairs:
-                conn.settle([delivery], outcome)
-            self.dirty.add(conn)
-        self.txn_stats.committed += 1
-        for queue in touched:
-            self._dispatch(queue)
-
-    def _rollback(self, txn: Transaction) -> None:
-        """Undo everything ``txn`` staged."""
-        self._end(txn)
-        for queue, _message in txn.posts:
-            queue.staged -= 1
-        touched: set[Queue] = set()
-        for dispatched in txn.acquisitions:
-            if dispatched.acquired_by is not txn:
-                continue
-            # §4.4.3 / DESIGN §4: messages acquired under a rolled-back transaction go back, count unchanged
-            dispatched.acquired_by = None
-            dispatched.retired_by = None
-            delivery = dispatched.delivery
-            if dispatched.consumer.unsettled.get(delivery) is not dispatched:
-                continue
-            self._finish_delivery(dispatched, RELEASED)
-            touched.add(dispatched.consumer.queue)
-            if not dispatched.peer_settled and dispatched.consumer.attached:
-                dispatched.consumer.conn.settle([delivery], RELEASED)
-                self.dirty.add(dispatched.consumer.conn)
-        for dispatched in txn.retirements:
-            if dispatched.retired_by is not txn:
-                continue
-            dispatched.retired_by = None
-            dispatched.retire_outcome = None
-            consumer = dispatched.consumer
-            if dispatched.peer_settled or not consumer.attached:
-                # the consumer already forgot it (or is gone): the source's default outcome applies
-                self._finish_delivery(dispatched, consumer.default_outcome)
-                touched.add(consumer.queue)
-            else:
-                # back to the state it had: acquired by its link, and the client may settle it again
-                delivery = dispatched.delivery
-                delivery.link.session.outgoing_unsettled[delivery.delivery_id] = delivery
-        self.txn_stats.rolled_back += 1
-        for queue in touched:
-            self._dispatch(queue)
-
-    def _end(self, txn: Transaction) -> None:
-        del self._txns[txn.id]
-        for consumer in txn.consumers:
-            if consumer.txn is txn:
-                consumer.txn = None
-        txn.consumers.clear()
+        self._apply_update(conn, event.deliveries, event.state, event.settled)
 
     _HANDLERS: dict[type, Any] = {
         LinkAttached: _on_attach,
@@ -732,8 +596,9 @@ class Broker:
     }
 
 
-def _is_outcome(state: Any) -> bool:
-    return isinstance(state, Accepted | Rejected | Released | Modified)
+def selector_source(selector: Any) -> str | None:
+    """The text of a selector (None for none), to compare subscriptions."""
+    return getattr(selector, "source", None)
 
 
 __all__ = ["Broker", "BrokerSettings", "LinkState"]

@@ -16,21 +16,47 @@ from minibroker.engine.endpoints import Link, LinkState, OutgoingDelivery
 if TYPE_CHECKING:
     from minibroker.broker.message import Message
     from minibroker.broker.queue import Queue
+    from minibroker.broker.selector import Selector
+    from minibroker.broker.topic import Topic
     from minibroker.broker.transactions import Transaction
 
 
 class Consumer:
     """A link on which the broker sends messages from ``queue`` (the peer's receiver)."""
 
-    __slots__ = ("conn", "default_outcome", "link", "queue", "txn", "unsettled")
+    __slots__ = (
+        "browser",
+        "conn",
+        "cursor",
+        "default_outcome",
+        "link",
+        "owned_node",
+        "queue",
+        "selector",
+        "txn",
+        "unsettled",
+    )
 
-    def __init__(self, conn: ServerConnection, link: Link, queue: Queue, default_outcome: Any) -> None:
+    def __init__(
+        self,
+        conn: ServerConnection,
+        link: Link,
+        queue: Queue,
+        default_outcome: Any,
+        *,
+        selector: Selector | None = None,
+        browser: bool = False,
+    ) -> None:
         self.conn = conn
         self.link = link
         self.queue = queue
         self.default_outcome = default_outcome
+        self.selector = selector  # a queue consumer's JMS selector (a subscription holds its own)
+        self.browser = browser  # distribution-mode copy (§3.5.7): sees messages without acquiring them
+        self.cursor: tuple[int, int] | None = None  # a browser's position in the queue's delivery order
         self.unsettled: dict[OutgoingDelivery, Dispatched] = {}
         self.txn: Transaction | None = None  # set by a flow carrying txn-id (§4.4.3)
+        self.owned_node: Any = None  # a dynamic node created for this link, deleted with it
 
     @property
     def presettled(self) -> bool:
@@ -49,17 +75,18 @@ class Consumer:
 
 
 class Producer:
-    """A link on which the peer sends messages to ``queue`` (None: route each by its ``to``)."""
+    """A link on which the peer sends messages to ``node`` (None: the anonymous relay routes each by its ``to``)."""
 
-    __slots__ = ("conn", "link", "queue")
+    __slots__ = ("conn", "link", "node", "owned_node")
 
-    def __init__(self, conn: ServerConnection, link: Link, queue: Queue | None) -> None:
+    def __init__(self, conn: ServerConnection, link: Link, node: Queue | Topic | None) -> None:
         self.conn = conn
         self.link = link
-        self.queue = queue
+        self.node = node
+        self.owned_node: Any = None  # a dynamic node created for this link, deleted with it
 
     def __repr__(self) -> str:
-        return f"Producer({self.link.name!r} to {self.queue.name if self.queue else None!r})"
+        return f"Producer({self.link.name!r} to {self.node.name if self.node else None!r})"
 
 
 class Controller:

@@ -1,46 +1,78 @@
-"""A queue node: ready messages in order, competing consumers, acquired counts (Part 3 §3.5).
+"""A queue: ready messages in delivery order, competing consumers, browsers, limits (Part 3 §3.5).
 
-Ready messages are ordered by arrival sequence, so a released message goes back to the place it had,
-ahead of everything that arrived after it: FIFO holds across redelivery. Consumers compete: each
-message goes to exactly one consumer, chosen round-robin among those with credit.
+Ready messages are ordered by (priority descending, arrival sequence): higher priority first, FIFO within a
+priority (Part 3 §3.2.1 header.priority, 0-9, default 4). A released message goes back to the place it
+had, ahead of everything that arrived after it. Each ready message goes to exactly one acquiring
+consumer; browsers (distribution-mode copy, §3.5.7) see copies without acquiring.
+
+A queue also serves as each subscription of a topic (``topic.py``), where ``node_name`` is the topic's.
+Counts: ``ready`` (deliverable now), ``acquired`` (delivered, unsettled), ``scheduled`` (not yet visible:
+a delivery time or a redelivery delay), ``staged`` (posted in open transactions). Limits count every
+message held: ready, acquired and scheduled.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedKeyList
 
 from minibroker.broker.message import Message
+from minibroker.broker.policy import NodePolicy
 
 if TYPE_CHECKING:
     from minibroker.broker.links import Consumer
 
 
-def _order(message: Message) -> int:
-    return message.seq
+def delivery_order(message: Message) -> tuple[int, int]:
+    """Sort key of ready messages: higher priority first, then arrival."""
+    return (-message.priority, message.seq)
 
 
 class Queue:
-    """One queue node."""
+    """One queue node (or one topic subscription)."""
 
-    def __init__(self, name: str) -> None:
+    kind = "queue"
+
+    def __init__(self, name: str, policy: NodePolicy | None = None, *, node_name: str | None = None) -> None:
         self.name = name
-        self.ready: SortedKeyList = SortedKeyList(key=_order)
+        self.node_name = node_name or name
+        self.policy = policy or NodePolicy()
+        self.ready: SortedKeyList = SortedKeyList(key=delivery_order)
         self.consumers: list[Consumer] = []
+        self.browsers: list[Consumer] = []
         self.acquired = 0
         self.staged = 0  # messages posted in open transactions, invisible until commit
-        self._next_consumer = 0
+        self.scheduled = 0
+        self.held_bytes = 0
         self.enqueued_total = 0
+        self.selective = 0  # consumers with a selector: dispatch must match messages to consumers
+        self.dynamic = False  # created for a dynamic terminus; deleted with its link
+        self.deleted = False  # its node (or subscription) is gone; pending timers for it are void
+        self.namespace: Any = None  # the namespace holding it (dead-letter queues are created there)
+        self._next_consumer = 0
 
     @property
     def depth(self) -> int:
         """Messages ready for delivery."""
         return len(self.ready)
 
+    @property
+    def held(self) -> int:
+        """Messages the queue holds: ready, acquired and scheduled."""
+        return len(self.ready) + self.acquired + self.scheduled
+
+    def has_room(self, message: Message, extra: int = 0, extra_bytes: int = 0) -> bool:
+        """True when ``message`` (after ``extra`` others of ``extra_bytes``) fits the node's limits."""
+        policy = self.policy
+        if policy.max_messages and self.held + extra + 1 > policy.max_messages:
+            return False
+        return not (policy.max_bytes and self.held_bytes + extra_bytes + message.size > policy.max_bytes)
+
     def put(self, message: Message) -> None:
-        """A new message arrives."""
+        """A message becomes ready (new, or due after being scheduled)."""
         self.ready.add(message)
+        self.held_bytes += message.size
         self.enqueued_total += 1
 
     def requeue(self, message: Message) -> None:
@@ -48,31 +80,71 @@ class Queue:
         self.acquired -= 1
         self.ready.add(message)
 
-    def acquire(self) -> Message:
+    def acquire(self, message: Message) -> None:
+        """``message`` (ready) is handed to a consumer."""
+        self.ready.remove(message)
+        self.acquired += 1
+
+    def acquire_first(self) -> Message:
         """Take the first ready message for delivery."""
         self.acquired += 1
         message: Message = self.ready.pop(0)
         return message
 
+    def retire(self, message: Message) -> None:
+        """An acquired message is gone for good (accepted, rejected, dead-lettered)."""
+        self.acquired -= 1
+        self.held_bytes -= message.size
+
+    def unacquire_for_later(self, message: Message) -> None:
+        """An acquired message waits out a redelivery delay (it is counted as scheduled meanwhile)."""
+        self.acquired -= 1
+        self.held_bytes -= message.size
+        self.hold_scheduled(message)
+
+    def hold_scheduled(self, message: Message) -> None:
+        self.scheduled += 1
+        self.held_bytes += message.size
+
+    def release_scheduled(self, message: Message) -> None:
+        self.scheduled -= 1
+        self.held_bytes -= message.size
+
+    def remove_ready(self, message: Message) -> bool:
+        """Take ``message`` out of the ready messages (expired, dropped); False if it is not there."""
+        try:
+            self.ready.remove(message)
+        except ValueError:
+            return False
+        self.held_bytes -= message.size
+        return True
+
     def purge(self) -> int:
         """Drop every ready message; return how many."""
         count = len(self.ready)
+        for message in self.ready:
+            self.held_bytes -= message.size
         self.ready.clear()
         return count
 
-    def retire(self) -> None:
-        """An acquired message is gone for good (accepted, rejected)."""
-        self.acquired -= 1
-
     def add_consumer(self, consumer: Consumer) -> None:
+        if consumer.browser:
+            self.browsers.append(consumer)
+            return
         self.consumers.append(consumer)
+        if consumer.selector is not None:
+            self.selective += 1
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
+        if consumer in self.browsers:
+            self.browsers.remove(consumer)
+        elif consumer in self.consumers:
             self.consumers.remove(consumer)
+            if consumer.selector is not None:
+                self.selective -= 1
 
     def next_consumer(self) -> Consumer | None:
-        """The next consumer, round-robin, that can take a message now."""
+        """The next acquiring consumer, round-robin, that can take a message now."""
         consumers = self.consumers
         n = len(consumers)
         for i in range(n):
@@ -82,6 +154,11 @@ class Queue:
                 self._next_consumer = (index + 1) % n
                 return consumer
         return None
+
+    def rotate_past(self, consumer: Consumer) -> None:
+        """Make round-robin continue after ``consumer``."""
+        if consumer in self.consumers:
+            self._next_consumer = (self.consumers.index(consumer) + 1) % len(self.consumers)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, ready={len(self.ready)}, acquired={self.acquired})"

@@ -34,7 +34,7 @@ from minibroker.engine.endpoints import Link
 
 if TYPE_CHECKING:
     from minibroker.broker.links import Consumer, Dispatched
-    from minibroker.broker.queue import Queue
+    from minibroker.broker.namespace import Node
 
 TXN_CAPABILITIES = ("amqp:local-transactions", "amqp:multi-txns-per-ssn", "amqp:multi-ssns-per-txn")
 MAX_TXN_ID = 32  # DESIGN §4: txn-ids are short opaque binaries, at most 32 bytes
@@ -56,7 +56,7 @@ class Transaction:
         self.conn = conn
         self.controller = controller
         self.created = created
-        self.posts: list[tuple[Queue, Message]] = []
+        self.posts: list[tuple[Node, Message]] = []
         self.retirements: list[Dispatched] = []
         self.acquisitions: list[Dispatched] = []
         self.failed: Error | None = None
@@ -98,7 +98,7 @@ class TransactionStats:
 def info(txn: Transaction, now: float) -> TransactionInfo:
     """Describe ``txn`` as of ``now``."""
     remote = txn.conn.remote_open
-    addresses = sorted({queue.name for queue, _ in txn.posts})
+    addresses = sorted({node.name for node, _ in txn.posts})
     return TransactionInfo(
         txn_id=txn.id,
         connection=str(remote.container_id) if remote is not None else "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 import trio
 
 from minibroker.amqp.errors import Condition, error
+from minibroker.broker.clock import WallClock
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.transactions import counter_ids
@@ -221,17 +223,18 @@ class RunningBroker(NamespaceView):
 
 def make_broker(config: Config) -> Broker:
     """The broker core configured from ``config``, with its declared queues."""
-    broker = Broker(
+    return Broker(
         BrokerSettings(
             auto_create=config.broker.auto_create,
             link_credit=config.broker.link_credit,
             transaction_timeout=config.broker.transaction_timeout,
+            node_defaults=config.node_defaults,
+            queues=dict(config.queues),
+            topics=dict(config.topics),
         ),
         txn_ids=counter_ids(secrets.token_bytes(8)),
+        clock=WallClock(time.time() - trio.current_time()),
     )
-    for name in config.queues:
-        broker.declare_queue(name)
-    return broker
 
 
 @asynccontextmanager

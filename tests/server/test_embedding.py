@@ -40,7 +40,7 @@ def test_thread_runner_from_plain_synchronous_code() -> None:
         queue = broker.queue("orders")
         assert queue.exists
         assert (queue.depth, queue.ready, queue.acquired, queue.staged) == (2, 2, 0, 0)
-        first, second = queue.peek()
+        second, first = queue.peek()  # priority 7 goes before the default 4
         assert (first.body, first.id, first.subject, first.properties, first.annotations) == (
             "one", "m-1", "s", {"kind": "a"}, {"x-opt-k": 7},
         )  # fmt: skip

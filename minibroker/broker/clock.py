@@ -1,0 +1,27 @@
+"""The one place where wall-clock time meets the broker's clock (DESIGN §3: the core reads no clock).
+
+Every broker timer (expiry, scheduled delivery, redelivery delay, transaction time-out) runs on the
+``now`` the I/O layer passes in: trio's clock, so a test can drive them all with ``MockClock``. Some
+message fields are wall-clock instants in milliseconds (``absolute-expiry-time``, ``x-opt-delivery-time``,
+``x-opt-scheduled-enqueue-time``); ``WallClock`` maps them onto the broker's clock with one offset, taken
+once by whoever starts the broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WallClock:
+    """``wall time = broker time + offset`` (seconds)."""
+
+    offset: float = 0.0
+
+    def from_wall_ms(self, wall_ms: int | float) -> float:
+        """The broker-clock instant of a wall-clock time in milliseconds since the epoch."""
+        return wall_ms / 1000 - self.offset
+
+    def to_wall_ms(self, now: float) -> int:
+        """The wall-clock time, in milliseconds since the epoch, of a broker-clock instant."""
+        return int((now + self.offset) * 1000)

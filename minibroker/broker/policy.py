@@ -1,0 +1,37 @@
+"""Per-node policies: limits, dead-lettering, expiry and redelivery (configured in ``[queues.NAME]``,
+``[topics.NAME]`` and ``[node_defaults]``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REJECT_PUBLISH = "reject-publish"
+DROP_HEAD = "drop-head"
+OVERFLOW_POLICIES = (REJECT_PUBLISH, DROP_HEAD)
+
+
+@dataclass(frozen=True)
+class NodePolicy:
+    """How one node (a queue, or each subscription of a topic) treats its messages."""
+
+    max_messages: int = 0
+    """Most messages held (ready, acquired and scheduled); 0 means no limit."""
+    max_bytes: int = 0
+    """Most bytes of messages held; 0 means no limit."""
+    overflow: str = REJECT_PUBLISH
+    """At a limit: "reject-publish" refuses the new message (amqp:resource-limit-exceeded), "drop-head" drops
+    the oldest ready one."""
+    max_delivery_attempts: int = 10
+    """Failed deliveries (modified with delivery-failed) after which a message is dead-lettered; 0: never."""
+    dead_letter_address: str | None = None
+    """Where rejected and undeliverable messages go; unset means "<node>.DLQ", "" means they are dropped."""
+    expiry_address: str = ""
+    """Where expired messages go; "" means they are dropped."""
+    redelivery_delay: float = 0.0
+    """Seconds before a released or failed message becomes deliverable again."""
+
+    def dead_letter_target(self, node: str) -> str:
+        """The dead-letter address for messages of ``node`` ("" when dead-lettering is off)."""
+        if self.dead_letter_address is None:
+            return "" if node.endswith(".DLQ") else f"{node}.DLQ"
+        return self.dead_letter_address

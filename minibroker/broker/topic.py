@@ -1,0 +1,98 @@
+"""A topic: every subscription gets its own copy of each message (multicast).
+
+Subscriptions are the queues of a topic. A receiver link makes a non-durable subscription of its own,
+deleted when the link goes. A *durable* subscription (source durable and expiry-policy never, as JMS
+durable subscribers attach) is named by the container-id and the link name; it keeps collecting while no
+link is attached, is resumed by the next attach with the same name, and is deleted by a detach with
+closed=true. A *shared* subscription (source capability ``shared``) is one queue whose links compete for
+its messages; with capability ``global`` its name does not include the container-id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from minibroker.broker.message import Message
+from minibroker.broker.policy import NodePolicy
+from minibroker.broker.queue import Queue
+
+if TYPE_CHECKING:
+    from minibroker.broker.selector import Selector
+
+
+class Subscription(Queue):
+    """One subscription of a topic: a queue fed with a copy of every matching message."""
+
+    kind = "subscription"
+
+    def __init__(
+        self,
+        topic: Topic,
+        key: tuple[str, str],
+        *,
+        durable: bool,
+        shared: bool,
+        selector: Selector | None,
+        no_local: Any = None,
+    ) -> None:
+        super().__init__(f"{topic.name}::{key[0]}:{key[1]}", topic.policy, node_name=topic.name)
+        self.topic = topic
+        self.namespace = topic.namespace
+        self.key = key
+        self.durable = durable
+        self.shared = shared
+        self.selector = selector
+        self.no_local = no_local  # the connection whose own messages this subscription does not want
+        self.links = 0
+
+
+class Topic:
+    """One topic node."""
+
+    kind = "topic"
+
+    def __init__(self, name: str, policy: NodePolicy | None = None) -> None:
+        self.name = name
+        self.policy = policy or NodePolicy()
+        self.subscriptions: dict[tuple[str, str], Subscription] = {}
+        self.dynamic = False
+        self.namespace: Any = None
+        self.staged = 0  # messages posted in open transactions, invisible until commit
+
+    def subscribe(
+        self,
+        key: tuple[str, str],
+        *,
+        durable: bool,
+        shared: bool,
+        selector: Selector | None,
+        no_local: Any = None,
+    ) -> Subscription:
+        """The subscription called ``key``, created if needed; counts one more link on it."""
+        subscription = self.subscriptions.get(key)
+        if subscription is None:
+            subscription = Subscription(
+                self, key, durable=durable, shared=shared, selector=selector, no_local=no_local
+            )
+            self.subscriptions[key] = subscription
+        subscription.links += 1
+        return subscription
+
+    def publish(
+        self, message: Message, origin: Any, matches: Callable[[Subscription, Message], bool]
+    ) -> list[Subscription]:
+        """The subscriptions that take a copy of ``message`` (published by connection ``origin``)."""
+        return [
+            s
+            for s in self.subscriptions.values()
+            if (s.no_local is None or s.no_local is not origin) and matches(s, message)
+        ]
+
+    @property
+    def depth(self) -> int:
+        """Messages ready across all subscriptions."""
+        return sum(s.depth for s in self.subscriptions.values())
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name!r}, subscriptions={len(self.subscriptions)})"
