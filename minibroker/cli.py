@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from minibroker import health
+from minibroker import auth, health
 from minibroker.config import Config, ConfigError
 from minibroker.server.app import serve
 
@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minibroker",
         description="An embeddable AMQP 1.0 broker for testing, with complete transactions.",
-        epilog="minibroker check [--url URL]: exit 0 if a broker answers AMQP open within a second, else 1.",
+        epilog="minibroker check [--url URL]: exit 0 if a broker answers AMQP open within a second, else 1. "
+        "minibroker hash-password: print a password hash for [auth.users].",
     )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, help="TCP port (default 5672; 0 picks a free port)")
@@ -83,7 +84,8 @@ def resolve_config(args: argparse.Namespace, environ: dict[str, str]) -> Config:
 async def _run(config: Config) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with serve(config) as running:
-            print(f"minibroker listening on {running.url}", flush=True)
+            for url in running.urls:
+                print(f"minibroker listening on {url}", flush=True)
             async for _ in signals:
                 break
     logging.getLogger("minibroker").info("stopped")
@@ -94,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check"]:
         return health.main(argv[1:])
+    if argv[:1] == ["hash-password"]:
+        return auth.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minibroker.auth import is_hashed, valid_hash
+from minibroker.broker.permissions import Permissions
 from minibroker.broker.policy import OVERFLOW_POLICIES, NodePolicy
 
 
@@ -32,6 +34,30 @@ class ServerConfig:
     """Seconds of silence after which a peer is dropped; 0 disables (heartbeats to the peer still go out)."""
     max_message_size: int = 0
     """Largest message accepted, in bytes; 0 means no limit."""
+    max_connections: int = 1000
+    """Connections at once; one more gets its open answered with close(amqp:resource-limit-exceeded)."""
+    max_sessions: int = 256
+    """Sessions at once on one connection."""
+    max_links_per_session: int = 1024
+    """Links attached at once on one session."""
+    handshake_timeout: float = 10.0
+    """Seconds a new connection has to get through SASL and open; 0 disables."""
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """``[tls]``: an amqps listener (AMQP over TLS) besides the plain one."""
+
+    enabled: bool = False
+    port: int = 5671
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    """CA certificates for client certificates; needed when client_auth is not "none"."""
+    client_auth: str = "none"
+    """"none", "optional" or "required": whether clients present certificates."""
+    sasl_external: bool = True
+    """Offer SASL EXTERNAL to a client that presented a certificate (its subject CN becomes the user)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +66,11 @@ class AuthConfig:
 
     anonymous: bool = True
     users: dict[str, str] = field(default_factory=dict)
+    """Users and their passwords, plain or hashed with ``minibroker hash-password``."""
+    failure_delay: float = 1.0
+    """Seconds a failed SASL authentication waits before its answer (slows password guessing)."""
+    permissions: dict[str, Permissions] = field(default_factory=dict)
+    """``[auth.permissions.USER]``: address patterns the user may send to and receive from."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +81,10 @@ class BrokerConfig:
     link_credit: int = 1000
     transaction_timeout: float = 300.0
     """Seconds after which an open transaction is rolled back; 0 means never."""
+    max_transactions_per_connection: int = 100
+    """Open transactions at once on one connection; a declare beyond is rejected."""
+    max_staged_bytes: int = 64 * 1024 * 1024
+    """Bytes of messages one transaction may post; past it, posts are rejected and the commit fails."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +93,7 @@ class Config:
 
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     node_defaults: NodePolicy = field(default_factory=NodePolicy)
     """``[node_defaults]``: the policy of nodes created on demand, and the base of declared ones."""
@@ -109,6 +145,7 @@ _SECTIONS: dict[str, type] = {
     "auth": AuthConfig,
     "broker": BrokerConfig,
     "node_defaults": NodePolicy,
+    "tls": TlsConfig,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -138,6 +175,10 @@ def _check_type(value: Any, expected: Any, where: str) -> Any:
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     if expected == "str | None":
         return None if value is None else _check_type(value, str, where)
+    if expected == "tuple[str, ...]":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+        return tuple(value)
     if expected == "dict[str, str]":
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a table, got {value!r}")
@@ -156,7 +197,12 @@ def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
         if spec is None:
             known = ", ".join(sorted(fields)) or "none"
             raise ConfigError(f"{where}: unknown key (known keys here: {known})")
-        if cls is Config and key in _SECTIONS:
+        if cls is AuthConfig and key == "permissions":
+            values[key] = {
+                user: _build(Permissions, _table(entry, f"{where}.{user}"), source, f"auth.permissions.{user}.")
+                for user, entry in _table(value, where).items()
+            }
+        elif cls is Config and key in _SECTIONS:
             values[key] = _build(_SECTIONS[key], value, source, f"{key}.")
         elif cls is Config and key in ("queues", "topics"):
             if not isinstance(value, dict):
@@ -190,11 +236,38 @@ def _validate(config: Any, source: str, prefix: str) -> None:
             raise bad("idle_timeout", "must not be negative")
         if config.max_message_size < 0:
             raise bad("max_message_size", "must not be negative")
+        for key in ("max_connections", "max_sessions", "max_links_per_session"):
+            if getattr(config, key) < 1:
+                raise bad(key, "must be at least 1")
+        if config.handshake_timeout < 0:
+            raise bad("handshake_timeout", "must not be negative")
+    elif isinstance(config, AuthConfig):
+        for user, stored in config.users.items():
+            if is_hashed(stored) and not valid_hash(stored):
+                raise bad(f"users.{user}", "is not a valid hash (make one with `minibroker hash-password`)")
+        if config.failure_delay < 0:
+            raise bad("failure_delay", "must not be negative")
+    elif isinstance(config, TlsConfig):
+        if config.client_auth not in ("none", "optional", "required"):
+            raise bad("client_auth", f"{config.client_auth!r} is not one of none, optional, required")
+        if config.enabled:
+            for key in ("cert_file", "key_file") + (("ca_file",) if config.client_auth != "none" else ()):
+                value = getattr(config, key)
+                if not value:
+                    raise bad(key, "is required when tls is enabled")
+                if not Path(value).is_file():
+                    raise bad(key, f"no such file: {value}")
+        if not 0 <= config.port <= 65535:
+            raise bad("port", f"{config.port} is not a TCP port (0-65535)")
     elif isinstance(config, BrokerConfig):
         if config.link_credit < 1:
             raise bad("link_credit", "must be at least 1")
         if config.transaction_timeout < 0:
             raise bad("transaction_timeout", "must not be negative")
+        if config.max_transactions_per_connection < 1:
+            raise bad("max_transactions_per_connection", "must be at least 1")
+        if config.max_staged_bytes < 1:
+            raise bad("max_staged_bytes", "must be at least 1")
     elif isinstance(config, NodePolicy):
         for key in ("max_messages", "max_bytes", "max_delivery_attempts"):
             if getattr(config, key) < 0:

@@ -57,6 +57,11 @@ class CoordinatorMixin(DeliveryMixin):
                 err = error(Condition.NOT_IMPLEMENTED, "distributed transactions (global-id) are not supported")
                 self._control_error(conn, controller, delivery, err)
                 return
+            limit = self.settings.max_transactions_per_connection
+            if sum(1 for t in self._txns.values() if t.conn is conn) >= limit:
+                err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} open transactions per connection")
+                self._control_error(conn, controller, delivery, err)
+                return
             txn = self._declare(conn, link)
             self._settle_incoming(conn, delivery, Declared(txn_id=txn.id))  # honours rcv-settle-mode second
         elif isinstance(body, Discharge):
@@ -148,11 +153,15 @@ class CoordinatorMixin(DeliveryMixin):
             self._settle_incoming(conn, delivery, Rejected(error=self._unknown_txn_error(conn, txn_id)))
             return
         err = self._unroutable(message) if node is None else self._admit(node, message, conn)
+        if err is None and txn.staged_bytes + message.size > self.settings.max_staged_bytes:
+            limit = self.settings.max_staged_bytes
+            err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"a transaction may post at most {limit} bytes")
         if err is not None or node is None:
             txn.failed = txn.failed or err
             self._settle_incoming(conn, delivery, TransactionalState(txn_id=txn.id, outcome=Rejected(error=err)))
             return
         txn.posts.append((node, message))
+        txn.staged_bytes += message.size
         node.staged += 1
         self._settle_incoming(conn, delivery, TransactionalState(txn_id=txn.id, outcome=ACCEPTED))
 

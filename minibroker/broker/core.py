@@ -306,6 +306,10 @@ class Broker(CoordinatorMixin):
         if source.dynamic:
             node = owned = self._dynamic_node(conn, source.capabilities)
         else:
+            denied = self._denied(conn, "receive", source.address, source.capabilities)
+            if denied is not None:
+                conn.refuse_attach(link, denied)
+                return
             node = self._lookup(conn, source.address, source.capabilities)
             if node is None:
                 conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {source.address!r}"))
@@ -429,6 +433,10 @@ class Broker(CoordinatorMixin):
                 capabilities=target.capabilities,
             )
         elif isinstance(target, Target) and target.address is not None:
+            denied = self._denied(conn, "send", target.address, target.capabilities)
+            if denied is not None:
+                conn.refuse_attach(link, denied)
+                return
             node = self._lookup(conn, target.address, target.capabilities)
             if node is None:
                 conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {target.address!r}"))
@@ -441,6 +449,9 @@ class Broker(CoordinatorMixin):
         conn.grant_credit(link, self.settings.link_credit)
 
     def _attach_controller(self, conn: ServerConnection, link: Link) -> None:
+        if not self.settings.permits(conn.user, "transactions", ""):
+            conn.refuse_attach(link, error(Condition.UNAUTHORIZED_ACCESS, f"{conn.user!r} may not use transactions"))
+            return
         source = link.source
         outcomes = source.outcomes if isinstance(source, Source) else None
         # §4.3 / DESIGN §4: errors travel as rejected when the controller offers it, or lists no outcomes
@@ -552,7 +563,14 @@ class Broker(CoordinatorMixin):
         delivery = event.delivery
         message = Message(event.payload)
         self._arrive(message)
-        node = context.node if context.node is not None else self._lookup(conn, message.to)
+        node = context.node
+        if node is None:  # the anonymous relay
+            denied = self._denied(conn, "send", message.to)
+            if denied is not None:
+                self._settle_incoming(conn, delivery, Rejected(error=denied))
+                self._top_up(conn, link)
+                return
+            node = self._lookup(conn, message.to)
         state = delivery.state
         if isinstance(state, TransactionalState):
             self._post_in_transaction(conn, delivery, state.txn_id, node, message)
@@ -567,8 +585,32 @@ class Broker(CoordinatorMixin):
                 self._settle_incoming(conn, delivery, ACCEPTED)
                 for queue in targets:
                     self._dispatch(queue)
+        self._top_up(conn, link)
+
+    def _top_up(self, conn: ServerConnection, link: Link) -> None:
         if link.credit <= self.settings.link_credit // 2:  # <=: with a credit of 1, refill at 0
             conn.grant_credit(link, self.settings.link_credit)
+
+    def _denied(self, conn: ServerConnection, action: str, address: Any, capabilities: Any = None) -> Any:
+        """``amqp:unauthorized-access`` when the connection's user may not ``action`` on ``address``."""
+        if not self.settings.permissions or not isinstance(address, str):
+            return None
+        name, _kind = parse_address(address, capabilities)
+        if self.settings.permits(conn.user, action, name):
+            return None
+        return error(Condition.UNAUTHORIZED_ACCESS, f"{conn.user!r} may not {action} on {name!r}")
+
+    def resume(self, conn: ServerConnection) -> None:
+        """``conn``'s peer read what was queued for it: deliveries held back for it may go on."""
+        conn.throttled = False
+        queues = {
+            link.context.queue
+            for session in conn.sessions.values()
+            for link in session.links.values()
+            if isinstance(link.context, Consumer)
+        }
+        for queue in queues:
+            self._dispatch(queue)
 
     def _settle_incoming(self, conn: ServerConnection, delivery: IncomingDelivery, state: Any) -> None:
         if delivery.settled:

@@ -18,6 +18,7 @@ from minibroker.broker.clock import WallClock
 from minibroker.broker.links import Consumer, Dispatched
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import Namespace, Node
+from minibroker.broker.permissions import Permissions
 from minibroker.broker.policy import NodePolicy
 from minibroker.broker.queue import Queue
 from minibroker.broker.timers import Timers
@@ -42,6 +43,23 @@ class BrokerSettings:
     """Queues that exist from the start in every namespace, with their policies."""
     topics: dict[str, NodePolicy] = field(default_factory=dict)
     """Topics that exist from the start in every namespace, with their policies."""
+    permissions: dict[str, Permissions] = field(default_factory=dict)
+    """What each authenticated user may do; a user without an entry may do everything."""
+    max_transactions_per_connection: int = 100
+    """Open transactions at once on one connection."""
+    max_staged_bytes: int = 64 * 1024 * 1024
+    """Bytes of messages one transaction may post."""
+
+    def permits(self, user: str | None, action: str, address: str) -> bool:
+        """Whether ``user`` may ``action`` ("send", "receive", "transactions") on ``address``."""
+        permissions = self.permissions.get(user) if user is not None else None
+        if permissions is None:
+            return True
+        if action == "send":
+            return permissions.may_send(address)
+        if action == "receive":
+            return permissions.may_receive(address)
+        return permissions.transactions
 
 
 class BrokerState:

@@ -49,7 +49,18 @@ def counter_ids(prefix: bytes = b"") -> Iterator[bytes]:
 class Transaction:
     """One open transaction and its staged work."""
 
-    __slots__ = ("acquisitions", "conn", "consumers", "controller", "created", "failed", "id", "posts", "retirements")
+    __slots__ = (
+        "acquisitions",
+        "conn",
+        "consumers",
+        "controller",
+        "created",
+        "failed",
+        "id",
+        "posts",
+        "retirements",
+        "staged_bytes",
+    )
 
     def __init__(self, txn_id: bytes, conn: ServerConnection, controller: Link, created: float) -> None:
         self.id = txn_id
@@ -57,6 +68,7 @@ class Transaction:
         self.controller = controller
         self.created = created
         self.posts: list[tuple[Node, Message]] = []
+        self.staged_bytes = 0
         self.retirements: list[Dispatched] = []
         self.acquisitions: list[Dispatched] = []
         self.failed: Error | None = None

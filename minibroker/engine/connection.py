@@ -80,6 +80,7 @@ from minibroker.engine.endpoints import (
 )
 from minibroker.engine.events import (
     Authenticated,
+    AuthenticationFailed,
     ConnectionClosed,
     ConnectionOpened,
     DeliveryUpdated,
@@ -116,6 +117,10 @@ class Phase(Enum):
     FINISHED = "finished"  # nothing more to read or write but what is buffered
 
 
+_HANDSHAKE_PHASES = (Phase.HEADER, Phase.SASL, Phase.SASL_DONE, Phase.OPEN)
+_OUTPUT_LIMIT = 1 << 20  # bytes queued for a peer beyond which no more deliveries are started
+
+
 class ServerConnection:
     """Server end of one AMQP connection (Part 2 §2.4)."""
 
@@ -131,6 +136,12 @@ class ServerConnection:
         offered_capabilities: list[str] | None = None,
         trace: Trace | None = None,
         conn_id: int = 0,
+        max_sessions: int = 256,
+        max_links: int = 1024,
+        handshake_timeout: float | None = None,
+        now: float = 0.0,
+        refuse: Error | None = None,
+        external_identity: str | None = None,
     ) -> None:
         self.conn_id = conn_id
         """A number the embedder gives this connection (logs, traces, introspection)."""
@@ -142,6 +153,18 @@ class ServerConnection:
         self.max_message_size = max_message_size
         self.offered_capabilities = offered_capabilities
         self.trace = trace
+        self.max_sessions = max_sessions
+        """Sessions open at once; a begin beyond is answered and ended with amqp:resource-limit-exceeded."""
+        self.max_links = max_links
+        """Links attached at once on one session (handle-max is one less); more are refused."""
+        self.handshake_timeout = handshake_timeout
+        """Seconds from connect to open; a peer that sends nothing, or stalls in SASL, is dropped."""
+        self.refuse = refuse
+        """When set, the connection is refused: its open is answered with open and close(refuse)."""
+        self.external_identity = external_identity
+        """The TLS client certificate's identity, offered as SASL EXTERNAL (Part 5 §5.3.3.1)."""
+        self.throttled = False
+        """True when a delivery was held back because output is piling up (the peer is not reading)."""
         self.phase = Phase.HEADER
         self.user: str | None = None
         self.remote_open: Open | None = None
@@ -153,9 +176,10 @@ class ServerConnection:
         self._in = bytearray()
         self._out = bytearray()
         self._events: list[Event] = []
-        self._now = 0.0
-        self._last_received = 0.0
-        self._last_sent = 0.0
+        self._now = now
+        self._started = now
+        self._last_received = now
+        self._last_sent = now
         self._close_deadline: float | None = None
         self._closed_event_sent = False
         self.context: Any = None
@@ -206,6 +230,8 @@ class ServerConnection:
         deadlines = []
         if self._close_deadline is not None:
             deadlines.append(self._close_deadline)
+        if self.handshake_timeout and self.phase in _HANDSHAKE_PHASES:
+            deadlines.append(self._started + self.handshake_timeout)
         if self.phase is Phase.OPENED:
             if self.remote_idle_time_out:
                 deadlines.append(self._last_sent + self.remote_idle_time_out / 2)
@@ -219,6 +245,13 @@ class ServerConnection:
         if self._close_deadline is not None and now >= self._close_deadline:
             self._close_deadline = None
             self._finish(None, by_peer=False)
+        elif (
+            self.handshake_timeout
+            and self.phase in _HANDSHAKE_PHASES
+            and now >= self._started + self.handshake_timeout
+        ):
+            # a peer that connects and sends nothing, or stalls in SASL, is dropped
+            self._finish(error(Condition.RESOURCE_LIMIT_EXCEEDED, "handshake timed out"), by_peer=False)
         elif self.phase is Phase.OPENED:
             if self.idle_time_out and now >= self._last_received + self.idle_time_out:
                 # §2.4.5: a peer silent past our idle time-out is gone
@@ -282,7 +315,7 @@ class ServerConnection:
             self.trace("<-", 0, header, 0)
         if header == SASL_HEADER and self.phase is Phase.HEADER:
             self._write_header(SASL_HEADER)
-            mechanisms: list[str] = [Symbol(m) for m in self.sasl.mechanisms]
+            mechanisms: list[str] = [Symbol(m) for m in self.sasl.mechanisms_for(self.external_identity)]
             self._send(0, SaslMechanisms(sasl_server_mechanisms=mechanisms), frame_type=SASL_FRAME)
             self.phase = Phase.SASL
         elif header == AMQP_HEADER and (self.phase is Phase.SASL_DONE or not self.sasl.required):
@@ -359,7 +392,7 @@ class ServerConnection:
 
     # -- SASL -----------------------------------------------------------------------------------------
     def _on_sasl_init(self, init: SaslInit) -> None:
-        code, user = outcome_for(self.sasl, init)
+        code, user = outcome_for(self.sasl, init, self.external_identity)
         self._send(0, SaslOutcome(code=code), frame_type=SASL_FRAME)
         if code == SASL_OK:
             self.user = user
@@ -367,6 +400,7 @@ class ServerConnection:
             self._events.append(Authenticated(str(init.mechanism), user))
         else:
             assert code == SASL_AUTH
+            self._events.append(AuthenticationFailed(str(init.mechanism)))
             self._finish(None, by_peer=False)
 
     # -- connection ---------------------------------------------------------------------------------
@@ -392,6 +426,10 @@ class ServerConnection:
             ),
         )
         self.phase = Phase.OPENED
+        if self.refuse is not None:
+            # e.g. too many connections: a clear AMQP error rather than a dropped socket
+            self._close_with(self.refuse)
+            return
         self._events.append(ConnectionOpened(open_))
 
     def _on_close(self, close: Close) -> None:
@@ -440,6 +478,7 @@ class ServerConnection:
         local = next(c for c in range(self.channel_max + 2) if c not in self._local_channels)
         if local > self.channel_max:
             raise ConnectionNotAllowed("no free channel")
+        refused = len(self.sessions) >= self.max_sessions
         session = Session(local, channel, begin.next_outgoing_id or 0, _INCOMING_WINDOW)
         session.remote_incoming_window = begin.incoming_window or 0
         session.remote_outgoing_window = begin.outgoing_window or 0
@@ -452,9 +491,14 @@ class ServerConnection:
                 next_outgoing_id=UInt(0),
                 incoming_window=UInt(_INCOMING_WINDOW),
                 outgoing_window=UInt(0xFFFFFFFF),
-                handle_max=UInt(0xFFFFFFFF if begin.handle_max is None else begin.handle_max),
+                handle_max=UInt(min(self.max_links - 1, 0xFFFFFFFF if begin.handle_max is None else begin.handle_max)),
             ),
         )
+        if refused:
+            # a session beyond the limit is begun and at once ended with the reason
+            limit = f"at most {self.max_sessions} sessions per connection"
+            self._end_session(session, error(Condition.RESOURCE_LIMIT_EXCEEDED, limit))
+            return
         self._events.append(SessionBegun(session))
 
     def _on_end(self, session: Session, end: End) -> None:
@@ -483,6 +527,10 @@ class ServerConnection:
         link = Link(session, attach, output)
         session.links[link.input_handle] = link
         session.links_by_output[output] = link
+        if len(session.links) > self.max_links:
+            limit = f"at most {self.max_links} links per session"
+            self.refuse_attach(link, error(Condition.RESOURCE_LIMIT_EXCEEDED, limit))
+            return
         self._events.append(LinkAttached(link))
 
     def _on_detach(self, session: Session, detach: Detach) -> None:
@@ -741,12 +789,17 @@ class ServerConnection:
         self._send_link_flow(link)
 
     def can_send(self, link: Link) -> bool:
-        """True when a delivery may be sent on ``link`` now: credit, and no backlog on its session."""
-        return (
-            link.credit > 0
-            and link.state is LinkState.ATTACHED
-            and len(link.session.pending) < _PENDING_LIMIT
-        )
+        """True when a delivery may be sent on ``link`` now: credit, and no backlog for the peer.
+
+        A backlog is transfers held back by the peer's session window, or output the peer has not read
+        yet; then ``throttled`` is set, and the I/O layer calls the broker again once it has written.
+        """
+        if link.credit <= 0 or link.state is not LinkState.ATTACHED:
+            return False
+        if len(link.session.pending) >= _PENDING_LIMIT or len(self._out) >= _OUTPUT_LIMIT:
+            self.throttled = True
+            return False
+        return True
 
     def deliver(
         self,

@@ -24,6 +24,13 @@ class Authenticated(Event):
 
 
 @dataclass(slots=True)
+class AuthenticationFailed(Event):
+    """SASL failed; the connection is over (the I/O layer delays the answer against password guessing)."""
+
+    mechanism: str
+
+
+@dataclass(slots=True)
 class ConnectionOpened(Event):
     """The peer's open arrived and was answered."""
 

@@ -14,6 +14,7 @@ from minibroker.amqp.definitions import SaslInit
 
 ANONYMOUS = "ANONYMOUS"
 PLAIN = "PLAIN"
+EXTERNAL = "EXTERNAL"
 
 SASL_OK = 0  # §5.3.3.6 sasl-code
 SASL_AUTH = 1
@@ -34,10 +35,18 @@ class SaslPolicy:
     """A peer that skips SASL is refused (true whenever users are configured)."""
     authenticate: Callable[[str, str], bool] = field(default=_accept_anyone, repr=False)
 
+    external: bool = False
+    """Offer EXTERNAL when the TLS layer authenticated the peer with a client certificate."""
+
     @property
     def mechanisms(self) -> list[str]:
-        """Mechanisms in the order we offer them."""
+        """Mechanisms in the order we offer them (without EXTERNAL, which needs a certificate)."""
         return [m for m, on in ((PLAIN, self.plain), (ANONYMOUS, self.anonymous)) if on]
+
+    def mechanisms_for(self, external_identity: str | None) -> list[str]:
+        """Mechanisms offered to a peer, EXTERNAL first when it presented a certificate."""
+        external = [EXTERNAL] if self.external and external_identity else []
+        return external + self.mechanisms
 
 
 def parse_plain(response: bytes) -> tuple[str, str] | None:
@@ -51,11 +60,15 @@ def parse_plain(response: bytes) -> tuple[str, str] | None:
         return None
 
 
-def outcome_for(policy: SaslPolicy, init: SaslInit) -> tuple[int, str | None]:
+def outcome_for(
+    policy: SaslPolicy, init: SaslInit, external_identity: str | None = None
+) -> tuple[int, str | None]:
     """Decide a ``sasl-init``: the sasl-code to answer, and the authenticated user (None if anonymous)."""
     mechanism = str(init.mechanism)
-    if mechanism not in policy.mechanisms:
+    if mechanism not in policy.mechanisms_for(external_identity):
         return SASL_AUTH, None
+    if mechanism == EXTERNAL:
+        return SASL_OK, external_identity
     if mechanism == ANONYMOUS:
         return SASL_OK, None
     credentials = parse_plain(init.initial_response or b"")

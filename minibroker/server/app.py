@@ -7,9 +7,12 @@ with ``amqp:connection:forced`` and stops.
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import itertools
 import logging
 import secrets
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -19,11 +22,12 @@ from typing import Any, TypeVar
 import trio
 
 from minibroker.amqp.errors import Condition, error
+from minibroker.auth import check_password
 from minibroker.broker.clock import WallClock
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.transactions import counter_ids
-from minibroker.config import Config
+from minibroker.config import Config, TlsConfig
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import NamespaceView
@@ -48,24 +52,32 @@ def as_config(config: ConfigLike) -> Config:
 
 
 def sasl_policy(config: Config) -> SaslPolicy:
-    """DESIGN §2: any credentials unless users are configured; then PLAIN is checked, ANONYMOUS refused."""
+    """DESIGN §2: any credentials unless users are configured; then PLAIN is checked, ANONYMOUS refused.
+
+    SASL EXTERNAL is offered to TLS clients that presented a certificate, when ``tls.sasl_external``.
+    """
     users = config.auth.users
+    external = config.tls.enabled and config.tls.sasl_external
     if not users:
-        return SaslPolicy(anonymous=config.auth.anonymous, plain=True, required=False)
+        return SaslPolicy(anonymous=config.auth.anonymous, plain=True, required=False, external=external)
 
+    @functools.lru_cache(maxsize=256)  # hashed passwords cost ~0.3 s to check; a test logs in often
     def authenticate(user: str, password: str) -> bool:
-        expected = users.get(user)
-        return expected is not None and secrets.compare_digest(expected, password)
+        stored = users.get(user)
+        return stored is not None and check_password(stored, password)
 
-    return SaslPolicy(anonymous=False, plain=True, required=True, authenticate=authenticate)
+    return SaslPolicy(anonymous=False, plain=True, required=True, authenticate=authenticate, external=external)
 
 
-def engine_factory(config: Config, tracer: FrameTracer | None = None) -> Callable[[int], ServerConnection]:
+EngineFactory = Callable[..., ServerConnection]
+
+
+def engine_factory(config: Config, tracer: FrameTracer | None = None) -> EngineFactory:
     """A function that makes one engine per accepted connection, set up from ``config``."""
     policy = sasl_policy(config)
     server = config.server
 
-    def make(conn_id: int) -> ServerConnection:
+    def make(conn_id: int, *, refuse: Any = None, external_identity: str | None = None) -> ServerConnection:
         return ServerConnection(
             container_id=server.container_id,
             sasl=policy,
@@ -76,14 +88,42 @@ def engine_factory(config: Config, tracer: FrameTracer | None = None) -> Callabl
             offered_capabilities=["ANONYMOUS-RELAY"],
             trace=tracer.bind(conn_id) if tracer is not None else None,
             conn_id=conn_id,
+            max_sessions=server.max_sessions,
+            max_links=server.max_links_per_session,
+            handshake_timeout=server.handshake_timeout or None,
+            now=trio.current_time(),
+            refuse=refuse,
+            external_identity=external_identity,
         )
 
     return make
 
 
-def format_url(host: str, port: int) -> str:
+def ssl_context(tls: TlsConfig) -> ssl.SSLContext:
+    """The server's TLS context from ``[tls]``."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.client_auth != "none":
+        context.load_verify_locations(tls.ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED if tls.client_auth == "required" else ssl.CERT_OPTIONAL
+    return context
+
+
+def certificate_identity(stream: trio.SSLStream[Any]) -> str | None:
+    """The subject common name of the client's verified certificate, if it sent one."""
+    certificate = stream.getpeercert()
+    if not certificate:
+        return None
+    for rdn in certificate.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def format_url(host: str, port: int, scheme: str = "amqp") -> str:
     """``amqp://HOST:PORT``, with brackets around an IPv6 host."""
-    return f"amqp://[{host}]:{port}" if ":" in host else f"amqp://{host}:{port}"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 class _Server:
@@ -100,7 +140,8 @@ class _Server:
         self.changed = trio.Event()
         self.waiters = 0
         self.change_listeners: list[Callable[[], None]] = []
-        self.listener_scopes: dict[str, trio.CancelScope] = {}
+        self.listener_scopes: dict[str, list[trio.CancelScope]] = {}
+        self.tls_context = ssl_context(config.tls) if config.tls.enabled else None
         broker.on_change = self._on_change
 
     def _on_change(self) -> None:
@@ -110,31 +151,49 @@ class _Server:
         for listener in self.change_listeners:
             listener()
 
-    async def listen(self, host: str, port: int, namespace: Namespace) -> int:
+    async def listen(self, host: str, port: int, namespace: Namespace, *, tls: bool = False) -> int:
         """Accept connections on ``host:port`` into ``namespace``; return the bound port."""
         listeners = await trio.open_tcp_listeners(port, host=host)
         bound: int = listeners[0].socket.getsockname()[1]
         scope = trio.CancelScope()
-        self.listener_scopes.setdefault(namespace.name, scope)
+        self.listener_scopes.setdefault(namespace.name, []).append(scope)
 
         async def handle(stream: trio.SocketStream) -> None:
             await self.serve_stream(stream, namespace)
 
+        async def handle_tls(stream: trio.SocketStream) -> None:
+            assert self.tls_context is not None
+            secure = trio.SSLStream(stream, self.tls_context, server_side=True)
+            try:
+                with trio.fail_after(self.config.server.handshake_timeout or 10.0):
+                    await secure.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError, ssl.SSLError, OSError) as exc:
+                log.info("TLS handshake failed: %s", exc)
+                await trio.aclose_forcefully(stream)
+                return
+            await self.serve_stream(secure, namespace, external_identity=certificate_identity(secure))
+
         async def accept() -> None:
             with scope:
-                await trio.serve_listeners(handle, listeners)
+                await trio.serve_listeners(handle_tls if tls else handle, listeners)
 
         self.nursery.start_soon(accept)
         return bound
 
     def stop_listening(self, namespace: str) -> None:
-        scope = self.listener_scopes.pop(namespace, None)
-        if scope is not None:
+        for scope in self.listener_scopes.pop(namespace, []):
             scope.cancel()
 
-    async def serve_stream(self, stream: trio.abc.Stream, namespace: Namespace) -> None:
+    async def serve_stream(
+        self, stream: trio.abc.Stream, namespace: Namespace, *, external_identity: str | None = None
+    ) -> None:
         conn_id = next(self.ids)
-        task = ConnectionTask(conn_id, stream, self.broker, self.make_engine(conn_id), namespace)
+        limit = self.config.server.max_connections
+        refuse = None
+        if len(self.tasks) >= limit:
+            refuse = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} connections")
+        engine = self.make_engine(conn_id, refuse=refuse, external_identity=external_identity)
+        task = ConnectionTask(conn_id, stream, self.broker, engine, namespace, self.config.auth.failure_delay)
         self.tasks.add(task)
         try:
             await task.run()
@@ -147,8 +206,9 @@ class _Server:
 
     async def shutdown(self) -> None:
         """Close every connection cleanly, give them a moment to flush, then stop serving."""
-        for scope in self.listener_scopes.values():
-            scope.cancel()
+        for scopes in self.listener_scopes.values():
+            for scope in scopes:
+                scope.cancel()
         for task in list(self.tasks):
             task.engine.close(error(Condition.CONNECTION_FORCED, "broker shutting down"))
             self.broker.handle(task.engine, task.engine.take_events(), trio.current_time())
@@ -163,18 +223,36 @@ class _Server:
 class RunningBroker(NamespaceView):
     """A broker serving in this trio run: its address, its state, and namespaces for isolated tests."""
 
-    def __init__(self, server: _Server, host: str, port: int, namespace: str = DEFAULT_NAMESPACE) -> None:
+    def __init__(
+        self,
+        server: _Server,
+        host: str,
+        port: int,
+        namespace: str = DEFAULT_NAMESPACE,
+        tls_port: int | None = None,
+    ) -> None:
         self._server = server
         self.config = server.config
         self.broker = server.broker
         self.host = host
         self.port = port
+        self.tls_port = tls_port
         self.namespace_name = namespace
 
     @property
     def url(self) -> str:
         """``amqp://HOST:PORT`` of the listener."""
         return format_url(self.host, self.port)
+
+    @property
+    def tls_url(self) -> str | None:
+        """``amqps://HOST:PORT`` of the TLS listener, when TLS is enabled."""
+        return format_url(self.host, self.tls_port, "amqps") if self.tls_port is not None else None
+
+    @property
+    def urls(self) -> list[str]:
+        """Every listener's URL."""
+        return [self.url] + ([self.tls_url] if self.tls_url else [])
 
     def _call(self, fn: Callable[[Broker], T]) -> T:
         result = fn(self.broker)
@@ -231,6 +309,9 @@ def make_broker(config: Config) -> Broker:
             node_defaults=config.node_defaults,
             queues=dict(config.queues),
             topics=dict(config.topics),
+            permissions=dict(config.auth.permissions),
+            max_transactions_per_connection=config.broker.max_transactions_per_connection,
+            max_staged_bytes=config.broker.max_staged_bytes,
         ),
         txn_ids=counter_ids(secrets.token_bytes(8)),
         clock=WallClock(time.time() - trio.current_time()),
@@ -242,16 +323,35 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
     """Run a broker for the duration of the ``async with`` block."""
     cfg = as_config(config)
     broker = make_broker(cfg)
+    warn_if_exposed(cfg)
     async with trio.open_nursery() as nursery:
         server = _Server(cfg, broker, nursery)
         port = await server.listen(cfg.server.host, cfg.server.port, broker.default)
+        tls_port = None
+        if cfg.tls.enabled:
+            tls_port = await server.listen(cfg.server.host, cfg.tls.port, broker.default, tls=True)
         nursery.start_soon(run_broker_timer, broker)
         try:
-            yield RunningBroker(server, cfg.server.host, port)
+            yield RunningBroker(server, cfg.server.host, port, tls_port=tls_port)
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(2.0):
                 await server.shutdown()
             nursery.cancel_scope.cancel()
+
+
+def warn_if_exposed(config: Config) -> None:
+    """Safe defaults: say so loudly when anyone on the network may connect without credentials."""
+    host = config.server.host
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and config.auth.anonymous and not config.auth.users:
+        log.warning(
+            "listening on %s with SASL ANONYMOUS allowed: anyone who can reach this address can use the broker; "
+            "configure [auth.users] or listen on 127.0.0.1",
+            host,
+        )
 
 
 __all__ = ["RunningBroker", "as_config", "format_url", "serve"]

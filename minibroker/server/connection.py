@@ -15,7 +15,7 @@ import trio
 from minibroker.broker.core import Broker
 from minibroker.broker.namespace import Namespace
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.events import Event
+from minibroker.engine.events import AuthenticationFailed, Event
 
 log = logging.getLogger("minibroker.connection")
 _RECEIVE_SIZE = 65536
@@ -58,9 +58,11 @@ class ConnectionTask:
         broker: Broker,
         engine: ServerConnection,
         namespace: Namespace | None = None,
+        failure_delay: float = 0.0,
     ) -> None:
         self.id = conn_id
         self.namespace = namespace
+        self.failure_delay = failure_delay
         self.stream = stream
         self.broker = broker
         self.engine = engine
@@ -110,8 +112,12 @@ class ConnectionTask:
                     data = b""
             if data is None:
                 self._publish(engine.handle_timeout(trio.current_time()))
-            else:
-                self._feed(data)
+                continue
+            events = engine.receive_data(data, trio.current_time())
+            if self.failure_delay and any(isinstance(e, AuthenticationFailed) for e in events):
+                # a failed login is answered late, so guessing passwords is slow
+                await trio.sleep(self.failure_delay)
+            self._publish(events)
 
     async def _writer(self, cancel_scope: trio.CancelScope) -> None:
         engine = self.engine
@@ -125,6 +131,10 @@ class ConnectionTask:
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     cancel_scope.cancel()
                     return
+                if engine.throttled:
+                    # the peer read what was queued: deliveries held back for it may go on
+                    self.broker.resume(engine)
+                    wake_writers(self.broker)
             if engine.finished and not engine.has_output:
                 cancel_scope.cancel()
                 return

@@ -1,0 +1,32 @@
+"""Per-user permissions on address patterns (``[auth.permissions.USER]``).
+
+Patterns are shell-style (``orders.*``, ``*``), matched against the node address a link attaches to. A user
+without an entry may do everything, so configuring users alone only adds authentication. A refused attach
+gets ``amqp:unauthorized-access``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """What one user may do."""
+
+    send: tuple[str, ...] = ("*",)
+    """Address patterns the user may attach sender links to (publish)."""
+    receive: tuple[str, ...] = ("*",)
+    """Address patterns the user may attach receiver links to (consume, browse, subscribe)."""
+    transactions: bool = True
+    """Whether the user may attach a transaction coordinator."""
+
+    def may_send(self, address: str) -> bool:
+        return any(fnmatchcase(address, pattern) for pattern in self.send)
+
+    def may_receive(self, address: str) -> bool:
+        return any(fnmatchcase(address, pattern) for pattern in self.receive)
+
+
+EVERYTHING = Permissions()
