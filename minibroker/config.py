@@ -104,6 +104,9 @@ class Config:
     log_level: str = "info"
     trace_frames: bool = False
     data_dir: str | None = None
+    """Directory of the journal that keeps durable messages and committed transactions; unset: memory only."""
+    data_sync: str = "always"
+    """With a data_dir: "always" fsyncs before answering accepted (group commit); "never" does not wait."""
 
     @classmethod
     def load(cls, path: str | Path) -> Config:
@@ -278,3 +281,5 @@ def _validate(config: Any, source: str, prefix: str) -> None:
             raise bad("redelivery_delay", "must not be negative")
     elif isinstance(config, Config) and config.log_level not in _LOG_LEVELS:
         raise bad("log_level", f"{config.log_level!r} is not one of {', '.join(_LOG_LEVELS)}")
+    elif isinstance(config, Config) and config.data_sync not in ("always", "never"):
+        raise bad("data_sync", f"{config.data_sync!r} is not one of always, never")

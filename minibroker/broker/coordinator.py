@@ -91,16 +91,22 @@ class CoordinatorMixin(DeliveryMixin):
             return
         if body.fail:
             self._rollback(txn)
-        else:
+            self._settle_incoming(conn, delivery, ACCEPTED)
+            return
+        self._collecting = [] if self.durable else None
+        try:
             failure = txn.failed or self._commit(txn)
-            if failure is not None:
-                if txn.id in self._txns:
-                    self._rollback(txn)
-                self.txn_stats.failed_commits += 1
-                description = f"transaction rolled back: {failure.description}"
-                self._control_error(conn, controller, delivery, error(Condition.TRANSACTION_ROLLBACK, description))
-                return
-        self._settle_incoming(conn, delivery, ACCEPTED)
+        finally:
+            work, self._collecting = self._collecting or [], None
+        if failure is not None:
+            if txn.id in self._txns:
+                self._rollback(txn)
+            self.txn_stats.failed_commits += 1
+            description = f"transaction rolled back: {failure.description}"
+            self._control_error(conn, controller, delivery, error(Condition.TRANSACTION_ROLLBACK, description))
+            return
+        # one journal record for all the durable work; ``accepted`` once it is on disk
+        self._journal_ops(work, lambda: self._settle_incoming(conn, delivery, ACCEPTED))
 
     def _control_error(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, err: Error

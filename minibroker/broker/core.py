@@ -80,7 +80,10 @@ class Broker(CoordinatorMixin):
         settings: BrokerSettings | None = None,
         txn_ids: Iterator[bytes] | None = None,
         clock: WallClock | None = None,
+        *,
+        durable: bool = False,
     ) -> None:
+        self._init_durability(durable)
         self.settings = settings or BrokerSettings()
         self.clock = clock or WallClock()
         self.namespaces = {}
@@ -134,9 +137,11 @@ class Broker(CoordinatorMixin):
         node: Node
         if kind == TOPIC:
             node = namespace.topics[name] = Topic(name, policy)
+            node.namespace = namespace
         else:
             node = namespace.queues[name] = Queue(name, policy)
-        node.namespace = namespace
+            node.namespace = namespace
+            self._make_durable(node)
         return node
 
     def _lookup(self, conn: ServerConnection, address: Any, capabilities: Any = None) -> Node | None:
@@ -176,10 +181,11 @@ class Broker(CoordinatorMixin):
             conn.close(error(Condition.CONNECTION_FORCED, f"namespace {namespace.name!r} was reset"))
             self.handle(conn, conn.take_events(), self._now)
         for queue in namespace.queues.values():
+            queue.purge()  # journaled messages are recorded as gone
             queue.deleted = True
         for topic in namespace.topics.values():
-            for subscription in topic.subscriptions.values():
-                subscription.deleted = True
+            for subscription in list(topic.subscriptions.values()):
+                self._delete_subscription(subscription)
         namespace.queues = {}
         namespace.topics = {}
         self._populate(namespace)
@@ -386,9 +392,13 @@ class Broker(CoordinatorMixin):
         ):
             # JMS: a durable subscription resumed with another selector starts afresh
             self._delete_subscription(existing)
-        return topic.subscribe(
+        created = key not in topic.subscriptions
+        subscription = topic.subscribe(
             key, durable=durable, shared=shared, selector=selector, no_local=conn if no_local else None
         )
+        if created and durable:
+            self._journal_subscription(subscription, subscribed=True)
+        return subscription
 
     def _resume_subscription(self, conn: ServerConnection, link: Link) -> None:
         """An attach without a source names an existing durable subscription (as JMS unsubscribe does)."""
@@ -399,6 +409,10 @@ class Broker(CoordinatorMixin):
             for key in ((container, link.name), ("", link.name)):
                 subscription = topic.subscriptions.get(key)
                 if subscription is not None and subscription.durable:
+                    denied = self._denied(conn, "receive", topic.name)
+                    if denied is not None:  # found by name alone: the topic's permission still applies
+                        conn.refuse_attach(link, denied)
+                        return
                     subscription.links += 1
                     consumer = Consumer(conn, link, subscription, RELEASED)
                     reply = Source(
@@ -472,7 +486,8 @@ class Broker(CoordinatorMixin):
                 queue.links -= 1
                 if queue.links <= 0 and (not queue.durable or event.closed):
                     self._delete_subscription(queue)
-                    return
+                    if context.owned_node is None:  # a dynamic topic goes with its link, below
+                        return
             if context.owned_node is not None:
                 self._delete_node(context.owned_node)
                 return
@@ -496,6 +511,8 @@ class Broker(CoordinatorMixin):
 
     def _delete_subscription(self, subscription: Subscription) -> None:
         subscription.deleted = True
+        if subscription.durable:
+            self._journal_subscription(subscription, subscribed=False)
         topic = subscription.topic
         if topic.subscriptions.get(subscription.key) is subscription:
             del topic.subscriptions[subscription.key]
@@ -510,6 +527,13 @@ class Broker(CoordinatorMixin):
             for consumer in [*queue.consumers, *queue.browsers]:
                 consumer.conn.detach(consumer.link, error(Condition.RESOURCE_DELETED, f"{node.name!r} was deleted"))
                 self.dirty.add(consumer.conn)
+        # senders to it too: what they sent would be accepted into a node that no longer exists
+        for conn in list(node.namespace.connections if node.namespace is not None else ()):
+            for session in list(conn.sessions.values()):
+                for link in [k for k in session.links.values() if isinstance(k.context, Producer)]:
+                    if link.context.node is node:
+                        conn.detach(link, error(Condition.RESOURCE_DELETED, f"{node.name!r} was deleted"))
+                        self.dirty.add(conn)
 
     def _on_closed(self, conn: ServerConnection, event: ConnectionClosed) -> None:
         for txn in [t for t in self._txns.values() if t.conn is conn]:
@@ -582,7 +606,11 @@ class Broker(CoordinatorMixin):
                 self._settle_incoming(conn, delivery, Rejected(error=refused))
             else:
                 targets = self._post(node, message, conn)
-                self._settle_incoming(conn, delivery, ACCEPTED)
+                if message.durable and not delivery.settled:
+                    # durable: ``accepted`` only once its journal record is on disk (group commit)
+                    self._after_durable(lambda: self._settle_incoming(conn, delivery, ACCEPTED))
+                else:
+                    self._settle_incoming(conn, delivery, ACCEPTED)
                 for queue in targets:
                     self._dispatch(queue)
         self._top_up(conn, link)
@@ -624,6 +652,15 @@ class Broker(CoordinatorMixin):
 
     def _on_delivery_updated(self, conn: ServerConnection, event: DeliveryUpdated) -> None:
         self._apply_update(conn, event.deliveries, event.state, event.settled)
+
+    def run_durable(self, actions: list[Any], now: float) -> None:
+        """Run actions whose journal records are now on disk (answers that waited for durability)."""
+        self._now = now
+        for action in actions:
+            action()
+        self.dirty.update(conn for conn in self.connections if conn.has_output)
+        if self.on_change is not None:
+            self.on_change()
 
     _HANDLERS: dict[type, Any] = {
         LinkAttached: _on_attach,

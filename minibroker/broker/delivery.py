@@ -27,13 +27,13 @@ from typing import Any
 
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Released, TransactionalState
 from minibroker.amqp.errors import Condition, error
+from minibroker.broker.durability import DurabilityMixin
 from minibroker.broker.links import Consumer, Dispatched
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import Namespace, Node
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.selector import MessageFields, Selector
-from minibroker.broker.state import BrokerState
 from minibroker.broker.timers import Timer, TimerKind
 from minibroker.broker.topic import Topic
 from minibroker.engine.connection import ServerConnection
@@ -64,7 +64,7 @@ def selects(selector: Selector | None, message: Message) -> bool:
     return selector is None or selector.matches(selector_fields(message))
 
 
-class DeliveryMixin(BrokerState):
+class DeliveryMixin(DurabilityMixin):
     """Routing into nodes, dispatch to consumers, outcomes and message timers."""
 
     # -- into nodes ---------------------------------------------------------------------------------
@@ -125,6 +125,7 @@ class DeliveryMixin(BrokerState):
                 self._expire(queue, message)  # expired on arrival: never visible
                 return
             self.timers.add(message.expires_at, TimerKind.EXPIRE, queue, message)
+        self._journal_enqueue(queue, message)
         if message.deliver_at is not None and message.deliver_at > now:
             queue.hold_scheduled(message)
             self.timers.add(message.deliver_at, TimerKind.DUE, queue, message)
@@ -313,6 +314,7 @@ class DeliveryMixin(BrokerState):
                         queue, message, "max-delivery-attempts", f"delivery failed {message.delivery_count} times"
                     )
                     return
+                self._journal_count(queue, message)
         if message.expires_at is not None and message.expires_at <= self._now:
             queue.retire(message)
             self._expire(queue, message)
@@ -355,9 +357,6 @@ class DeliveryMixin(BrokerState):
         if self._admit(node, copy, None) is None:
             for target in self._post(node, copy, None):
                 self._dispatch(target)
-
-    def _create_node(self, namespace: Namespace, name: str, kind: str | None) -> Node:
-        raise NotImplementedError  # provided by core.py
 
     # -- timers ---------------------------------------------------------------------------------------
     def _on_timer(self, timer: Timer) -> None:

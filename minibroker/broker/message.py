@@ -41,6 +41,7 @@ class Message:
         "body_offset",
         "deliver_at",
         "delivery_count",
+        "durable_id",
         "excluded",
         "expires_at",
         "fields",
@@ -58,6 +59,7 @@ class Message:
         self.deliver_at: float | None = None
         self.excluded: set[Any] | None = None  # consumers that answered modified(undeliverable-here)
         self.fields: Any = None  # what selectors read, decoded on first use
+        self.durable_id = 0  # its id in the journal, when it is kept there (0: not journaled)
         self._parse(payload)
         self.sent_count = self.delivery_count
 
@@ -175,6 +177,7 @@ class Message:
         for slot in Message.__slots__:
             setattr(clone, slot, getattr(self, slot))
         clone.excluded = None
+        clone.durable_id = 0
         return clone
 
     def __repr__(self) -> str:

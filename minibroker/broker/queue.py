@@ -49,6 +49,7 @@ class Queue:
         self.selective = 0  # consumers with a selector: dispatch must match messages to consumers
         self.dynamic = False  # created for a dynamic terminus; deleted with its link
         self.deleted = False  # its node (or subscription) is gone; pending timers for it are void
+        self.journal: Any = None  # told when a journaled message leaves (see store/); None: not durable
         self.namespace: Any = None  # the namespace holding it (dead-letter queues are created there)
         self._next_consumer = 0
 
@@ -95,6 +96,8 @@ class Queue:
         """An acquired message is gone for good (accepted, rejected, dead-lettered)."""
         self.acquired -= 1
         self.held_bytes -= message.size
+        if message.durable_id and self.journal is not None:
+            self.journal.removed(self, message)
 
     def unacquire_for_later(self, message: Message) -> None:
         """An acquired message waits out a redelivery delay (it is counted as scheduled meanwhile)."""
@@ -117,6 +120,8 @@ class Queue:
         except ValueError:
             return False
         self.held_bytes -= message.size
+        if message.durable_id and self.journal is not None:
+            self.journal.removed(self, message)
         return True
 
     def purge(self) -> int:
@@ -124,6 +129,8 @@ class Queue:
         count = len(self.ready)
         for message in self.ready:
             self.held_bytes -= message.size
+            if message.durable_id and self.journal is not None:
+                self.journal.removed(self, message)
         self.ready.clear()
         return count
 

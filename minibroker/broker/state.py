@@ -100,6 +100,12 @@ class BrokerState:
         raise NotImplementedError
 
     # -- provided by core.py ----------------------------------------------------------------------------
+    def namespace(self, name: str) -> Namespace:
+        raise NotImplementedError
+
+    def _create_node(self, namespace: Namespace, name: str, kind: str | None) -> Node:
+        raise NotImplementedError
+
     def _lookup(self, conn: ServerConnection, address: Any, capabilities: Any = None) -> Node | None:
         raise NotImplementedError
 

@@ -32,7 +32,9 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import NamespaceView
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
+from minibroker.server.journal import JournalWriter
 from minibroker.server.trace import FrameTracer
+from minibroker.store.journal import Journal
 
 log = logging.getLogger("minibroker")
 
@@ -59,7 +61,9 @@ def sasl_policy(config: Config) -> SaslPolicy:
     users = config.auth.users
     external = config.tls.enabled and config.tls.sasl_external
     if not users:
-        return SaslPolicy(anonymous=config.auth.anonymous, plain=True, required=False, external=external)
+        # a peer that skips SASL is as anonymous as one choosing ANONYMOUS: refused with it
+        anonymous = config.auth.anonymous
+        return SaslPolicy(anonymous=anonymous, plain=True, required=not anonymous, external=external)
 
     @functools.lru_cache(maxsize=256)  # hashed passwords cost ~0.3 s to check; a test logs in often
     def authenticate(user: str, password: str) -> bool:
@@ -299,7 +303,7 @@ class RunningBroker(NamespaceView):
         return f"RunningBroker({self.url}, namespace={self.namespace_name!r})"
 
 
-def make_broker(config: Config) -> Broker:
+def make_broker(config: Config, *, durable: bool = False) -> Broker:
     """The broker core configured from ``config``, with its declared queues."""
     return Broker(
         BrokerSettings(
@@ -315,6 +319,7 @@ def make_broker(config: Config) -> Broker:
         ),
         txn_ids=counter_ids(secrets.token_bytes(8)),
         clock=WallClock(time.time() - trio.current_time()),
+        durable=durable,
     )
 
 
@@ -322,9 +327,18 @@ def make_broker(config: Config) -> Broker:
 async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
     """Run a broker for the duration of the ``async with`` block."""
     cfg = as_config(config)
-    broker = make_broker(cfg)
+    journal = None
+    if cfg.data_dir:
+        journal = Journal(cfg.data_dir, sync=cfg.data_sync == "always")
+        state = journal.recover()
+    broker = make_broker(cfg, durable=journal is not None)
+    if journal is not None:
+        restored = broker.restore(state)
+        log.info("recovered %d durable messages from %s", restored, cfg.data_dir)
     warn_if_exposed(cfg)
     async with trio.open_nursery() as nursery:
+        if journal is not None:
+            nursery.start_soon(JournalWriter(journal, broker).run)
         server = _Server(cfg, broker, nursery)
         port = await server.listen(cfg.server.host, cfg.server.port, broker.default)
         tls_port = None
@@ -337,6 +351,9 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
             with trio.CancelScope(shield=True), trio.move_on_after(2.0):
                 await server.shutdown()
             nursery.cancel_scope.cancel()
+            if journal is not None:
+                wake_writers(broker)
+                journal.close()
 
 
 def warn_if_exposed(config: Config) -> None:

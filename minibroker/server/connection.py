@@ -22,7 +22,10 @@ _RECEIVE_SIZE = 65536
 
 
 def wake_writers(broker: Broker) -> None:
-    """Wake the writer of every connection the broker gave output to."""
+    """Write what the broker journaled, and wake the writer of every connection it gave output to."""
+    sink = broker.journal_sink
+    if sink is not None:
+        sink.write()
     for engine in broker.take_dirty():
         task = engine.context
         if task is not None:
