@@ -262,6 +262,13 @@ class Journal:
         segments = self.segments()
         start = 0
         parsed: list[list[tuple[Kind, bytes]]] = []
+        for path in list(segments):
+            records, _, _ = _read_records(path)
+            if records and records[0][0] is Kind.SNAPSHOT and not any(k is Kind.SNAPSHOT_END for k, _ in records):
+                # an unfinished snapshot never became the journal (it is only renamed once complete)
+                log.warning("journal %s: removed an incomplete snapshot", path.name)
+                path.unlink()
+                segments.remove(path)
         for i, path in enumerate(segments):
             records, valid, size = _read_records(path)
             if valid < size:
