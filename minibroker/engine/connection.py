@@ -58,6 +58,13 @@ from minibroker.amqp.errors import (
     WindowViolation,
     error,
 )
+from minibroker.amqp.fastpath import (
+    DISPOSITION_PREFIX,
+    TRANSFER_PREFIX,
+    decode_disposition,
+    decode_transfer,
+    encode_transfer,
+)
 from minibroker.amqp.framing import (
     AMQP_FRAME,
     AMQP_HEADER,
@@ -337,7 +344,14 @@ class ServerConnection:
                 self.trace("<-", channel, None, 0)
             return  # an empty frame: heartbeat (§2.4.5)
         try:
-            performative, end = codec.decode(body)
+            prefix = body[:3]
+            performative: Any
+            if prefix == TRANSFER_PREFIX:
+                performative, end = decode_transfer(body)
+            elif prefix == DISPOSITION_PREFIX:
+                performative, end = decode_disposition(body)
+            else:
+                performative, end = codec.decode(body)
         except DecodeError as exc:
             raise ConnectionDecodeError(f"performative does not decode: {exc}") from None
         payload = body[end:]
@@ -512,7 +526,9 @@ class ServerConnection:
 
     def _drop_session(self, session: Session, err: Error | None) -> None:
         for link in list(session.links.values()):
-            self._drop_link(link, closed=True, err=err)
+            # a session end or connection close detaches its links without closing them: a durable terminus
+            # outlives it (Part 3 §3.5.6, expiry-policies session-end and connection-close)
+            self._drop_link(link, closed=False, err=err)
         session.ended = True
         session.pending.clear()
         self.sessions.pop(session.remote_channel, None)
@@ -822,41 +838,43 @@ class ServerConnection:
         delivery = OutgoingDelivery(link, delivery_id, tag, settled, context)
         if not settled:
             session.outgoing_unsettled[delivery_id] = delivery
-        transfer = Transfer(
-            handle=UInt(link.output_handle),
-            delivery_id=UInt(delivery_id),
-            delivery_tag=tag,
-            message_format=UInt(message_format),
-            settled=settled,
-            state=state,
-        )
-        frame = self._frame_with(session, transfer, more=False, payload=payload)
-        if len(frame) <= self.remote_max_frame_size:
-            self._queue_transfer(session, frame, transfer, len(payload))  # the common case: one frame
+        handle = link.output_handle
+        channel = session.channel
+        performative = encode_transfer(handle, delivery_id, tag, message_format, settled, False, state)
+        size = 8 + len(performative) + len(payload)
+        if size <= self.remote_max_frame_size:  # the common case: one frame
+            frame = FRAME_HEADER.pack(size, 2, AMQP_FRAME, channel) + performative + payload
+            self._queue_transfer(session, frame, performative, len(payload))
             return delivery
         # §2.6.14: split into frames of at most the peer's max-frame-size, more=true on all but the last
         offset = 0
+        first = True
         while offset < len(payload):
-            room = self.remote_max_frame_size - len(self._frame_with(session, transfer, more=True, payload=b""))
-            chunk = payload[offset : offset + room]
+            if first:
+                head = encode_transfer(handle, delivery_id, tag, message_format, settled, True, state)
+            else:
+                head = encode_transfer(handle, None, None, None, None, True)
+            chunk = payload[offset : offset + self.remote_max_frame_size - 8 - len(head)]
             offset += len(chunk)
-            frame = self._frame_with(session, transfer, more=offset < len(payload), payload=chunk)
-            self._queue_transfer(session, frame, transfer, len(chunk))
-            transfer = Transfer(handle=UInt(link.output_handle))
+            if offset >= len(payload):  # the last frame: more=false
+                if first:
+                    head = encode_transfer(handle, delivery_id, tag, message_format, settled, False, state)
+                else:
+                    head = encode_transfer(handle, None, None, None, None, False)
+            frame = FRAME_HEADER.pack(8 + len(head) + len(chunk), 2, AMQP_FRAME, channel) + head + chunk
+            self._queue_transfer(session, frame, head, len(chunk))
+            first = False
         return delivery
 
-    def _frame_with(self, session: Session, transfer: Transfer, *, more: bool, payload: bytes) -> bytearray:
-        transfer.more = more or None
-        body = bytearray(8)
-        codec.encode_into(body, transfer)
-        body += payload
-        FRAME_HEADER.pack_into(body, 0, len(body), 2, AMQP_FRAME, session.channel)
-        return body
-
-    def _queue_transfer(self, session: Session, frame: bytearray, transfer: Transfer, size: int) -> None:
+    def _queue_transfer(self, session: Session, frame: bytes, performative: bytes, size: int) -> None:
         if self.trace is not None:
-            self.trace("->", session.channel, transfer, size)
-        session.pending.append(bytes(frame))
+            self.trace("->", session.channel, codec.decode(performative)[0], size)
+        if not session.pending and session.remote_incoming_window > 0:
+            self._write(frame)  # the window is open and nothing waits: straight out
+            session.remote_incoming_window -= 1
+            session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
+            return
+        session.pending.append(frame)
         self._pump(session)
 
     def _pump(self, session: Session) -> None:

@@ -1,0 +1,183 @@
+"""Fast paths for the performatives of the message hot path: transfer and disposition (Part 2 §2.7.5-6).
+
+A transfer and its disposition are decoded and encoded once per message, so they get hand-written code
+for the encodings real clients use (uint0/smalluint/uint, vbin8 tags, true/false/null flags, the empty
+list of ``accepted``). Anything else (an unusual width, a described state other than accepted) falls
+back to the general codec, so these functions only ever return exactly what the codec would: a test
+checks that for generated performatives.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from minibroker.amqp import codec
+from minibroker.amqp.definitions import Accepted, Disposition, Transfer
+from minibroker.amqp.types import DecodeError
+
+TRANSFER_PREFIX = b"\x00\x53\x14"
+DISPOSITION_PREFIX = b"\x00\x53\x15"
+ACCEPTED_BYTES = b"\x00\x53\x24\x45"
+ACCEPTED = Accepted()
+_I = struct.Struct(">I")
+_BBB = struct.Struct(">BBB")
+_BII = struct.Struct(">BII")
+
+
+class _Fallback(Exception):
+    """An encoding this fast path does not handle: use the general codec."""
+
+
+def _uint(data: bytes, pos: int) -> tuple[int | None, int]:
+    code = data[pos]
+    if code == 0x52:
+        return data[pos + 1], pos + 2
+    if code == 0x43:
+        return 0, pos + 1
+    if code == 0x70:
+        return _I.unpack_from(data, pos + 1)[0], pos + 5
+    if code == 0x40:
+        return None, pos + 1
+    raise _Fallback
+
+
+def _flag(data: bytes, pos: int) -> tuple[bool | None, int]:
+    code = data[pos]
+    if code == 0x41:
+        return True, pos + 1
+    if code == 0x42:
+        return False, pos + 1
+    if code == 0x40:
+        return None, pos + 1
+    raise _Fallback
+
+
+def _state(data: bytes, pos: int) -> tuple[Any, int]:
+    code = data[pos]
+    if code == 0x40:
+        return None, pos + 1
+    if data[pos : pos + 4] == ACCEPTED_BYTES:
+        return ACCEPTED, pos + 4
+    return codec.decode(data, pos)
+
+
+def _list_start(data: bytes) -> tuple[int, int, int]:
+    """(count, first field offset, end offset) of the described list after the 3-byte descriptor."""
+    code = data[3]
+    if code == 0xC0:
+        size, count = data[4], data[5]
+        return count, 6, 5 + size
+    if code == 0xD0:
+        size, count = _I.unpack_from(data, 4)[0], _I.unpack_from(data, 8)[0]
+        return count, 12, 8 + size
+    raise _Fallback
+
+
+def decode_transfer(body: bytes) -> tuple[Transfer, int]:
+    """Decode a transfer performative at the start of ``body``; return it and where the payload starts.
+
+    Raises ``DecodeError`` for bad input, exactly like ``codec.decode`` followed by the composite checks.
+    """
+    try:
+        count, pos, end = _list_start(body)
+        if count > 11 or end > len(body):
+            raise _Fallback
+        fields: list[Any] = [None] * 11
+        for index in range(count):
+            if index in (0, 1, 3):  # handle, delivery-id, message-format
+                fields[index], pos = _uint(body, pos)
+            elif index == 2:  # delivery-tag
+                code = body[pos]
+                if code == 0xA0:
+                    n = body[pos + 1]
+                    fields[2] = body[pos + 2 : pos + 2 + n]
+                    pos += 2 + n
+                elif code == 0x40:
+                    pos += 1
+                else:
+                    raise _Fallback
+            elif index == 6:  # rcv-settle-mode
+                code = body[pos]
+                if code == 0x40:
+                    pos += 1
+                elif code == 0x50:
+                    fields[6] = body[pos + 1]
+                    pos += 2
+                else:
+                    raise _Fallback
+            elif index == 7:
+                fields[7], pos = _state(body, pos)
+            else:
+                fields[index], pos = _flag(body, pos)
+        if pos != end or fields[0] is None or end > len(body):
+            raise _Fallback
+        return Transfer(*fields), end
+    except (_Fallback, IndexError, struct.error):
+        value, end = codec.decode(body)
+        if not isinstance(value, Transfer):
+            raise DecodeError("not a transfer") from None
+        return value, end
+
+
+def decode_disposition(body: bytes) -> tuple[Disposition, int]:
+    """Decode a disposition performative at the start of ``body`` (see ``decode_transfer``)."""
+    try:
+        count, pos, end = _list_start(body)
+        if count > 6 or end > len(body):
+            raise _Fallback
+        fields: list[Any] = [None] * 6
+        for index in range(count):
+            if index in (1, 2):
+                fields[index], pos = _uint(body, pos)
+            elif index == 4:
+                fields[4], pos = _state(body, pos)
+            else:
+                fields[index], pos = _flag(body, pos)
+        if pos != end or fields[0] is None or fields[1] is None:
+            raise _Fallback
+        return Disposition(*fields), end
+    except (_Fallback, IndexError, struct.error):
+        value, end = codec.decode(body)
+        if not isinstance(value, Disposition):
+            raise DecodeError("not a disposition") from None
+        return value, end
+
+
+def _uint_bytes(value: int) -> bytes:
+    if value == 0:
+        return b"\x43"
+    if value < 256:
+        return bytes((0x52, value))
+    return b"\x70" + _I.pack(value)
+
+
+def encode_transfer(
+    handle: int,
+    delivery_id: int | None,
+    tag: bytes | None,
+    message_format: int | None,
+    settled: bool | None,
+    more: bool,
+    state: Any = None,
+) -> bytes:
+    """The encoded transfer performative (trailing nulls trimmed), as ``codec.encode(Transfer(...))``."""
+    parts = [_uint_bytes(handle)]
+    if delivery_id is not None:
+        parts.append(_uint_bytes(delivery_id))
+        parts.append(bytes((0xA0, len(tag))) + tag if tag is not None and len(tag) < 256 else codec.encode(tag))
+        parts.append(_uint_bytes(message_format or 0))
+        parts.append(b"\x41" if settled else b"\x42")
+    elif more or state is not None:
+        parts.append(b"\x40\x40\x40\x40")
+    if more or state is not None:
+        parts.append(b"\x41" if more else b"\x40")
+    if state is not None:
+        parts.append(b"\x40")  # rcv-settle-mode
+        parts.append(ACCEPTED_BYTES if state is ACCEPTED else codec.encode(state))
+    body = b"".join(parts)
+    count = 1 + (4 if delivery_id is not None or more or state is not None else 0)
+    count += (1 if more or state is not None else 0) + (2 if state is not None else 0)
+    if len(body) + 1 < 256 and count < 256:
+        return TRANSFER_PREFIX + _BBB.pack(0xC0, len(body) + 1, count) + body
+    return TRANSFER_PREFIX + _BII.pack(0xD0, len(body) + 4, count) + body
