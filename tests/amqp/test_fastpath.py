@@ -1,0 +1,109 @@
+"""The hot-path transfer/disposition code (amqp/fastpath.py) gives exactly what the general codec gives."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minibroker.amqp import codec
+from minibroker.amqp.definitions import Accepted, Disposition, Error, Modified, Rejected, Released, Transfer
+from minibroker.amqp.fastpath import decode_disposition, decode_transfer, encode_transfer
+from minibroker.amqp.types import DecodeError, Symbol, UInt
+
+uints = st.integers(0, 2**32 - 1)
+flags = st.one_of(st.none(), st.booleans())
+states = st.one_of(
+    st.none(),
+    st.just(Accepted()),
+    st.just(Released()),
+    st.builds(Modified, delivery_failed=flags, undeliverable_here=flags),
+    st.builds(lambda d: Rejected(error=Error(condition=Symbol("amqp:x"), description=d)), st.text(max_size=10)),
+)
+transfers = st.builds(
+    Transfer,
+    handle=uints,
+    delivery_id=st.one_of(st.none(), uints),
+    delivery_tag=st.one_of(st.none(), st.binary(max_size=40)),
+    message_format=st.one_of(st.none(), uints),
+    settled=flags,
+    more=flags,
+    rcv_settle_mode=st.one_of(st.none(), st.integers(0, 1)),
+    state=states,
+    resume=flags,
+    aborted=flags,
+    batchable=flags,
+)
+dispositions = st.builds(
+    Disposition,
+    role=st.booleans(),
+    first=uints,
+    last=st.one_of(st.none(), uints),
+    settled=flags,
+    state=states,
+    batchable=flags,
+)
+
+
+@given(transfers, st.binary(max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_transfer_decodes_like_the_codec(transfer: Transfer, payload: bytes) -> None:
+    body = codec.encode(transfer) + payload
+    fast, end = decode_transfer(body)
+    slow, slow_end = codec.decode(body)
+    assert (fast, end) == (slow, slow_end)
+    assert body[end:] == payload
+
+
+@given(dispositions)
+@settings(max_examples=300, deadline=None)
+def test_disposition_decodes_like_the_codec(disposition: Disposition) -> None:
+    body = codec.encode(disposition)
+    assert decode_disposition(body) == codec.decode(body)
+
+
+@given(
+    handle=uints,
+    delivery_id=st.one_of(st.none(), uints),
+    tag=st.binary(min_size=0, max_size=300),
+    message_format=uints,
+    settled=st.booleans(),
+    more=st.booleans(),
+    state=states,
+)
+@settings(max_examples=300, deadline=None)
+def test_transfer_encodes_like_the_codec(
+    handle: int, delivery_id: int | None, tag: bytes, message_format: int, settled: bool, more: bool, state: Any
+) -> None:
+    fast = encode_transfer(handle, delivery_id, tag, message_format, settled, more, state)
+    if delivery_id is None:
+        expected = Transfer(handle=UInt(handle), more=more or None, state=state)
+        expected.delivery_tag = expected.message_format = expected.settled = None
+    else:
+        expected = Transfer(
+            handle=UInt(handle),
+            delivery_id=UInt(delivery_id),
+            delivery_tag=tag,
+            message_format=UInt(message_format),
+            settled=settled,
+            more=more or None,
+            state=state,
+        )
+    assert codec.decode(fast)[0] == codec.decode(codec.encode(expected))[0]
+
+
+@given(st.binary(max_size=64))
+@settings(max_examples=500, deadline=None)
+def test_garbage_raises_only_decode_error(tail: bytes) -> None:
+    for prefix in (b"\x00\x53\x14", b"\x00\x53\x15"):
+        decoder = decode_transfer if prefix == b"\x00\x53\x14" else decode_disposition
+        with contextlib.suppress(DecodeError):
+            decoder(prefix + tail)
+
+
+def test_transfer_without_handle_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        decode_transfer(b"\x00\x53\x14\xc0\x02\x01\x40")
