@@ -6,7 +6,8 @@ bytes after the constructor; a full decode reads one constructor byte (or a desc
 
 Safety invariant (fuzzed): for any input, ``decode`` either returns a value or raises ``DecodeError``.
 Compound and array counts are checked against their declared byte size before any element is read,
-so a hostile count cannot make us loop or allocate beyond the bytes actually received.
+so a hostile count cannot make us loop or allocate beyond the bytes actually received. (So an array of
+nulls, whose elements take no bytes, holds at most as many as its size; the encoder keeps to that.)
 
 Encoding picks the most compact encoding of the value's type (uint0/smalluint/uint, list0/list8/list32
 and so on); described values whose descriptor has a composite class are encoded from that class's
@@ -99,11 +100,11 @@ def _variable(st: struct.Struct, wrap: Callable[[bytes], Any]) -> Body:
 
 
 def _utf8(raw: bytes) -> str:
-    return raw.decode("utf-8")
+    return str(raw, "utf-8")  # not raw.decode: ``data`` may be a memoryview
 
 
 def _ascii(raw: bytes) -> Symbol:
-    return Symbol(raw.decode("ascii"))
+    return Symbol(str(raw, "ascii"))
 
 
 def _boolean(data: bytes, pos: int) -> tuple[bool, int]:
@@ -549,24 +550,27 @@ def _enc_array(buf: bytearray, value: Array, wide: bool = False) -> None:
         body.append(0x00)
         encode_into(body, value.descriptor)
     items = value.items
-    if value.descriptor is not None:
-        items = [getattr(item, "described_value", lambda item=item: item)() for item in items]
-    if value.type in _SMALL_VARIABLE:
-        raws = [item.encode(_TEXT_CODECS[value.type]) if isinstance(item, str) else item for item in items]
-        if all(len(raw) < 256 for raw in raws):
-            code, items = _SMALL_VARIABLE[value.type], raws
-            element = _elem_variable8
-    body.append(code)
     try:
+        if value.descriptor is not None:
+            items = [getattr(item, "described_value", lambda item=item: item)() for item in items]
+        if value.type in _SMALL_VARIABLE:
+            raws = [item.encode(_TEXT_CODECS[value.type]) if isinstance(item, str) else item for item in items]
+            if all(len(raw) < 256 for raw in raws):
+                code, items = _SMALL_VARIABLE[value.type], raws
+                element = _elem_variable8
+        body.append(code)
         for item in items:
             element(body, item)
-    except (struct.error, AttributeError, UnicodeEncodeError) as exc:
+    except (struct.error, AttributeError, TypeError, ValueError) as exc:
         raise EncodeError(f"array item does not fit type {value.type}: {exc}") from None
     count = len(items)
-    if not wide and len(body) + 1 < 256 and count < 256:
+    # Decoders bound the count by the size (ours does, see the module docstring): only nulls can break it.
+    if not wide and len(body) + 1 < 256 and count <= len(body) + 1:
         buf += _BBB.pack(0xE0, len(body) + 1, count)
-    else:
+    elif count <= len(body) + 4:
         buf += _BII.pack(0xF0, len(body) + 4, count)
+    else:
+        raise EncodeError(f"an array of {count} {value.type}s has more elements than bytes; decoders refuse it")
     buf += body
 
 
@@ -636,15 +640,15 @@ def encode_into(buf: bytearray, value: Any) -> None:
         if encode_composite is not None:
             encode_composite(buf)
             return
-        for kind, candidate in ENCODERS.items():  # subclasses, e.g. an IntEnum or a str subclass
-            if kind is not type(None) and isinstance(value, kind):
-                enc = candidate
+        for kind in type(value).__mro__:  # a subclass (an IntEnum, a Symbol subclass): its nearest base
+            enc = ENCODERS.get(kind)
+            if enc is not None:
                 break
         else:
             raise EncodeError(f"cannot encode {type(value).__name__} as AMQP")
     try:
         enc(buf, value)
-    except struct.error as exc:
+    except (struct.error, OverflowError, UnicodeEncodeError) as exc:
         raise EncodeError(f"{value!r} does not fit its AMQP type: {exc}") from None
 
 

@@ -5,7 +5,8 @@ field table, ``FIELDS``, in wire order. Encoding writes the descriptor then a li
 with the encoding its declared type fixes (a ``handle`` field is a uint even when it holds a plain
 ``int``), with trailing nulls trimmed (§1.4: "the encoding MAY omit trailing null fields"). Decoding
 checks the shape: the described value must be a list, mandatory fields must be present, and a present
-field must hold a value of its declared type; otherwise ``DecodeError``.
+field must hold a value of exactly its declared type (a uint field refuses a ulong, a string field a
+symbol, a ``fields`` map string keys); otherwise ``DecodeError``.
 
 Fields are all optional in the dataclasses (a missing mandatory field is a decode error, not a
 constructor error), so a decoded list maps positionally onto the constructor.
@@ -13,19 +14,38 @@ constructor error), so a decoded list maps positionally onto the constructor.
 
 from __future__ import annotations
 
+import struct
+import uuid
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from minibroker.amqp import codec
-from minibroker.amqp.types import Array, DecodeError, EncodeError, Symbol, ULong
+from minibroker.amqp.types import (
+    Array,
+    Byte,
+    Char,
+    DecodeError,
+    EncodeError,
+    Float,
+    Int,
+    Long,
+    Short,
+    Symbol,
+    Timestamp,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+)
 
-# Python types a decoded value of each AMQP type may have (bool is an int, so it is excluded apart).
-_PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
+# The Python type the decoder gives each AMQP type. Checked with ``type(x) is``, not ``isinstance``:
+# ``UInt``, ``Long`` and ``bool`` are all ints, ``Symbol`` is a str, ``Float`` a float.
+_PYTHON_TYPES: dict[str, type] = {
     "boolean": bool,
-    "ubyte": int, "ushort": int, "uint": int, "ulong": int,
-    "byte": int, "short": int, "int": int, "long": int, "timestamp": int,
-    "float": float, "double": float,
-    "string": str, "symbol": str, "char": str,
+    "ubyte": UByte, "ushort": UShort, "uint": UInt, "ulong": ULong,
+    "byte": Byte, "short": Short, "int": Int, "long": Long, "timestamp": Timestamp,
+    "float": Float, "double": float,
+    "string": str, "symbol": Symbol, "char": Char, "uuid": uuid.UUID,
     "binary": bytes,
     "map": dict, "fields": dict,
     "list": list,
@@ -53,7 +73,7 @@ class Composite:
     DESCRIPTOR_CODE: ClassVar[int]
     DESCRIPTOR_NAME: ClassVar[str]
     FIELDS: ClassVar[tuple[FieldSpec, ...]]
-    _CHECKS: ClassVar[tuple[tuple[int, FieldSpec, type | tuple[type, ...] | None], ...]]
+    _CHECKS: ClassVar[tuple[tuple[int, FieldSpec, type | None], ...]]
     _DESCRIPTOR: ClassVar[bytes]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -102,14 +122,14 @@ class Composite:
                 if spec.mandatory:
                     raise DecodeError(f"{cls.DESCRIPTOR_NAME}: mandatory field {spec.amqp_name} is null")
                 continue
+            items: list[Any]
             if spec.multiple:
-                item = value[i] = list(item.items) if isinstance(item, Array) else [item]
-                items = item
+                items = value[i] = list(item.items) if isinstance(item, Array) else [item]
             else:
-                items = (item,)
+                items = [item]
             if kind is not None:
                 for one in items:
-                    if not isinstance(one, kind) or (kind is int and isinstance(one, bool)):
+                    if type(one) is not kind or (spec.type == "fields" and not _symbol_keyed(one)):
                         raise DecodeError(
                             f"{cls.DESCRIPTOR_NAME}: field {spec.amqp_name} must be {spec.type}, "
                             f"got {type(one).__name__}"
@@ -155,12 +175,17 @@ class DescribedSection:
     def from_described(cls, value: Any) -> Self:
         """Build from the described value, checking it has the section's source type."""
         kind = _PYTHON_TYPES.get(cls.SOURCE)
-        if kind is not None and not isinstance(value, kind):
+        if kind is not None and (type(value) is not kind or (cls.SOURCE == "fields" and not _symbol_keyed(value))):
             raise DecodeError(f"{cls.DESCRIPTOR_NAME}: value must be {cls.SOURCE}")
         return cls(value)
 
     def __bytes__(self) -> bytes:
         return codec.encode(self)
+
+
+def _symbol_keyed(value: Any) -> bool:
+    # §2.8.13 fields: keys are symbols; §3.2.10 annotations: symbols or ulongs (filter-set and node-properties alike)
+    return all(type(key) is Symbol or type(key) is ULong for key in value)
 
 
 _SECTION_FIELD = {kind: FieldSpec("value", "value", kind) for kind in ("binary", "list", "map", "fields", "*")}
@@ -187,5 +212,5 @@ def _encode_field(buf: bytearray, spec: FieldSpec, value: Any) -> None:
             )
         else:
             codec.encode_into(buf, value)
-    except (TypeError, AttributeError, ValueError, OverflowError) as exc:
+    except (TypeError, AttributeError, ValueError, OverflowError, struct.error) as exc:
         raise EncodeError(f"field {spec.amqp_name}: {value!r} is not a valid {kind}: {exc}") from None
