@@ -153,8 +153,9 @@ class DeliveryMixin(DurabilityMixin):
         while ready:
             message: Message = ready[0]
             if message.expires_at is not None and message.expires_at <= self._now:
-                queue.remove_ready(message)
-                self._expire(queue, message)
+                with self._journal_together():
+                    queue.remove_ready(message)
+                    self._expire(queue, message)
                 continue
             if message.excluded:
                 self._dispatch_matching(queue)
@@ -191,9 +192,10 @@ class DeliveryMixin(DurabilityMixin):
                     progress = True
                     break  # the ready list changed: start a new round
             for message in dict.fromkeys(expired):
-                if queue.remove_ready(message):
-                    self._expire(queue, message)
-                    progress = True
+                with self._journal_together():
+                    if queue.remove_ready(message):
+                        self._expire(queue, message)
+                        progress = True
 
     def _dispatch_browsers(self, queue: Queue) -> None:
         for browser in queue.browsers:
@@ -295,9 +297,10 @@ class DeliveryMixin(DurabilityMixin):
             queue.retire(message)
             return
         if isinstance(outcome, Rejected):
-            queue.retire(message)
             description = outcome.error.description if outcome.error is not None else None
-            self._dead_letter(queue, message, "rejected", description)
+            with self._journal_together():  # leaving the queue and reaching the DLQ: one record
+                queue.retire(message)
+                self._dead_letter(queue, message, "rejected", description)
             return
         # released or modified: the message goes back
         if isinstance(outcome, Modified):
@@ -309,15 +312,17 @@ class DeliveryMixin(DurabilityMixin):
                 message.delivery_count += 1
                 limit = queue.policy.max_delivery_attempts
                 if limit and message.delivery_count >= limit:
-                    queue.retire(message)
-                    self._dead_letter(
-                        queue, message, "max-delivery-attempts", f"delivery failed {message.delivery_count} times"
-                    )
+                    with self._journal_together():
+                        queue.retire(message)
+                        self._dead_letter(
+                            queue, message, "max-delivery-attempts", f"delivery failed {message.delivery_count} times"
+                        )
                     return
                 self._journal_count(queue, message)
         if message.expires_at is not None and message.expires_at <= self._now:
-            queue.retire(message)
-            self._expire(queue, message)
+            with self._journal_together():
+                queue.retire(message)
+                self._expire(queue, message)
             return
         delay = queue.policy.redelivery_delay
         if delay > 0:
@@ -369,6 +374,8 @@ class DeliveryMixin(DurabilityMixin):
             message.deliver_at = None
             queue.put(message)
             self._dispatch(queue)
-        elif message.expires_at is not None and message.expires_at <= self._now and queue.remove_ready(message):
-            self._expire(queue, message)
+        elif message.expires_at is not None and message.expires_at <= self._now:
+            with self._journal_together():
+                if queue.remove_ready(message):
+                    self._expire(queue, message)
 

@@ -13,7 +13,8 @@ commit, is sent only after its record is durable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from itertools import count
 from typing import Any, NamedTuple
 
@@ -67,6 +68,20 @@ class DurabilityMixin(BrokerState):
             action()
         else:
             self._journal_out.append(JournalEntry([], action))
+
+    @contextmanager
+    def _journal_together(self) -> Iterator[None]:
+        """Whatever is journaled inside the block goes in one record (a dead-letter's removal and arrival)."""
+        if not self.durable or self._collecting is not None:
+            yield
+            return
+        self._collecting = []
+        try:
+            yield
+        finally:
+            ops, self._collecting = self._collecting, None
+            if ops:
+                self._journal_out.append(JournalEntry(ops, None))
 
     def _journal_ops(self, ops: list[Op], then: Action) -> None:
         """Write ``ops`` as one record (a transaction's work), then run ``then`` once it is durable."""
