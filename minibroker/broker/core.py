@@ -396,6 +396,8 @@ class Broker(CoordinatorMixin):
         subscription = topic.subscribe(
             key, durable=durable, shared=shared, selector=selector, no_local=conn if no_local else None
         )
+        if subscription.links == 1:  # resumed (or new): no-local now means this link's connection
+            subscription.no_local = conn if no_local else None
         if created and durable:
             self._journal_subscription(subscription, subscribed=True)
         return subscription

@@ -210,6 +210,11 @@ class ServerConnection:
         """True when ``data_to_send`` would return something."""
         return bool(self._out)
 
+    @property
+    def output_size(self) -> int:
+        """Bytes ``data_to_send`` would return (the I/O layer stops reading a peer that lets them pile up)."""
+        return len(self._out)
+
     def receive_data(self, data: bytes | bytearray, now: float) -> list[Event]:
         """Feed bytes from the peer (``b""`` means end of stream); return what happened."""
         self._now = now
@@ -221,16 +226,19 @@ class ServerConnection:
         if self.phase is Phase.FINISHED:
             return []
         self._in += data
-        try:
-            self._parse()
-        except ProtocolError as exc:
-            # Only connection-scope errors reach here; the others are handled where raised.
-            self._close_with(exc.to_error())
-            if isinstance(exc, FramingError):
-                # the byte stream is out of step: the peer's close could never be parsed, so do not wait for it
-                self._in.clear()
-                self._finish(None, by_peer=False)
-        return self._take_events()
+        while True:
+            try:
+                self._parse()
+            except ProtocolError as exc:
+                # Only connection-scope errors reach here; the others are handled where raised.
+                self._close_with(exc.to_error())
+                if isinstance(exc, FramingError):
+                    # the byte stream is out of step: the peer's close could never be parsed, so do not wait for it
+                    self._in.clear()
+                    self._finish(None, by_peer=False)
+                if self._in:
+                    continue  # the frames after the bad one may hold the peer's close (§2.4.3): read them now
+            return self._take_events()
 
     def next_deadline(self) -> float | None:
         """When ``handle_timeout`` must next be called, or None."""
@@ -276,10 +284,18 @@ class ServerConnection:
         self._last_sent = self._now
 
     def _send(self, channel: int, performative: Any, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
+        if self.phase in (Phase.CLOSE_SENT, Phase.FINISHED):
+            return  # §2.4.3: nothing follows our close
         body = bytearray(8)
         codec.encode_into(body, performative)
         if payload:
             body += payload
+        if len(body) > self.remote_max_frame_size and not isinstance(performative, Close):
+            # §2.8.15 frame-size-too-small: e.g. an attach echoing a long address to a peer taking 512 bytes
+            size = f"a {len(body)}-byte {type(performative).__name__} frame"
+            limit = f"max-frame-size {self.remote_max_frame_size}"
+            self._close_with(error(Condition.FRAME_SIZE_TOO_SMALL, f"{size} does not fit the peer's {limit}"))
+            return
         FRAME_HEADER.pack_into(body, 0, len(body), 2, frame_type, channel)
         if self.trace is not None:
             self.trace("->", channel, performative, len(payload))
@@ -401,7 +417,11 @@ class ServerConnection:
             self._end_session(session, exc.to_error())
         except LinkError as exc:
             link = session.links.get(exc.handle)
-            if link is not None:
+            if link is not None and link.state is LinkState.ATTACHING:
+                # the broker has not answered its attach yet (e.g. attach and transfer in one read): the peer
+                # must see our attach before our detach (§2.6.3), so refuse the link
+                self.refuse_attach(link, exc.to_error())
+            elif link is not None:
                 self._detach_link(link, exc.to_error())
 
     # -- SASL -----------------------------------------------------------------------------------------
@@ -472,6 +492,7 @@ class ServerConnection:
             return
         self._detach_everything(err)
         self.phase = Phase.FINISHED
+        self._in.clear()  # input after the end is never read: do not hold on to it
         self._close_deadline = None
         if not self._closed_event_sent:
             self._closed_event_sent = True

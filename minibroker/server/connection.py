@@ -3,12 +3,15 @@
 Two loops share the connection: the reader feeds received bytes (and timeouts) to the engine and the
 events to the broker core; the writer sleeps until someone marks the engine as having output, then
 sends everything queued in one ``send_all``. Awaiting the write is the back-pressure: while a peer does
-not read, its writer blocks and the engine's buffer grows only by what that peer's credit allows.
+not read, its writer blocks and the engine stops starting deliveries at about 1 MiB queued; answers to the
+peer's own frames are bounded by the reader, which stops reading a peer once they pile up past 1.5 MiB.
+A finished connection gets ``_FLUSH_GRACE`` to flush, so a peer that never reads cannot hold its task.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
 import trio
 
@@ -19,6 +22,10 @@ from minibroker.engine.events import AuthenticationFailed, Event
 
 log = logging.getLogger("minibroker.connection")
 _RECEIVE_SIZE = 65536
+# Bytes queued for a peer beyond which we stop reading it until its writer takes them. Above the 1 MiB at which
+# the engine stops starting deliveries, so only a peer whose own frames pile up answers is paused.
+_PAUSE_READING = 1536 * 1024
+_FLUSH_GRACE = 1.0  # seconds the writer has to flush a finished connection to a peer that may not read
 
 
 def wake_writers(broker: Broker) -> None:
@@ -33,20 +40,24 @@ def wake_writers(broker: Broker) -> None:
 
 
 async def run_broker_timer(broker: Broker) -> None:
-    """Call ``broker.handle_timeout`` at its deadlines (transaction time-outs), for ever."""
+    """Call ``broker.handle_timeout`` at its deadlines (message timers, transaction time-outs), for ever."""
     armed = trio.Event()
+    deadline: float | None = None
 
     def rearm() -> None:
-        armed.set()
+        new = broker.next_deadline()
+        if new is not None and (deadline is None or new < deadline):
+            armed.set()  # only an earlier deadline needs waking for
 
     broker.on_new_deadline = rearm
     while True:
         deadline = broker.next_deadline()
-        if deadline is None:
+        # wait for the deadline, or for an earlier one (a delivery delay added while we wait for a ttl)
+        with trio.move_on_at(math.inf if deadline is None else deadline):
             await armed.wait()
-            armed = trio.Event()
+        armed = trio.Event()
+        if deadline is None or trio.current_time() < deadline:
             continue
-        await trio.sleep_until(deadline)
         broker.handle_timeout(trio.current_time())
         wake_writers(broker)
 
@@ -71,6 +82,7 @@ class ConnectionTask:
         self.engine = engine
         engine.context = self
         self._wakeup = trio.Event()
+        self._output_taken = trio.Event()
 
     def wake(self) -> None:
         """The engine has bytes to send."""
@@ -83,8 +95,10 @@ class ConnectionTask:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer, nursery.cancel_scope)
                 await self._reader()
-                # the engine is finished: let the writer flush, then stop
+                # the engine is finished: let the writer flush, then stop (a peer that reads nothing is not
+                # waited for: its socket is closed all the same)
                 self.wake()
+                nursery.cancel_scope.deadline = trio.current_time() + _FLUSH_GRACE
         finally:
             if not self.engine.finished:
                 self._feed(b"")
@@ -109,6 +123,11 @@ class ConnectionTask:
             deadline = engine.next_deadline()
             data = None
             with trio.move_on_at(deadline if deadline is not None else float("inf")):
+                if engine.output_size >= _PAUSE_READING:
+                    # the peer is not reading our answers: stop reading its requests until it does, so what
+                    # we buffer for it stays bounded (a peer sending flows with echo, say, without reading)
+                    await self._output_taken.wait()
+                    continue
                 try:
                     data = await self.stream.receive_some(_RECEIVE_SIZE)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -128,6 +147,8 @@ class ConnectionTask:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             data = engine.data_to_send()
+            self._output_taken.set()
+            self._output_taken = trio.Event()
             if data:
                 try:
                     await self.stream.send_all(data)

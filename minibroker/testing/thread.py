@@ -58,6 +58,11 @@ class ThreadedBroker(NamespaceView):
         """``amqp://HOST:PORT`` of the listener of this namespace."""
         return format_url(self.host, self.port)
 
+    @property
+    def tls_url(self) -> str | None:
+        """``amqps://HOST:PORT`` of the TLS listener (default namespace, TLS enabled), else None."""
+        return self.running.tls_url if self.namespace_name == DEFAULT_NAMESPACE else None
+
     def _call(self, fn: Callable[[Broker], T]) -> T:
         return self.call(lambda running: running._call(fn))
 

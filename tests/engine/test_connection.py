@@ -349,7 +349,7 @@ def test_session_end_detaches_its_links() -> None:
     h.sending_link(1)
     events = h.send(End(error=error(Condition.INTERNAL_ERROR, "bye")))
     assert [type(e) for e in events] == [LinkDetached, LinkDetached, SessionEnded]
-    assert all(e.closed for e in events if isinstance(e, LinkDetached))
+    assert not any(e.closed for e in events if isinstance(e, LinkDetached))  # detached, not closed
     assert condition(events[-1]) == Condition.INTERNAL_ERROR
 
 
@@ -652,7 +652,7 @@ def test_end_of_stream_finishes_the_connection() -> None:
     session = h.conn.sessions[0]
     link = h.receiving_link(0)
     events = h.feed(b"")
-    assert events == [LinkDetached(link, True, None), SessionEnded(session), ConnectionClosed(None, by_peer=True)]
+    assert events == [LinkDetached(link, False, None), SessionEnded(session), ConnectionClosed(None, by_peer=True)]
     assert h.conn.finished
     assert h.out() == []
 
