@@ -32,8 +32,8 @@ class ServerConfig:
     channel_max: int = 255
     idle_timeout: float = 0.0
     """Seconds of silence after which a peer is dropped; 0 disables (heartbeats to the peer still go out)."""
-    max_message_size: int = 0
-    """Largest message accepted, in bytes; 0 means no limit."""
+    max_message_size: int = 100 * 1024 * 1024
+    """Largest message accepted, in bytes; 0 means no limit (then a peer can grow memory without bound)."""
     max_connections: int = 1000
     """Connections at once; one more gets its open answered with close(amqp:resource-limit-exceeded)."""
     max_sessions: int = 256

@@ -7,7 +7,7 @@ with ``amqp:connection:forced`` and stops.
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import ipaddress
 import itertools
 import logging
@@ -65,10 +65,20 @@ def sasl_policy(config: Config) -> SaslPolicy:
         anonymous = config.auth.anonymous
         return SaslPolicy(anonymous=anonymous, plain=True, required=not anonymous, external=external)
 
-    @functools.lru_cache(maxsize=256)  # hashed passwords cost ~0.3 s to check; a test logs in often
+    verified: set[bytes] = set()  # digests of credentials that passed: a hashed check costs ~0.3 s
+
     def authenticate(user: str, password: str) -> bool:
         stored = users.get(user)
-        return stored is not None and check_password(stored, password)
+        if stored is None:
+            return False
+        digest = hashlib.sha256(f"{user}\x00{password}\x00{stored}".encode()).digest()
+        if digest in verified:
+            return True
+        if not check_password(stored, password):
+            return False  # failures are never remembered
+        if len(verified) < 1024:
+            verified.add(digest)
+        return True
 
     return SaslPolicy(anonymous=False, plain=True, required=True, authenticate=authenticate, external=external)
 

@@ -103,7 +103,9 @@ class ConnectionTask:
             if not self.engine.finished:
                 self._feed(b"")
             with trio.CancelScope(shield=True):
-                await self.stream.aclose()
+                with trio.move_on_after(_FLUSH_GRACE):  # a TLS close to a peer that reads nothing
+                    await self.stream.aclose()
+                await trio.aclose_forcefully(self.stream)
 
     def _feed(self, data: bytes | bytearray) -> None:
         events = self.engine.receive_data(data, trio.current_time())
