@@ -97,6 +97,7 @@ class Broker(CoordinatorMixin):
         self._expired = {}
         self._txn_ids = txn_ids if txn_ids is not None else counter_ids()
         self._dynamic_ids = count(1)
+        self._accepts: list[IncomingDelivery] = []  # plain accepts of this batch of events, answered together
         self._seq = 0
         self._now = 0.0
         self.on_change = None
@@ -228,6 +229,10 @@ class Broker(CoordinatorMixin):
                 handler = self._HANDLERS.get(type(event))
                 if handler is not None:
                     handler(self, conn, event)
+            if self._accepts:
+                # one disposition per run of consecutive delivery ids, for every transfer of this batch
+                conn.dispose_incoming(self._accepts, ACCEPTED)
+                self._accepts = []
             pending = conn.take_events()  # caused by our own commands (a detach after a refused attach)
         if conn.has_output:
             self.dirty.add(conn)
@@ -611,6 +616,8 @@ class Broker(CoordinatorMixin):
                 if message.durable and not delivery.settled:
                     # durable: ``accepted`` only once its journal record is on disk (group commit)
                     self._after_durable(lambda: self._settle_incoming(conn, delivery, ACCEPTED))
+                elif not delivery.settled and delivery.link.rcv_settle_mode != 1:
+                    self._accepts.append(delivery)  # answered at the end of the batch, in ranges
                 else:
                     self._settle_incoming(conn, delivery, ACCEPTED)
                 for queue in targets:
