@@ -229,10 +229,7 @@ class Broker(CoordinatorMixin):
                 handler = self._HANDLERS.get(type(event))
                 if handler is not None:
                     handler(self, conn, event)
-            if self._accepts:
-                # one disposition per run of consecutive delivery ids, for every transfer of this batch
-                conn.dispose_incoming(self._accepts, ACCEPTED)
-                self._accepts = []
+            self._flush_accepts(conn)
             pending = conn.take_events()  # caused by our own commands (a detach after a refused attach)
         if conn.has_output:
             self.dirty.add(conn)
@@ -626,7 +623,14 @@ class Broker(CoordinatorMixin):
 
     def _top_up(self, conn: ServerConnection, link: Link) -> None:
         if link.credit <= self.settings.link_credit // 2:  # <=: with a credit of 1, refill at 0
+            self._flush_accepts(conn)  # outcomes first, then the credit they make room for
             conn.grant_credit(link, self.settings.link_credit)
+
+    def _flush_accepts(self, conn: ServerConnection) -> None:
+        """Answer the plain accepts of this batch: one disposition per run of consecutive delivery ids."""
+        if self._accepts:
+            conn.dispose_incoming(self._accepts, ACCEPTED)
+            self._accepts = []
 
     def _denied(self, conn: ServerConnection, action: str, address: Any, capabilities: Any = None) -> Any:
         """``amqp:unauthorized-access`` when the connection's user may not ``action`` on ``address``."""

@@ -83,6 +83,7 @@ class ConnectionTask:
         engine.context = self
         self._wakeup = trio.Event()
         self._output_taken = trio.Event()
+        self._send_lock = trio.Lock()  # the reader answers directly when the writer is idle
 
     def wake(self) -> None:
         """The engine has bytes to send."""
@@ -111,29 +112,55 @@ class ConnectionTask:
         events = self.engine.receive_data(data, trio.current_time())
         self._publish(events)
 
-    def _publish(self, events: list[Event]) -> None:
+    def _publish(self, events: list[Event], *, answer_here: bool = False) -> None:
         broker = self.broker
         if events:
             broker.handle(self.engine, events, trio.current_time())
         if self.engine.has_output:
             broker.dirty.add(self.engine)
+        if answer_here and not self._send_lock.locked():
+            broker.dirty.discard(self.engine)  # the reader writes it itself, right after
         wake_writers(broker)
+
+    async def _send(self, data: bytes) -> bool:
+        """Write ``data`` (one writer at a time); False when the peer is gone."""
+        engine = self.engine
+        async with self._send_lock:
+            self._output_taken.set()
+            self._output_taken = trio.Event()
+            if data:
+                try:
+                    await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return False
+                if engine.throttled:
+                    # the peer read what was queued: deliveries held back for it may go on
+                    self.broker.resume(engine)
+                    wake_writers(self.broker)
+        return True
 
     async def _reader(self) -> None:
         engine = self.engine
+        stream = self.stream
         while not engine.finished:
             deadline = engine.next_deadline()
             data = None
-            with trio.move_on_at(deadline if deadline is not None else float("inf")):
-                if engine.output_size >= _PAUSE_READING:
-                    # the peer is not reading our answers: stop reading its requests until it does, so what
-                    # we buffer for it stays bounded (a peer sending flows with echo, say, without reading)
-                    await self._output_taken.wait()
-                    continue
-                try:
-                    data = await self.stream.receive_some(_RECEIVE_SIZE)
+            if deadline is None and engine.output_size < _PAUSE_READING:
+                try:  # the common case, without a cancel scope to set up
+                    data = await stream.receive_some(_RECEIVE_SIZE)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
+            else:
+                with trio.move_on_at(deadline if deadline is not None else float("inf")):
+                    if engine.output_size >= _PAUSE_READING:
+                        # the peer is not reading our answers: stop reading its requests until it does, so what
+                        # we buffer for it stays bounded (a peer sending flows with echo, say, without reading)
+                        await self._output_taken.wait()
+                        continue
+                    try:
+                        data = await stream.receive_some(_RECEIVE_SIZE)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        data = b""
             if data is None:
                 self._publish(engine.handle_timeout(trio.current_time()))
                 continue
@@ -141,26 +168,20 @@ class ConnectionTask:
             if self.failure_delay and any(isinstance(e, AuthenticationFailed) for e in events):
                 # a failed login is answered late, so guessing passwords is slow
                 await trio.sleep(self.failure_delay)
-            self._publish(events)
+            self._publish(events, answer_here=True)
+            # answer from this task: no hand-off to the writer (a request/response costs one wake-up less)
+            answer = engine.has_output and not self._send_lock.locked() and not engine.finished
+            if answer and not await self._send(engine.data_to_send()):
+                return
 
     async def _writer(self, cancel_scope: trio.CancelScope) -> None:
         engine = self.engine
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
-            data = engine.data_to_send()
-            self._output_taken.set()
-            self._output_taken = trio.Event()
-            if data:
-                try:
-                    await self.stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    cancel_scope.cancel()
-                    return
-                if engine.throttled:
-                    # the peer read what was queued: deliveries held back for it may go on
-                    self.broker.resume(engine)
-                    wake_writers(self.broker)
+            if not await self._send(engine.data_to_send()):
+                cancel_scope.cancel()
+                return
             if engine.finished and not engine.has_output:
                 cancel_scope.cancel()
                 return
