@@ -41,7 +41,6 @@ from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.queue import Queue
-from minibroker.broker.selector import SelectorError, selector_from_filter
 from minibroker.broker.state import BrokerSettings
 from minibroker.broker.timers import Timers
 from minibroker.broker.topic import Subscription, Topic
@@ -70,6 +69,13 @@ _TXN_ID = Symbol("txn-id")
 _NO_LOCAL = {Symbol("apache.org:no-local-filter:list"), 0x0000468C00000003}
 _DURABLE_NONE = 0  # terminus-durability none (§3.5.5)
 _SHARED_SUFFIX = re.compile(r"\|.*$")  # Qpid JMS names extra links of a shared subscription "name|n"
+
+
+def selector_from_filter(filter_set: Any) -> Any:
+    """The JMS selector in a source's filter set (the selector module is imported only when one is used)."""
+    from minibroker.broker.selector import selector_from_filter as find
+
+    return find(filter_set)
 
 
 class Broker(CoordinatorMixin):
@@ -323,8 +329,8 @@ class Broker(CoordinatorMixin):
                 conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {source.address!r}"))
                 return
         try:
-            found = selector_from_filter(source.filter)
-        except SelectorError as exc:
+            found = selector_from_filter(source.filter) if source.filter else None
+        except ValueError as exc:  # SelectorError
             conn.refuse_attach(link, error(Condition.INVALID_FIELD, f"invalid selector: {exc}"))
             return
         applied: dict[Any, Any] = {}

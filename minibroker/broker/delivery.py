@@ -23,7 +23,7 @@ Dead-letters get annotations saying why: ``x-opt-dead-letter-reason``, ``x-opt-d
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Released, TransactionalState
 from minibroker.amqp.errors import Condition, error
@@ -33,11 +33,13 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import Namespace, Node
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
-from minibroker.broker.selector import MessageFields, Selector
 from minibroker.broker.timers import Timer, TimerKind
 from minibroker.broker.topic import Topic
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import OutgoingDelivery
+
+if TYPE_CHECKING:
+    from minibroker.broker.selector import MessageFields, Selector
 
 BROWSED = object()
 """Context of a delivery to a browser: a copy whose outcome changes nothing."""
@@ -54,6 +56,8 @@ def is_outcome(state: Any) -> bool:
 
 def selector_fields(message: Message) -> MessageFields:
     """What selectors read of ``message``, decoded once and kept on it."""
+    from minibroker.broker.selector import MessageFields  # only brokers with selectors pay for the import
+
     if message.fields is None:
         message.fields = MessageFields.from_message(message.payload)
     fields: MessageFields = message.fields
