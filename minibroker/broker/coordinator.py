@@ -43,6 +43,8 @@ class CoordinatorMixin(DeliveryMixin):
 
     # -- the coordinator ------------------------------------------------------------------------------
     def _on_control(self, conn: ServerConnection, controller: Controller, event: TransferReceived) -> None:
+        # §4.4.1: the provisional outcomes of posts go out before any declare or discharge is answered
+        self._flush_accepts(conn)
         link = controller.link
         delivery = event.delivery
         if link.credit < CONTROLLER_CREDIT // 2:
@@ -169,7 +171,7 @@ class CoordinatorMixin(DeliveryMixin):
         txn.posts.append((node, message))
         txn.staged_bytes += message.size
         node.staged += 1
-        self._settle_incoming(conn, delivery, TransactionalState(txn_id=txn.id, outcome=ACCEPTED))
+        self._answer_later(conn, delivery, txn.accepted_state)
 
     def _unroutable(self, message: Message) -> Error:
         return error(Condition.NOT_FOUND, f"no node at address {message.to!r}")
@@ -252,8 +254,11 @@ class CoordinatorMixin(DeliveryMixin):
                 touched.add(dispatched.consumer.queue)
             # else: it stays acquired by its link, an ordinary unsettled delivery
         for conn, pairs in to_settle.items():
+            by_outcome: dict[int, tuple[Any, list[OutgoingDelivery]]] = {}
             for delivery, outcome in pairs:
-                conn.settle([delivery], outcome)
+                by_outcome.setdefault(id(outcome), (outcome, []))[1].append(delivery)
+            for outcome, deliveries in by_outcome.values():
+                conn.settle(deliveries, outcome)  # ranges of consecutive ids
             self.dirty.add(conn)
         self.txn_stats.committed += 1
         for queue in touched:

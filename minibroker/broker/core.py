@@ -103,7 +103,7 @@ class Broker(CoordinatorMixin):
         self._expired = {}
         self._txn_ids = txn_ids if txn_ids is not None else counter_ids()
         self._dynamic_ids = count(1)
-        self._accepts: list[IncomingDelivery] = []  # plain accepts of this batch of events, answered together
+        self._answers = {}  # outcomes of this batch of events, answered together in ranges
         self._seq = 0
         self._now = 0.0
         self.on_change = None
@@ -619,10 +619,8 @@ class Broker(CoordinatorMixin):
                 if message.durable and not delivery.settled:
                     # durable: ``accepted`` only once its journal record is on disk (group commit)
                     self._after_durable(lambda: self._settle_incoming(conn, delivery, ACCEPTED))
-                elif not delivery.settled and delivery.link.rcv_settle_mode != 1:
-                    self._accepts.append(delivery)  # answered at the end of the batch, in ranges
                 else:
-                    self._settle_incoming(conn, delivery, ACCEPTED)
+                    self._answer_later(conn, delivery, ACCEPTED)
                 for queue in targets:
                     self._dispatch(queue)
         self._top_up(conn, link)
@@ -633,10 +631,11 @@ class Broker(CoordinatorMixin):
             conn.grant_credit(link, self.settings.link_credit)
 
     def _flush_accepts(self, conn: ServerConnection) -> None:
-        """Answer the plain accepts of this batch: one disposition per run of consecutive delivery ids."""
-        if self._accepts:
-            conn.dispose_incoming(self._accepts, ACCEPTED)
-            self._accepts = []
+        """Answer the outcomes of this batch: one disposition per run of consecutive ids with one state."""
+        if self._answers:
+            for state, deliveries in self._answers.values():
+                conn.dispose_incoming(deliveries, state)
+            self._answers = {}
 
     def _denied(self, conn: ServerConnection, action: str, address: Any, capabilities: Any = None) -> Any:
         """``amqp:unauthorized-access`` when the connection's user may not ``action`` on ``address``."""

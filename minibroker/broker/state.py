@@ -112,5 +112,22 @@ class BrokerState:
     def _settle_incoming(self, conn: ServerConnection, delivery: IncomingDelivery, state: Any) -> None:
         raise NotImplementedError
 
+    _answers: dict[int, tuple[Any, list[IncomingDelivery]]]
+
+    def _flush_accepts(self, conn: ServerConnection) -> None:
+        raise NotImplementedError
+
+    def _answer_later(self, conn: ServerConnection, delivery: IncomingDelivery, state: Any) -> None:
+        """Settle ``delivery`` with ``state`` at the end of this batch of events, merged into ranges.
+
+        ``state`` should be one shared object per outcome: the batch groups deliveries by its identity.
+        """
+        if delivery.settled:
+            return
+        if delivery.link.rcv_settle_mode == 1:  # rcv-settle-mode second: answered unsettled, at once
+            self._settle_incoming(conn, delivery, state)
+            return
+        self._answers.setdefault(id(state), (state, []))[1].append(delivery)
+
     def _release_consumer(self, consumer: Consumer) -> None:
         raise NotImplementedError

@@ -27,7 +27,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import AmqpValue, Error
+from minibroker.amqp.definitions import Accepted, AmqpValue, Error, TransactionalState
 from minibroker.broker.message import Message
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import Link
@@ -50,6 +50,7 @@ class Transaction:
     """One open transaction and its staged work."""
 
     __slots__ = (
+        "accepted_state",
         "acquisitions",
         "conn",
         "consumers",
@@ -68,6 +69,8 @@ class Transaction:
         self.controller = controller
         self.created = created
         self.posts: list[tuple[Node, Message]] = []
+        self.accepted_state = TransactionalState(txn_id=txn_id, outcome=Accepted())
+        """The provisional outcome of its posts, one object so their answers merge into ranges."""
         self.staged_bytes = 0
         self.retirements: list[Dispatched] = []
         self.acquisitions: list[Dispatched] = []
