@@ -13,13 +13,14 @@ import struct
 from typing import Any
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, Disposition, Transfer
+from minibroker.amqp.definitions import Accepted, Disposition, TransactionalState, Transfer
 from minibroker.amqp.types import DecodeError
 
 TRANSFER_PREFIX = b"\x00\x53\x14"
 DISPOSITION_PREFIX = b"\x00\x53\x15"
 ACCEPTED_BYTES = b"\x00\x53\x24\x45"
 ACCEPTED = Accepted()
+_TXN_STATE_LIST8 = b"\x00\x53\x34\xc0"
 _I = struct.Struct(">I")
 _BBB = struct.Struct(">BBB")
 _BII = struct.Struct(">BII")
@@ -59,6 +60,16 @@ def _state(data: bytes, pos: int) -> tuple[Any, int]:
         return None, pos + 1
     if data[pos : pos + 4] == ACCEPTED_BYTES:
         return ACCEPTED, pos + 4
+    if data[pos : pos + 4] == _TXN_STATE_LIST8 and data[pos + 6] == 0xA0:
+        # transactional-state(txn-id) with an optional accepted outcome: every transactional transfer carries it
+        size, count, n = data[pos + 4], data[pos + 5], data[pos + 7]
+        end = pos + 5 + size
+        txn_id = data[pos + 8 : pos + 8 + n]
+        after = pos + 8 + n
+        if count == 1 and after == end:
+            return TransactionalState(txn_id=txn_id), end
+        if count == 2 and data[after : after + 4] == ACCEPTED_BYTES and after + 4 == end:
+            return TransactionalState(txn_id=txn_id, outcome=ACCEPTED), end
     return codec.decode(data, pos)
 
 

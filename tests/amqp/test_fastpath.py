@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, Disposition, Error, Modified, Rejected, Released, Transfer
+from minibroker.amqp.definitions import (
+    Accepted,
+    Disposition,
+    Error,
+    Modified,
+    Rejected,
+    Released,
+    TransactionalState,
+    Transfer,
+)
 from minibroker.amqp.fastpath import decode_disposition, decode_transfer, encode_transfer
 from minibroker.amqp.types import DecodeError, Symbol, UInt
 
@@ -19,6 +28,7 @@ flags = st.one_of(st.none(), st.booleans())
 states = st.one_of(
     st.none(),
     st.just(Accepted()),
+    st.builds(TransactionalState, txn_id=st.binary(max_size=40), outcome=st.sampled_from([None, Accepted()])),
     st.just(Released()),
     st.builds(Modified, delivery_failed=flags, undeliverable_here=flags),
     st.builds(lambda d: Rejected(error=Error(condition=Symbol("amqp:x"), description=d)), st.text(max_size=10)),
