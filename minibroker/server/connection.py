@@ -25,6 +25,7 @@ _RECEIVE_SIZE = 65536
 # Bytes queued for a peer beyond which we stop reading it until its writer takes them. Above the 1 MiB at which
 # the engine stops starting deliveries, so only a peer whose own frames pile up answers is paused.
 _PAUSE_READING = 1536 * 1024
+_DIRECT_ANSWER = 4096  # bytes of output the reader writes itself (answers to requests, not bulk)
 _FLUSH_GRACE = 1.0  # seconds the writer has to flush a finished connection to a peer that may not read
 
 
@@ -118,9 +119,18 @@ class ConnectionTask:
             broker.handle(self.engine, events, trio.current_time())
         if self.engine.has_output:
             broker.dirty.add(self.engine)
-        if answer_here and not self._send_lock.locked():
+        if answer_here and self._answers_here():
             broker.dirty.discard(self.engine)  # the reader writes it itself, right after
         wake_writers(broker)
+
+    def _answers_here(self) -> bool:
+        engine = self.engine
+        return (
+            engine.has_output
+            and engine.output_size <= _DIRECT_ANSWER
+            and not self._send_lock.locked()
+            and not engine.finished
+        )
 
     async def _send(self, data: bytes) -> bool:
         """Write ``data`` (one writer at a time); False when the peer is gone."""
@@ -169,9 +179,9 @@ class ConnectionTask:
                 # a failed login is answered late, so guessing passwords is slow
                 await trio.sleep(self.failure_delay)
             self._publish(events, answer_here=True)
-            # answer from this task: no hand-off to the writer (a request/response costs one wake-up less)
-            answer = engine.has_output and not self._send_lock.locked() and not engine.finished
-            if answer and not await self._send(engine.data_to_send()):
+            # a small answer goes out from this task: no hand-off to the writer, one wake-up less per request
+            # (bulk output is the writer's: a peer that stops reading must only ever block the writer)
+            if self._answers_here() and not await self._send(engine.data_to_send()):
                 return
 
     async def _writer(self, cancel_scope: trio.CancelScope) -> None:
