@@ -20,11 +20,16 @@ the delivery-count the model expects, carrying the consumer's txn-id). It also p
 by which the broker settles a delivery (after a commit, a rollback, an outcome given unsettled), every
 link the broker detaches, and every answer to a post, declare and discharge, error conditions included.
 
-After every step every queue's ready messages (bodies in order, delivery counts), depth, staged and acquired counts, the open transactions
-and what each staged, the deliveries each client still has to settle, and a census of every message the
-broker holds are compared with the model. Granting credit must deliver exactly the head of the queue, in
-order, and no consumer may sit on credit while its queue has visible messages. Closing every connection
-at the end must leave no transaction, staged message, acquired message or unsettled delivery behind.
+After every step every queue's ready messages (bodies in order, delivery counts), depth, staged and
+acquired counts, the open transactions and what each staged, the deliveries each client still has to
+settle, and a census of every message the broker holds are compared with the model. Granting credit must
+deliver exactly the head of the queue, in order, and no consumer may sit on credit while its queue has
+visible messages. Closing every connection at the end must leave no transaction, staged message, acquired
+message or unsettled delivery behind.
+
+One subtlety the model allows: when one step rolls back several transactions (a time-out pass, a
+controller that goes away), a message released by the first may be sent, under a later one that is still
+live at that moment, to a consumer acquiring under it, and released again when that one rolls back.
 """
 
 from __future__ import annotations
@@ -347,8 +352,7 @@ class TransactionsModel(RuleBasedStateMachine):
             # acquired under a transaction that rolled back later in this same step: released at once
             # (the same step may have delivered it again since, even to a consumer that settled it: the
             # order of transfers across connections is lost, so look it up among every message)
-            msg = self.messages[body]
-            assert count == msg.count
+            assert count == self.messages[body].count
             if not settled:
                 self.expected_settles.append((slot, delivery_id, RELEASED))
             event("delivery under a transaction that rolled back in the same step")
