@@ -559,6 +559,11 @@ class TransactionsModel(RuleBasedStateMachine):
         self._retire(outcome, mode, settled, data)
 
     @precondition(_has_open_deliveries)
+    @rule(outcome=OUTCOME, mode=st.sampled_from(["plain", "unknown"]), settled=st.booleans(), data=st.data())
+    def retire_again(self, outcome: Any, mode: str, settled: bool, data: st.DataObject) -> None:
+        self._retire(outcome, mode, settled, data)
+
+    @precondition(_has_open_deliveries)
     @rule(outcome=OUTCOME, settled=st.booleans(), data=st.data())
     def retire_in_txn(self, outcome: Any, settled: bool, data: st.DataObject) -> None:
         self._retire(outcome, "txn", settled, data)
@@ -569,7 +574,12 @@ class TransactionsModel(RuleBasedStateMachine):
         self._retire(outcome, "txn", settled, data)
 
     def _retire(self, outcome: Any, mode: str, settled: bool, data: st.DataObject) -> None:
-        d = data.draw(st.sampled_from(self._open_deliveries()), label="delivery")
+        self._retire_one(
+            data.draw(st.sampled_from(self._open_deliveries()), label="delivery"), outcome, mode, settled, data
+        )
+
+    def _retire_one(self, d: MDel, outcome: Any, mode: str, settled: bool, data: st.DataObject) -> None:
+        """The consumer's disposition of delivery ``d``: ``outcome`` in ``mode`` (plain, txn, unknown)."""
         slot = d.consumer.slot
         if outcome is None:
             # settle without an outcome: only for a plain delivery or one whose outcome is staged already
@@ -600,6 +610,7 @@ class TransactionsModel(RuleBasedStateMachine):
                 if outcome is not None and d.retired_by is None:
                     assert d.acquired_by is not None
                     self._stage(d, d.acquired_by, outcome, settled)  # staged in the acquiring transaction
+                    event("plain outcome staged in the acquiring transaction")
             else:
                 self._finish(d, outcome if outcome is not None else d.consumer.outcome_when_gone)
                 if not settled:
@@ -612,13 +623,24 @@ class TransactionsModel(RuleBasedStateMachine):
     @precondition(lambda self: any(c.attached and not c.presettled for c in self.consumers))
     @rule(
         credit=st.integers(1, 3),
-        outcomes=st.lists(st.tuples(OUTCOME.filter(lambda o: o is not None), st.booleans()), min_size=3, max_size=3),
+        outcomes=st.lists(
+            st.tuples(
+                OUTCOME.filter(lambda o: o is not None),
+                st.booleans(),
+                st.sampled_from(["txn", "txn", "txn", "plain", "none"]),
+            ),
+            min_size=3,
+            max_size=3,
+        ),
         then=st.sampled_from(["commit", "rollback", "leave open"]),
         data=st.data(),
     )
-    def consume_in_txn(self, credit: int, outcomes: list[tuple[Any, bool]], then: str, data: st.DataObject) -> None:
-        """A transactional consumer's round trip: acquire under a transaction, give every message an
-        outcome in it, then commit, roll back, or leave it open for later steps to decide."""
+    def consume_in_txn(
+        self, credit: int, outcomes: list[tuple[Any, bool, str]], then: str, data: st.DataObject
+    ) -> None:
+        """A transactional consumer's round trip: acquire under a transaction, give the messages outcomes
+        (mostly in it; some plain, which stages them in it too; some none), then commit, roll back, or
+        leave it open for later steps to decide."""
         candidates = [c for c in self.consumers if not c.presettled]
         busy = [c for c in candidates if self.visible[c.queue]]
         consumer = data.draw(st.sampled_from(busy or candidates), label="consumer")
@@ -630,14 +652,9 @@ class TransactionsModel(RuleBasedStateMachine):
         before = set(consumer.deliveries)
         self._flow(consumer, credit, {TXN_ID: txn.id})
         new = [d for i, d in consumer.deliveries.items() if i not in before]
-        for d, (outcome, settled) in zip(new, outcomes, strict=False):
-            self._stage(d, txn, outcome, settled)
-            if settled:
-                d.wire_open = False
-            self.peers[consumer.slot].dispose(
-                d.delivery_id, TransactionalState(txn_id=txn.id, outcome=outcome), settled=settled
-            )
-            self._step()
+        for d, (outcome, settled, how) in zip(new, outcomes, strict=False):
+            if how != "none":
+                self._retire_one(d, outcome, how, settled, data)
         if then != "leave open":
             if then == "rollback":
                 self._rollback(txn)
