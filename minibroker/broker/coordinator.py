@@ -140,10 +140,11 @@ class CoordinatorMixin(DeliveryMixin):
         timeout = self.settings.transaction_timeout
         if not timeout:
             return
-        for txn in [t for t in self._txns.values() if now >= t.created + timeout]:
+        expired = [t for t in self._txns.values() if now >= t.created + timeout]
+        for txn in expired:
             self.txn_stats.timed_out += 1
             self._expired.setdefault(txn.conn, set()).add(txn.id)
-            self._rollback(txn)
+        self._rollback_all(expired)
 
     def _transactions_deadline(self) -> float | None:
         timeout = self.settings.transaction_timeout
@@ -195,10 +196,9 @@ class CoordinatorMixin(DeliveryMixin):
         if other is not None and other is not txn:
             # DESIGN §4: one delivery may not name two live transactions: both roll back
             err = error(Condition.TRANSACTION_ROLLBACK, "a delivery named two different transactions")
+            self._rollback_all([other, txn])
             for victim in (other, txn):
-                controller = victim.controller
-                self._rollback(victim)
-                victim.conn.detach(controller, err)
+                victim.conn.detach(victim.controller, err)
                 self.dirty.add(victim.conn)
             return
         if not is_outcome(state.outcome):
@@ -278,8 +278,17 @@ class CoordinatorMixin(DeliveryMixin):
                 extra[id(queue)] = (count + 1, size + message.size)
         return None
 
-    def _rollback(self, txn: Transaction) -> None:
-        """Undo everything ``txn`` staged."""
+    def _rollback_all(self, txns: list[Transaction]) -> None:
+        """Roll back several transactions, then dispatch: a message released by one is not handed to a
+        consumer still acquiring under another that is about to roll back too."""
+        touched: set[Queue] = set()
+        for txn in txns:
+            touched |= self._rollback(txn, dispatch=False)
+        for queue in touched:
+            self._dispatch(queue)
+
+    def _rollback(self, txn: Transaction, *, dispatch: bool = True) -> set[Queue]:
+        """Undo everything ``txn`` staged; return the queues it touched."""
         self._end(txn)
         for node, _message in txn.posts:
             node.staged -= 1
@@ -313,8 +322,10 @@ class CoordinatorMixin(DeliveryMixin):
                 delivery = dispatched.delivery
                 delivery.link.session.outgoing_unsettled[delivery.delivery_id] = delivery
         self.txn_stats.rolled_back += 1
-        for queue in touched:
-            self._dispatch(queue)
+        if dispatch:
+            for queue in touched:
+                self._dispatch(queue)
+        return touched
 
     def _end(self, txn: Transaction) -> None:
         del self._txns[txn.id]

@@ -507,8 +507,7 @@ class Broker(CoordinatorMixin):
                 self._delete_node(context.owned_node)
         elif isinstance(context, Controller):
             # §4.2 / DESIGN §4: a controller that goes away rolls back its open transactions
-            for txn in [t for t in self._txns.values() if t.controller is event.link]:
-                self._rollback(txn)
+            self._rollback_all([t for t in self._txns.values() if t.controller is event.link])
 
     def _release_consumer(self, consumer: Consumer) -> None:
         """A consumer is gone: its unsettled deliveries get the default outcome (unless a transaction
@@ -546,8 +545,7 @@ class Broker(CoordinatorMixin):
                         self.dirty.add(conn)
 
     def _on_closed(self, conn: ServerConnection, event: ConnectionClosed) -> None:
-        for txn in [t for t in self._txns.values() if t.conn is conn]:
-            self._rollback(txn)
+        self._rollback_all([t for t in self._txns.values() if t.conn is conn])
         self._expired.pop(conn, None)
         self.connections.discard(conn)
         namespace = self._namespace_of.pop(conn, None)

@@ -96,7 +96,10 @@ class BrokerState:
         raise NotImplementedError
 
     # -- provided by coordinator.py ---------------------------------------------------------------------
-    def _rollback(self, txn: Transaction) -> None:
+    def _rollback(self, txn: Transaction, *, dispatch: bool = True) -> set[Queue]:
+        raise NotImplementedError
+
+    def _rollback_all(self, txns: list[Transaction]) -> None:
         raise NotImplementedError
 
     # -- provided by core.py ----------------------------------------------------------------------------
