@@ -73,6 +73,7 @@ from minibroker.amqp.framing import (
     MIN_MAX_FRAME_SIZE,
     SASL_FRAME,
     SASL_HEADER,
+    encode_frame,
 )
 from minibroker.amqp.types import DecodeError, Symbol, UInt
 from minibroker.engine.endpoints import (
@@ -286,20 +287,16 @@ class ServerConnection:
     def _send(self, channel: int, performative: Any, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
         if self.phase in (Phase.CLOSE_SENT, Phase.FINISHED):
             return  # §2.4.3: nothing follows our close
-        body = bytearray(8)
-        codec.encode_into(body, performative)
-        if payload:
-            body += payload
-        if len(body) > self.remote_max_frame_size and not isinstance(performative, Close):
+        frame = encode_frame(channel, performative, payload, frame_type)
+        if len(frame) > self.remote_max_frame_size and not isinstance(performative, Close):
             # §2.8.15 frame-size-too-small: e.g. an attach echoing a long address to a peer taking 512 bytes
-            size = f"a {len(body)}-byte {type(performative).__name__} frame"
+            size = f"a {len(frame)}-byte {type(performative).__name__} frame"
             limit = f"max-frame-size {self.remote_max_frame_size}"
             self._close_with(error(Condition.FRAME_SIZE_TOO_SMALL, f"{size} does not fit the peer's {limit}"))
             return
-        FRAME_HEADER.pack_into(body, 0, len(body), 2, frame_type, channel)
         if self.trace is not None:
             self.trace("->", channel, performative, len(payload))
-        self._write(bytes(body))
+        self._write(frame)
 
     # -- parsing ------------------------------------------------------------------------------------
     def _parse(self) -> None:
