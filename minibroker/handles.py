@@ -59,7 +59,12 @@ class QueueHandle:
             if queue is None:
                 return QueueStats(self.name, 0, 0, 0, 0, 0)
             return QueueStats(
-                self.name, queue.depth, queue.acquired, queue.staged, len(queue.consumers), queue.enqueued_total
+                self.name,
+                queue.depth,
+                queue.acquired,
+                queue.staged,
+                broker.dispatcher.consumer_count(queue),
+                queue.enqueued_total,
             )
 
         return self._owner._call(read)

@@ -60,6 +60,12 @@ def error(condition: Condition, description: str | None = None) -> Error:
     return Error(condition=Symbol(condition.value), description=description)
 
 
+class LocalProtocolError(Exception):
+    """Our own code misused the engine: a command given in a state where it makes no sense (settling a
+    delivery twice, delivering on a link without credit). Never the peer's fault, so never sent on the wire;
+    the name and the split from ``ProtocolError`` follow h11."""
+
+
 class ProtocolError(Exception):
     """The peer broke the protocol; ``condition`` and ``scope`` say how to answer."""
 

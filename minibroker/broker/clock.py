@@ -4,7 +4,8 @@ Every broker timer (expiry, scheduled delivery, redelivery delay, transaction ti
 ``now`` the I/O layer passes in: trio's clock, so a test can drive them all with ``MockClock``. Some
 message fields are wall-clock instants in milliseconds (``absolute-expiry-time``, ``x-opt-delivery-time``,
 ``x-opt-scheduled-enqueue-time``); ``WallClock`` maps them onto the broker's clock with one offset, taken
-once by whoever starts the broker.
+once by whoever starts the broker. ``BrokerClock`` is the instant the core is working at, shared by its
+components and moved only by the core's entry points.
 """
 
 from __future__ import annotations
@@ -25,3 +26,16 @@ class WallClock:
     def to_wall_ms(self, now: float) -> int:
         """The wall-clock time, in milliseconds since the epoch, of a broker-clock instant."""
         return int((now + self.offset) * 1000)
+
+
+class BrokerClock:
+    """The broker-clock instant being handled (``now``) and the wall-clock mapping."""
+
+    __slots__ = ("now", "wall")
+
+    def __init__(self, wall: WallClock | None = None) -> None:
+        self.now = 0.0
+        self.wall = wall or WallClock()
+
+    def from_wall_ms(self, wall_ms: int | float) -> float:
+        return self.wall.from_wall_ms(wall_ms)

@@ -1,20 +1,36 @@
-"""The transaction coordinator (Part 4, DESIGN §4): declare, discharge, staging, commit and rollback.
+"""The transaction coordinator (Part 4, DESIGN §4): declare, discharge, staging, commit, rollback, time-outs.
 
-Theory of operation: see ``transactions.py`` for what a transaction stages. ``_commit`` applies every
-staged post, retirement and acquisition of a transaction in one synchronous call, so no consumer,
-browser or depth reading can observe part of it; if a staged post can no longer be applied (its node is
-full and refuses new messages), nothing is applied and the commit fails with amqp:transaction:rollback.
-``_rollback`` undoes the staged work. A transaction ends when it is discharged, when its controller link
-detaches or its connection drops (rolled back), or when it is older than ``transaction_timeout`` (rolled
-back, and its discharge then fails with amqp:transaction:timeout).
+Theory of operation
+-------------------
+The coordinator is the one owner of every relation between transactions and the rest of the broker: which
+transactions are open (by id, by connection, by controller link), which transaction holds each delivery
+(acquired under it, §4.4.3, or carrying an outcome staged in it, §4.4.2), which transaction each consumer
+link acquires under, and which links stopped acquiring because their transaction timed out. Nothing else
+keeps a pointer to a transaction, so nothing can drift out of step with it.
+
+A delivery's fate is decided in exactly one place. If a transaction holds it, that transaction's discharge
+decides; otherwise the consumer's own disposition does (``Dispatcher.apply_outcome``). Every disposition
+from a consumer comes through ``disposition`` here first, which is how that rule is kept.
+
+``_commit`` first checks that every staged post can still be applied (its node still exists and has room),
+then applies all staged work in one synchronous call, so no consumer, browser or depth reading can observe
+part of it; if anything cannot be applied, nothing is, and the commit fails with amqp:transaction:rollback
+(§4.4.1: "If the resource can no longer apply the outcome that it originally indicated would be the result
+of a successful discharge then it MUST NOT allow the successful discharge"). ``_rollback`` undoes the
+staged work. A transaction ends when it is discharged, when its controller link detaches or its connection
+drops (rolled back), or when it is older than ``transaction_timeout`` (rolled back; its id is remembered
+until discharged, and the links that acquired under it stop until told otherwise).
+
+What is deliberately not here: routing and consumer order (``dispatch.py``), and which link a frame came on
+(``endpoints.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from minibroker.amqp.definitions import (
-    Accepted,
     Declare,
     Declared,
     Discharge,
@@ -23,314 +39,604 @@ from minibroker.amqp.definitions import (
     TransactionalState,
 )
 from minibroker.amqp.errors import Condition, error
-from minibroker.amqp.types import DecodeError
-from minibroker.broker.delivery import DeliveryMixin, is_outcome
-from minibroker.broker.links import RELEASED, Controller, Dispatched
+from minibroker.amqp.types import DecodeError, Symbol
+from minibroker.broker.clock import BrokerClock
+from minibroker.broker.dispatch import ACCEPTED, Dispatcher, is_outcome
+from minibroker.broker.links import RELEASED, Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import Node
+from minibroker.broker.namespace import TOPIC, Node
+from minibroker.broker.nodes import Nodes
+from minibroker.broker.outbox import Outbox
+from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue
-from minibroker.broker.transactions import MAX_TXN_ID, Transaction, control_body
+from minibroker.broker.recorder import Recorder
+from minibroker.broker.settings import BrokerSettings
+from minibroker.broker.transactions import (
+    MAX_TXN_ID,
+    Deferred,
+    Post,
+    Transaction,
+    TransactionInfo,
+    TransactionStats,
+    control_body,
+    info,
+)
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import IncomingDelivery, Link, OutgoingDelivery
-from minibroker.engine.events import TransferReceived
+from minibroker.engine.endpoints import IncomingDelivery, OutgoingDelivery
+from minibroker.engine.events import DeliveryUpdated, TransferReceived
 
-ACCEPTED = Accepted()
 CONTROLLER_CREDIT = 100
+TXN_ID = Symbol("txn-id")
 
 
-class CoordinatorMixin(DeliveryMixin):
-    """Transactions: the coordinator link and the staging, commit and rollback of transactional work."""
+def named_transactions(delivery: IncomingDelivery) -> list[Any]:
+    """The txn-ids the frames of an incoming delivery named (in order, each once)."""
+    named: list[Any] = []
+    for state in [*(delivery.earlier_states or ()), delivery.state]:
+        if isinstance(state, TransactionalState) and state.txn_id not in named:
+            named.append(state.txn_id)
+    return named
 
-    # -- the coordinator ------------------------------------------------------------------------------
-    def _on_control(self, conn: ServerConnection, controller: Controller, event: TransferReceived) -> None:
+
+class _Held:
+    """The transactions of one connection: open ones, and timed-out ones not yet discharged."""
+
+    __slots__ = ("open", "timed_out")
+
+    def __init__(self) -> None:
+        self.open: dict[bytes, Transaction] = {}
+        self.timed_out: dict[bytes, list[Consumer]] = {}
+        """Timed-out id -> the links that were acquiring under it and stopped (R5)."""
+
+    def __len__(self) -> int:
+        return len(self.open) + len(self.timed_out)
+
+
+class Coordinator:
+    """The transactions of one broker."""
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        clock: BrokerClock,
+        nodes: Nodes,
+        dispatcher: Dispatcher,
+        outbox: Outbox,
+        recorder: Recorder,
+        txn_ids: Iterator[bytes],
+        new_deadline: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.nodes = nodes
+        self.dispatcher = dispatcher
+        self.outbox = outbox
+        self.recorder = recorder
+        self.stats = TransactionStats()
+        self._txn_ids = txn_ids
+        self._new_deadline = new_deadline
+        self._open: dict[bytes, Transaction] = {}  # every open transaction, oldest first
+        self._by_conn: dict[ServerConnection, _Held] = {}
+        self._by_controller: dict[Controller, dict[bytes, Transaction]] = {}
+        self._holder: dict[Dispatched, Transaction] = {}
+        self._acquiring: dict[Consumer, Transaction] = {}
+        self._stopped: dict[Consumer, bytes] = {}  # links stopped on a timed-out id
+        self.waiting: list[tuple[ServerConnection, IncomingDelivery, list[OutgoingDelivery]]] = []
+        """Rollbacks answered once the aborted transfers of their deliveries are out (``answer_waiting``)."""
+        dispatcher.acquirer = self
+
+    # -- the Acquirer seam of the dispatcher (§4.4.3) ---------------------------------------------------
+    def transfer_state(self, consumer: Consumer) -> Any:
+        txn = self._acquiring.get(consumer)
+        return txn.state if txn is not None else None
+
+    def acquired(self, dispatched: Dispatched) -> None:
+        txn = self._acquiring[dispatched.consumer]
+        txn.acquired[dispatched] = None
+        self._holder[dispatched] = txn
+
+    # -- the control link (§4.2, §4.3) ------------------------------------------------------------------
+    def control(self, conn: ServerConnection, controller: Controller, event: TransferReceived) -> None:
+        """A declare or discharge arrived on a coordinator link."""
         # §4.4.1: the provisional outcomes of posts go out before any declare or discharge is answered
-        self._flush_accepts(conn)
+        self.outbox.flush(conn)
         link = controller.link
-        delivery = event.delivery
         if link.credit < CONTROLLER_CREDIT // 2:
             conn.grant_credit(link, CONTROLLER_CREDIT)
+        delivery = event.delivery
+        if delivery.settled:
+            # §4.3: declare and discharge "MUST NOT be sent settled", the controller needs their outcome;
+            # a coordinator receiving one settled detaches
+            self._detach(controller, error(Condition.NOT_ALLOWED, "declare and discharge must not be sent settled"))
+            return
+        if named_transactions(delivery):
+            # §4 intro: "No transactional work is allowed on the control link"
+            err = error(Condition.NOT_ALLOWED, "a declare or discharge cannot itself be transactional work")
+            self._control_error(conn, controller, delivery, err)
+            return
         try:
             body = control_body(event.payload)
         except DecodeError as exc:
             self._control_error(conn, controller, delivery, error(Condition.DECODE_ERROR, str(exc)))
             return
         if isinstance(body, Declare):
-            if body.global_id is not None:
-                err = error(Condition.NOT_IMPLEMENTED, "distributed transactions (global-id) are not supported")
-                self._control_error(conn, controller, delivery, err)
-                return
-            limit = self.settings.max_transactions_per_connection
-            if sum(1 for t in self._txns.values() if t.conn is conn) >= limit:
-                err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} open transactions per connection")
-                self._control_error(conn, controller, delivery, err)
-                return
-            txn = self._declare(conn, link)
-            self._settle_incoming(conn, delivery, Declared(txn_id=txn.id))  # honours rcv-settle-mode second
+            self._declare(conn, controller, delivery, body)
         elif isinstance(body, Discharge):
             self._discharge(conn, controller, delivery, body)
         else:
             err = error(Condition.DECODE_ERROR, "a coordinator message must carry declare or discharge")
             self._control_error(conn, controller, delivery, err)
 
-    def _declare(self, conn: ServerConnection, controller: Link) -> Transaction:
+    def controller_gone(self, controller: Controller) -> None:
+        """§4 intro: a control link that closes rolls back the transactions it created."""
+        self._rollback_all(list(self._by_controller.pop(controller, {}).values()))
+
+    def _declare(
+        self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Declare
+    ) -> None:
+        if body.global_id is not None:
+            err = error(Condition.NOT_IMPLEMENTED, "distributed transactions (global-id) are not supported")
+            self._control_error(conn, controller, delivery, err)
+            return
+        held = self._by_conn.get(conn)
+        limit = self.settings.max_transactions_per_connection
+        if held is not None and len(held) >= limit:
+            counts = f"{len(held.open)} open, {len(held.timed_out)} timed out and not yet discharged"
+            err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} transactions per connection ({counts})")
+            self._control_error(conn, controller, delivery, err)
+            return
         txn_id = next(self._txn_ids)
         assert len(txn_id) <= MAX_TXN_ID, "txn-id generator gave an id longer than 32 bytes"
-        assert txn_id not in self._txns, "txn-id generator repeated an id"
-        txn = Transaction(txn_id, conn, controller, self._now)
-        self._txns[txn_id] = txn
-        self.txn_stats.declared += 1
-        if self.on_new_deadline is not None and len(self._txns) == 1:
-            self.on_new_deadline()
-        return txn
+        assert txn_id not in self._open, "txn-id generator repeated an id"
+        txn = Transaction(txn_id, conn, controller, self.clock.now)
+        self._open[txn_id] = txn
+        self._by_conn.setdefault(conn, _Held()).open[txn_id] = txn
+        self._by_controller.setdefault(controller, {})[txn_id] = txn
+        self.stats.declared += 1
+        if len(self._open) == 1:
+            self._new_deadline()
+        self.outbox.answer_now(conn, delivery, Declared(txn_id=txn_id))
 
     def _discharge(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Discharge
     ) -> None:
-        txn_id = body.txn_id
-        txn = self._txn(conn, txn_id)
+        txn = self._live(conn, body.txn_id)
         if txn is None:
-            self._control_error(conn, controller, delivery, self._unknown_txn_error(conn, txn_id, discharged=True))
+            timed_out = self._forget_timed_out(conn, body.txn_id)
+            if timed_out and body.fail:
+                # §4.3: "the coordinator MUST always be able to complete a discharge where the fail flag is set
+                # to true": the rollback the controller asks for happened at the time-out
+                self.outbox.answer_now(conn, delivery, ACCEPTED)
+                return
+            err = self._timeout_error() if timed_out else self._unknown_id_error(body.txn_id)
+            self._control_error(conn, controller, delivery, err)
             return
         if body.fail:
-            self._rollback(txn)
-            self._settle_incoming(conn, delivery, ACCEPTED)
+            self._rollback_all([txn])
+            # §4.4.3: an acquired delivery not completely sent is aborted "before completing the discharge": if
+            # the consumer's session window holds the aborted transfer back, the answer waits for it
+            held_back = [d.delivery for d in txn.acquired if not d.delivery.complete]
+            if held_back:
+                self.waiting.append((conn, delivery, held_back))
+            else:
+                self.outbox.answer_now(conn, delivery, ACCEPTED)
             return
-        self._collecting = [] if self.durable else None
-        try:
+        if any(txn.id in named_transactions(partial) for partial in conn.incomplete_transfers()):
+            # §4.4.1: "It is an error for the controller to attempt to discharge a transaction against which a
+            # partial delivery has been posted. Should this happen, the control link MUST be terminated with
+            # the transaction-rollback error."
+            self._rollback_all([txn])
+            err = error(Condition.TRANSACTION_ROLLBACK, "discharged while a transfer posted in it was incomplete")
+            self._detach(controller, err)
+            return
+        with self.recorder.collecting() as work:
             failure = txn.failed or self._commit(txn)
-        finally:
-            work, self._collecting = self._collecting or [], None
         if failure is not None:
-            if txn.id in self._txns:
-                self._rollback(txn)
-            self.txn_stats.failed_commits += 1
+            if txn.id in self._open:
+                self._rollback_all([txn])
+            self.stats.failed_commits += 1
             description = f"transaction rolled back: {failure.description}"
             self._control_error(conn, controller, delivery, error(Condition.TRANSACTION_ROLLBACK, description))
             return
         # one journal record for all the durable work; ``accepted`` once it is on disk
-        self._journal_ops(work, lambda: self._settle_incoming(conn, delivery, ACCEPTED))
+        self.recorder.record_then(work, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+
+    def answer_waiting(self) -> None:
+        """Answer the rollbacks whose aborted transfers have gone out (or can no longer go: link gone)."""
+        waiting, self.waiting = self.waiting, []
+        for conn, delivery, held_back in waiting:
+            if all(d.complete for d in held_back):
+                self.outbox.answer_now(conn, delivery, ACCEPTED)
+            else:
+                self.waiting.append((conn, delivery, held_back))
 
     def _control_error(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, err: Error
     ) -> None:
         """§4.3: report a declare/discharge error as rejected, or by detaching the coordinator link."""
-        if controller.rejects_errors and not delivery.settled:
-            self._settle_incoming(conn, delivery, Rejected(error=err))
+        if controller.rejects_errors:
+            self.outbox.answer_now(conn, delivery, Rejected(error=err))
         else:
-            conn.detach(controller.link, err)
+            self._detach(controller, err)
 
-    def _txn(self, conn: ServerConnection, txn_id: Any) -> Transaction | None:
-        """The live transaction ``txn_id`` of ``conn`` (another connection's id is unknown here)."""
-        if not isinstance(txn_id, bytes):
-            return None
-        txn = self._txns.get(txn_id)
+    def _detach(self, controller: Controller, err: Error) -> None:
+        """Detach a coordinator link (its open transactions roll back when the engine reports the detach)."""
+        controller.conn.detach(controller.link, err)
+        self.outbox.touch(controller.conn)
+
+    # -- ids ------------------------------------------------------------------------------------------
+    def _live(self, conn: ServerConnection, txn_id: Any) -> Transaction | None:
+        """The open transaction ``txn_id`` of ``conn`` (another connection's id is unknown here)."""
+        txn = self._open.get(txn_id) if isinstance(txn_id, bytes) else None
         return txn if txn is not None and txn.conn is conn else None
 
-    def _unknown_txn_error(self, conn: ServerConnection, txn_id: Any, *, discharged: bool = False) -> Error:
-        expired = self._expired.get(conn)
-        if expired is not None and isinstance(txn_id, bytes) and txn_id in expired:
-            if discharged:  # only the discharge ends the memory of it: other uses report it but keep it
-                expired.discard(txn_id)
-            return error(Condition.TRANSACTION_TIMEOUT, "the transaction timed out and was rolled back")
+    def _timed_out(self, conn: ServerConnection, txn_id: Any) -> bool:
+        held = self._by_conn.get(conn)
+        return held is not None and isinstance(txn_id, bytes) and txn_id in held.timed_out
+
+    def unknown_error(self, conn: ServerConnection, txn_id: Any) -> Error:
+        """What a use of a txn-id that names no open transaction of ``conn`` is answered with."""
+        return self._timeout_error() if self._timed_out(conn, txn_id) else self._unknown_id_error(txn_id)
+
+    @staticmethod
+    def _timeout_error() -> Error:
+        return error(Condition.TRANSACTION_TIMEOUT, "the transaction timed out and was rolled back")
+
+    @staticmethod
+    def _unknown_id_error(txn_id: Any) -> Error:
         shown = txn_id.hex() if isinstance(txn_id, bytes) else repr(txn_id)
         return error(Condition.UNKNOWN_TXN_ID, f"unknown transaction id {shown}")
 
-    def _expire_transactions(self, now: float) -> None:
-        """Roll back every transaction older than ``transaction_timeout``."""
-        timeout = self.settings.transaction_timeout
-        if not timeout:
-            return
-        expired = [t for t in self._txns.values() if now >= t.created + timeout]
-        for txn in expired:
-            self.txn_stats.timed_out += 1
-            self._expired.setdefault(txn.conn, set()).add(txn.id)
-        self._rollback_all(expired)
+    def _forget_timed_out(self, conn: ServerConnection, txn_id: Any) -> bool:
+        """The controller discharged a timed-out id: forget it, and let the links stopped on it go on
+        (§4.4.3: "When a transaction is discharged, the txn-id of any link endpoints will be cleared")."""
+        if not self._timed_out(conn, txn_id):
+            return False
+        for consumer in self._by_conn[conn].timed_out.pop(txn_id):
+            if self._stopped.get(consumer) == txn_id:
+                del self._stopped[consumer]
+                self.dispatcher.restart(consumer)
+        return True
 
-    def _transactions_deadline(self) -> float | None:
-        timeout = self.settings.transaction_timeout
-        if not timeout or not self._txns:
-            return None
-        return min(txn.created for txn in self._txns.values()) + timeout
-
-    # -- staging --------------------------------------------------------------------------------------
-    def _post_in_transaction(
-        self, conn: ServerConnection, delivery: IncomingDelivery, txn_id: Any, node: Node | None, message: Message
+    # -- posting (§4.4.1) -------------------------------------------------------------------------------
+    def post(
+        self, conn: ServerConnection, delivery: IncomingDelivery, target: Node | Deferred | None, message: Message
     ) -> None:
-        """§4.4.1: stage a transactional post; answer with the provisional outcome."""
-        txn = self._txn(conn, txn_id)
-        if txn is None:
-            self._settle_incoming(conn, delivery, Rejected(error=self._unknown_txn_error(conn, txn_id)))
+        """Stage a transactional post and answer with its provisional outcome (``target`` None: unroutable)."""
+        named = named_transactions(delivery)
+        if len(named) > 1:
+            # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
+            mixed = error(Condition.TRANSACTION_ROLLBACK, "the frames of one transfer named different transactions")
+            self.outbox.answer_now(conn, delivery, Rejected(error=mixed))
+            self._conflict([t for i in named if (t := self._live(conn, i)) is not None], mixed)
             return
-        err = self._unroutable(message) if node is None else self._admit(node, message, conn)
-        if err is None and txn.staged_bytes + message.size > self.settings.max_staged_bytes:
-            limit = self.settings.max_staged_bytes
+        txn = self._live(conn, named[0])
+        if txn is None:
+            self.outbox.answer_now(conn, delivery, Rejected(error=self.unknown_error(conn, named[0])))
+            return
+        err: Error | None
+        if target is None:
+            err = error(Condition.NOT_FOUND, f"no node at address {message.to!r}")
+        elif isinstance(target, Deferred):
+            err = None  # created by the commit, which checks its limits
+        else:
+            err = self.dispatcher.admit(target, message, conn)
+        limit = self.settings.max_staged_bytes
+        if err is None and txn.staged_bytes + message.size > limit:
             err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"a transaction may post at most {limit} bytes")
-        if err is not None or node is None:
+        if err is not None or target is None:
+            # it cannot take the message: a rejected provisional outcome, and the commit will fail
             txn.failed = txn.failed or err
-            self._settle_incoming(conn, delivery, TransactionalState(txn_id=txn.id, outcome=Rejected(error=err)))
+            self.outbox.answer_now(conn, delivery, TransactionalState(txn_id=txn.id, outcome=Rejected(error=err)))
             return
-        txn.posts.append((node, message))
+        txn.posts.append(Post(target, message))
         txn.staged_bytes += message.size
-        node.staged += 1
-        self._answer_later(conn, delivery, txn.accepted_state)
+        if not isinstance(target, Deferred):
+            target.staged += 1
+        self.outbox.answer(conn, delivery, txn.accepted_state)
 
-    def _unroutable(self, message: Message) -> Error:
-        return error(Condition.NOT_FOUND, f"no node at address {message.to!r}")
+    # -- acquiring (§4.4.3) and retiring (§4.4.2) --------------------------------------------------------
+    def flow(self, conn: ServerConnection, consumer: Consumer, properties: dict[Any, Any]) -> Error | None:
+        """A flow with properties on a consumer link: ``txn-id`` makes what the link sends from now on acquired
+        under that transaction; properties without it end transactional acquisition. Returns the error to
+        detach the link with when the id names no open transaction."""
+        was_stopped = self._unbind(consumer)
+        txn_id = properties.get(TXN_ID)
+        err = None
+        if txn_id is not None:
+            txn = self._live(conn, txn_id)
+            if txn is None:
+                err = self.unknown_error(conn, txn_id)
+            else:
+                self._acquiring[consumer] = txn
+                txn.consumers.add(consumer)
+        if was_stopped and err is None:
+            self.dispatcher.restart(consumer)
+        return err
 
-    def _retire_in_transaction(
-        self, conn: ServerConnection, dispatched: Dispatched, state: TransactionalState, settled: bool
-    ) -> None:
-        """§4.4.2: stage the outcome of a delivered message."""
-        txn = self._txn(conn, state.txn_id)
-        if txn is None:
-            # DESIGN §4: an unknown txn-id rejects that delivery; its message goes back to the queue
-            err = self._unknown_txn_error(conn, state.txn_id)
-            if not dispatched.in_transaction:
-                delivery = dispatched.delivery
-                self._finish_delivery(dispatched, RELEASED)
+    def _unbind(self, consumer: Consumer) -> bool:
+        """End the link's transactional acquisition; True if it was stopped on a timed-out id."""
+        txn = self._acquiring.pop(consumer, None)
+        if txn is not None:
+            txn.consumers.discard(consumer)
+        dead = self._stopped.pop(consumer, None)
+        if dead is None:
+            return False
+        self._by_conn[consumer.conn].timed_out[dead].remove(consumer)
+        return True
+
+    def consumer_gone(self, consumer: Consumer) -> None:
+        """A consumer link detached: what a transaction holds waits for its discharge; the rest of its
+        unsettled deliveries get the source's default outcome (§3.5.3)."""
+        self._unbind(consumer)
+        for dispatched in list(consumer.unsettled.values()):
+            if dispatched not in self._holder:
+                self.dispatcher.finish(dispatched, consumer.default_outcome)
+
+    def disposition(self, conn: ServerConnection, event: DeliveryUpdated) -> None:
+        """The peer's disposition of deliveries we sent (role=receiver)."""
+        state, settled = event.state, event.settled
+        plain: list[Dispatched] = []
+        browsed: list[OutgoingDelivery] = []
+        touched: set[Queue] = set()
+        for delivery in event.deliveries:
+            consumer = delivery.link.context
+            if not isinstance(consumer, Consumer):
+                continue
+            if consumer.browser:  # a copy: its outcome changes nothing
                 if not settled:
-                    conn.settle([delivery], Rejected(error=err))
-                self._dispatch(dispatched.consumer.queue)
-            return
-        other = dispatched.acquired_by or dispatched.retired_by
-        if other is not None and other is not txn:
-            # DESIGN §4: one delivery may not name two live transactions: both roll back
-            err = error(Condition.TRANSACTION_ROLLBACK, "a delivery named two different transactions")
-            self._rollback_all([other, txn])
-            for victim in (other, txn):
-                victim.conn.detach(victim.controller, err)
-                self.dirty.add(victim.conn)
-            return
-        if not is_outcome(state.outcome):
-            return
-        self._stage_retirement(dispatched, txn, state.outcome, settled)
+                    browsed.append(delivery)
+                continue
+            dispatched = consumer.unsettled.get(delivery)
+            if dispatched is None:
+                continue
+            holder = self._holder.get(dispatched)
+            if isinstance(state, TransactionalState):
+                self._retire(conn, dispatched, holder, state, settled, touched)
+            elif holder is not None:
+                if is_outcome(state) and dispatched not in holder.outcomes:
+                    # a plain outcome for a delivery acquired under a transaction: staged in that transaction
+                    holder.outcomes[dispatched] = state
+                # else its transaction decides, and the engine keeps whether the client settled it
+            else:
+                plain.append(dispatched)
+        self.outbox.settle(conn, browsed, state)
+        if plain:
+            self.dispatcher.apply_outcome(conn, plain, state, settled)
+        self.dispatcher.dispatch_all(touched)
 
-    def _stage_retirement(self, dispatched: Dispatched, txn: Transaction, outcome: Any, settled: bool) -> None:
-        if dispatched.retired_by is None:
-            txn.retirements.append(dispatched)
-        dispatched.retired_by = txn
-        dispatched.retire_outcome = outcome
-        dispatched.peer_settled = dispatched.peer_settled or settled
-        if settled:
-            delivery = dispatched.delivery
-            delivery.link.session.outgoing_unsettled.pop(delivery.delivery_id, None)
+    def _retire(
+        self,
+        conn: ServerConnection,
+        dispatched: Dispatched,
+        holder: Transaction | None,
+        state: TransactionalState,
+        settled: bool,
+        touched: set[Queue],
+    ) -> None:
+        """§4.4.2: a disposition carrying transactional-state."""
+        txn = self._live(conn, state.txn_id)
+        consumer = dispatched.consumer
+        if txn is None:
+            if holder is None:
+                # the outcome names no open transaction, so it cannot be applied: the message goes back to its
+                # queue, and if the client left the delivery unsettled we settle it saying just that
+                if not settled:
+                    self.outbox.settle(conn, [dispatched.delivery], RELEASED)
+                self.dispatcher.finish(dispatched, RELEASED)
+                touched.add(consumer.queue)
+            return  # held: its own transaction decides
+        if holder is not None and holder is not txn:
+            # §4.4.2: "the delivery MUST NOT be associated with a different non discharged transaction than the
+            # outcome. If this happens then the control link MUST be terminated with transaction-rollback"
+            self._conflict([holder, txn], error(Condition.TRANSACTION_ROLLBACK, "a delivery named two transactions"))
+            return
+        if is_outcome(state.outcome):
+            txn.outcomes[dispatched] = state.outcome
+            self._holder[dispatched] = txn
+        elif settled and holder is None:
+            # settled without an outcome, and no transaction holds it: the source's default outcome (§3.5.3)
+            self.dispatcher.finish(dispatched, consumer.default_outcome)
+            touched.add(consumer.queue)
+        # otherwise a non-terminal state: nothing changes
 
-    # -- discharge ------------------------------------------------------------------------------------
+    def _conflict(self, txns: list[Transaction], err: Error) -> None:
+        """Roll back transactions that one piece of work named together, and detach their controllers."""
+        live = list(dict.fromkeys(t for t in txns if t.id in self._open))
+        self._rollback_all(live)
+        for txn in live:
+            self._detach(txn.controller, err)
+
+    # -- discharge --------------------------------------------------------------------------------------
     def _commit(self, txn: Transaction) -> Error | None:
         """Apply everything ``txn`` staged, in one step (no checkpoint: nobody sees half of it).
 
         Returns the reason when a staged post can no longer be applied; then nothing was applied.
         """
-        err = self._check_posts(txn)
+        err = self._check(txn)
         if err is not None:
             return err
         self._end(txn)
         touched: set[Queue] = set()
-        for node, message in txn.posts:
-            node.staged -= 1
-            touched.update(self._post(node, message, txn.conn))
-        to_settle: dict[ServerConnection, list[tuple[OutgoingDelivery, Any]]] = {}
-        for dispatched in txn.retirements:
-            dispatched.retired_by = None
-            if dispatched.acquired_by is txn:
-                dispatched.acquired_by = None
-            self._finish_delivery(dispatched, dispatched.retire_outcome)
-            touched.add(dispatched.consumer.queue)
-            if not dispatched.peer_settled and dispatched.consumer.attached:
-                # after commit, the broker settles what it still holds unsettled
-                to_settle.setdefault(dispatched.consumer.conn, []).append(
-                    (dispatched.delivery, dispatched.retire_outcome)
-                )
-        for dispatched in txn.acquisitions:
-            if dispatched.acquired_by is not txn:
-                continue  # retired above
-            dispatched.acquired_by = None
-            if dispatched.peer_settled:
-                # pre-settled acquisition with no outcome staged: consumed by the commit
-                dispatched.consumer.unsettled.pop(dispatched.delivery, None)
-                dispatched.consumer.queue.retire(dispatched.message)
-            elif not dispatched.consumer.attached:
-                self._finish_delivery(dispatched, dispatched.consumer.default_outcome)
-                touched.add(dispatched.consumer.queue)
-            # else: it stays acquired by its link, an ordinary unsettled delivery
-        for conn, pairs in to_settle.items():
-            by_outcome: dict[int, tuple[Any, list[OutgoingDelivery]]] = {}
-            for delivery, outcome in pairs:
-                by_outcome.setdefault(id(outcome), (outcome, []))[1].append(delivery)
-            for outcome, deliveries in by_outcome.values():
-                conn.settle(deliveries, outcome)  # ranges of consecutive ids
-            self.dirty.add(conn)
-        self.txn_stats.committed += 1
-        for queue in touched:
-            self._dispatch(queue)
+        for post in txn.posts:
+            target = post.target
+            if isinstance(target, Deferred):
+                namespace = target.namespace
+                node = namespace.node(target.name) or self.nodes.create(namespace, target.name, target.kind)
+            else:
+                node = target
+                node.staged -= 1
+            touched.update(self.dispatcher.post(node, post.message, txn.conn))
+        settle = _Settlements()
+        for dispatched in txn.held():
+            consumer = dispatched.consumer
+            delivery = dispatched.delivery
+            outcome = txn.outcomes.get(dispatched)
+            if outcome is None:  # acquired under it, no outcome staged
+                if consumer.presettled:
+                    outcome = ACCEPTED  # sent settled: consumed by the commit
+                elif not delivery.open:
+                    outcome = consumer.default_outcome  # the client settled it without an outcome (§3.5.3)
+                else:
+                    continue  # stays acquired by its link, an ordinary unsettled delivery
+            if delivery.open:
+                settle.add(delivery, outcome)  # §4.4.2: the broker settles what it still holds unsettled
+            self.dispatcher.finish(dispatched, outcome)
+            touched.add(consumer.queue)
+        settle.send(self.outbox)
+        self.stats.committed += 1
+        self.dispatcher.dispatch_all(touched)
         return None
 
-    def _check_posts(self, txn: Transaction) -> Error | None:
-        """Whether every staged post still fits its node, counting the posts before it."""
-        extra: dict[int, tuple[int, int]] = {}
-        for node, message in txn.posts:
-            for queue in self._targets(node, message, txn.conn):
-                if queue.policy.overflow == "drop-head":
+    def _check(self, txn: Transaction) -> Error | None:
+        """Why a staged post can no longer be applied (its node was deleted, or is full), or None."""
+        extra: dict[Any, tuple[int, int]] = {}  # what the posts before this one add, per queue
+        for post in txn.posts:
+            target, message = post
+            if isinstance(target, Deferred):
+                node = target.namespace.node(target.name)
+                if node is None:
+                    # created by the commit: check the limits an empty node of that name will have
+                    configured, policy = self.settings.policy_for(target.name)
+                    if (configured or target.kind) == TOPIC or policy.overflow == DROP_HEAD:
+                        continue  # a new topic has no subscription yet
+                    count, size = extra.get(target, (0, 0))
+                    if not policy.admits(count, size, message.size):
+                        return error(Condition.RESOURCE_LIMIT_EXCEEDED, f"node {target.name!r} is full")
+                    extra[target] = (count + 1, size + message.size)
                     continue
-                count, size = extra.get(id(queue), (0, 0))
+            else:
+                node = target
+            if node.deleted:
+                return error(Condition.RESOURCE_DELETED, f"node {node.name!r} was deleted")
+            for queue in self.dispatcher.targets(node, message, txn.conn):
+                if queue.policy.overflow == DROP_HEAD:
+                    continue
+                count, size = extra.get(queue, (0, 0))
                 if not queue.has_room(message, count, size):
                     return error(Condition.RESOURCE_LIMIT_EXCEEDED, f"node {queue.node_name!r} is full")
-                extra[id(queue)] = (count + 1, size + message.size)
+                extra[queue] = (count + 1, size + message.size)
         return None
 
-    def _rollback_all(self, txns: list[Transaction]) -> None:
+    def _rollback_all(self, txns: Iterable[Transaction]) -> None:
         """Roll back several transactions, then dispatch: a message released by one is not handed to a
         consumer still acquiring under another that is about to roll back too."""
         touched: set[Queue] = set()
         for txn in txns:
-            touched |= self._rollback(txn, dispatch=False)
-        for queue in touched:
-            self._dispatch(queue)
+            touched |= self._rollback(txn)
+        self.dispatcher.dispatch_all(touched)
 
-    def _rollback(self, txn: Transaction, *, dispatch: bool = True) -> set[Queue]:
-        """Undo everything ``txn`` staged; return the queues it touched."""
+    def _rollback(self, txn: Transaction) -> set[Queue]:
+        """Undo everything ``txn`` staged; return the queues it touched (the caller dispatches)."""
         self._end(txn)
-        for node, _message in txn.posts:
-            node.staged -= 1
+        for post in txn.posts:
+            if not isinstance(post.target, Deferred):
+                post.target.staged -= 1
         touched: set[Queue] = set()
-        for dispatched in txn.acquisitions:
-            if dispatched.acquired_by is not txn:
-                continue
-            # §4.4.3 / DESIGN §4: messages acquired under a rolled-back transaction go back, count unchanged
-            dispatched.acquired_by = None
-            dispatched.retired_by = None
-            delivery = dispatched.delivery
-            if dispatched.consumer.unsettled.get(delivery) is not dispatched:
-                continue
-            self._finish_delivery(dispatched, RELEASED)
-            touched.add(dispatched.consumer.queue)
-            if not dispatched.peer_settled and dispatched.consumer.attached:
-                dispatched.consumer.conn.settle([delivery], RELEASED)
-                self.dirty.add(dispatched.consumer.conn)
-        for dispatched in txn.retirements:
-            if dispatched.retired_by is not txn:
-                continue
-            dispatched.retired_by = None
-            dispatched.retire_outcome = None
+        settle = _Settlements()
+        for dispatched in txn.held():
             consumer = dispatched.consumer
-            if dispatched.peer_settled or not consumer.attached:
-                # the consumer already forgot it (or is gone): the source's default outcome applies
-                self._finish_delivery(dispatched, consumer.default_outcome)
-                touched.add(consumer.queue)
+            delivery = dispatched.delivery
+            if dispatched in txn.acquired:
+                # §4.4.3 / DESIGN §4: acquired under a rolled-back transaction: back on its queue, delivery-count
+                # unchanged. One not completely sent is aborted, never finished (§4.4.3: "the resource MUST abort
+                # or complete the sending of the remainder of the message before completing the discharge")
+                if delivery.open:
+                    settle.add(delivery, RELEASED)  # the engine aborts it if frames of it are held back
+                elif not delivery.complete:
+                    consumer.conn.abort(delivery)
+                    self.outbox.touch(consumer.conn)
+                self.dispatcher.finish(dispatched, RELEASED)
+            elif delivery.open:
+                continue  # back to the state it had: acquired by its link, and the client may settle it again
             else:
-                # back to the state it had: acquired by its link, and the client may settle it again
-                delivery = dispatched.delivery
-                delivery.link.session.outgoing_unsettled[delivery.delivery_id] = delivery
-        self.txn_stats.rolled_back += 1
-        if dispatch:
-            for queue in touched:
-                self._dispatch(queue)
+                # the client settled it, or its link is gone: the source's default outcome (§3.5.3)
+                self.dispatcher.finish(dispatched, consumer.default_outcome)
+            touched.add(consumer.queue)
+        settle.send(self.outbox)
+        self.stats.rolled_back += 1
         return touched
 
-    def _end(self, txn: Transaction) -> None:
-        del self._txns[txn.id]
-        for consumer in txn.consumers:
-            if consumer.txn is txn:
-                consumer.txn = None
+    def _end(self, txn: Transaction) -> list[Consumer]:
+        """Take ``txn`` out of every registry; return the links that were acquiring under it (their txn-id is
+        cleared, §4.4.3)."""
+        del self._open[txn.id]
+        held = self._by_conn.get(txn.conn)
+        if held is not None:
+            held.open.pop(txn.id, None)
+        controller_txns = self._by_controller.get(txn.controller)
+        if controller_txns is not None:
+            controller_txns.pop(txn.id, None)
+        for dispatched in txn.held():
+            if self._holder.get(dispatched) is txn:
+                del self._holder[dispatched]
+        consumers = list(txn.consumers)
+        for consumer in consumers:
+            if self._acquiring.get(consumer) is txn:
+                del self._acquiring[consumer]
         txn.consumers.clear()
+        return consumers
 
+    # -- endings ------------------------------------------------------------------------------------------
+    def connection_closed(self, conn: ServerConnection) -> None:
+        """§4 intro / DESIGN §4: a connection that drops rolls back its open transactions."""
+        held = self._by_conn.get(conn)
+        if held is None:
+            return
+        self._rollback_all(list(held.open.values()))
+        for consumers in held.timed_out.values():
+            for consumer in consumers:
+                self._stopped.pop(consumer, None)
+        del self._by_conn[conn]
+
+    def next_deadline(self) -> float | None:
+        """When the oldest open transaction times out."""
+        timeout = self.settings.transaction_timeout
+        oldest = next(iter(self._open.values()), None)
+        return oldest.created + timeout if timeout and oldest is not None else None
+
+    def handle_timeout(self, now: float) -> None:
+        """Roll back every transaction older than ``transaction_timeout``; the links acquiring under one stop
+        (they send nothing, in a transaction or out of one, until the controller says what comes next)."""
+        timeout = self.settings.transaction_timeout
+        if not timeout:
+            return
+        expired = []
+        for txn in self._open.values():  # oldest first: stop at the first that is still young
+            if now < txn.created + timeout:
+                break
+            expired.append(txn)
+        touched: set[Queue] = set()
+        for txn in expired:
+            self.stats.timed_out += 1
+            acquiring = list(txn.consumers)
+            touched |= self._rollback(txn)
+            stopped = self._by_conn[txn.conn].timed_out[txn.id] = []
+            for consumer in acquiring:
+                if consumer.attached:
+                    self._stopped[consumer] = txn.id
+                    stopped.append(consumer)
+                    self.dispatcher.stop(consumer)
+        self.dispatcher.dispatch_all(touched)
+
+    # -- introspection ----------------------------------------------------------------------------------
+    def infos(self, now: float, conns: set[ServerConnection] | None = None) -> list[TransactionInfo]:
+        """The open transactions (of ``conns`` when given), oldest first, as of ``now``."""
+        return [info(txn, now) for txn in self._open.values() if conns is None or txn.conn in conns]
+
+
+class _Settlements:
+    """Deliveries to settle, grouped by connection and outcome, sent as ranged dispositions."""
+
+    def __init__(self) -> None:
+        self._by_conn: dict[ServerConnection, dict[int, tuple[Any, list[OutgoingDelivery]]]] = {}
+
+    def add(self, delivery: OutgoingDelivery, outcome: Any) -> None:
+        conn = delivery.link.context.conn
+        by_outcome = self._by_conn.setdefault(conn, {})
+        by_outcome.setdefault(id(outcome), (outcome, []))[1].append(delivery)
+
+    def send(self, outbox: Outbox) -> None:
+        for conn, by_outcome in self._by_conn.items():
+            for outcome, deliveries in by_outcome.values():
+                outbox.settle(conn, deliveries, outcome)

@@ -1,8 +1,13 @@
-"""The broker's side of each attached link, and of each message out on one.
+"""The broker's own object for each attached link, and for each message out on one.
 
-A ``Consumer`` takes from a node, a ``Producer`` posts into one, a ``Controller`` is a coordinator link
-(Part 4 §4.2). A ``Dispatched`` records one message sent on a consumer link until it is settled: which
-transaction acquired it (§4.4.3) and which has staged an outcome for it (§4.4.2).
+A ``Consumer`` takes from a queue (or a topic subscription), a ``Producer`` posts into a node (or, with no
+node, through the anonymous relay), a ``Controller`` is a coordinator link (Part 4 §4.2). A ``Dispatched``
+records one message out on a consumer link until it is settled. ``ConsumerGroup`` is the round-robin set
+of consumers of one queue.
+
+What these objects deliberately do not hold: which transaction acquired a delivery or staged its outcome,
+and which transaction a consumer acquires under. The transaction coordinator owns those relations
+(``coordinator.py``), so they live in one place and cannot drift apart.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from minibroker.engine.endpoints import Link, LinkState, OutgoingDelivery
 
 if TYPE_CHECKING:
     from minibroker.broker.message import Message
+    from minibroker.broker.namespace import Node
     from minibroker.broker.queue import Queue
     from minibroker.broker.selector import Selector
-    from minibroker.broker.topic import Topic
-    from minibroker.broker.transactions import Transaction
+
+RELEASED = Released()
 
 
 class Consumer:
@@ -33,7 +39,6 @@ class Consumer:
         "owned_node",
         "queue",
         "selector",
-        "txn",
         "unsettled",
     )
 
@@ -51,12 +56,12 @@ class Consumer:
         self.link = link
         self.queue = queue
         self.default_outcome = default_outcome
+        """The source's default outcome (§3.5.3): what a delivery settled without an outcome gets."""
         self.selector = selector  # a queue consumer's JMS selector (a subscription holds its own)
         self.browser = browser  # distribution-mode copy (§3.5.7): sees messages without acquiring them
         self.cursor: tuple[int, int] | None = None  # a browser's position in the queue's delivery order
         self.unsettled: dict[OutgoingDelivery, Dispatched] = {}
-        self.txn: Transaction | None = None  # set by a flow carrying txn-id (§4.4.3)
-        self.owned_node: Any = None  # a dynamic node created for this link, deleted with it
+        self.owned_node: Node | None = None  # a dynamic node created for this link, deleted with it
 
     @property
     def presettled(self) -> bool:
@@ -74,16 +79,64 @@ class Consumer:
         return f"Consumer({self.link.name!r} on {self.queue.name!r})"
 
 
+class ConsumerGroup:
+    """The consumers of one queue: acquiring ones served round-robin, and browsers."""
+
+    __slots__ = ("_next", "browsers", "consumers", "selective")
+
+    def __init__(self) -> None:
+        self.consumers: list[Consumer] = []
+        self.browsers: list[Consumer] = []
+        self.selective = 0  # consumers with a selector: dispatch must match messages to consumers
+        self._next = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.consumers or self.browsers)
+
+    def add(self, consumer: Consumer) -> None:
+        if consumer.browser:
+            self.browsers.append(consumer)
+            return
+        self.consumers.append(consumer)
+        if consumer.selector is not None:
+            self.selective += 1
+
+    def remove(self, consumer: Consumer) -> None:
+        if consumer in self.browsers:
+            self.browsers.remove(consumer)
+        elif consumer in self.consumers:
+            self.consumers.remove(consumer)
+            if consumer.selector is not None:
+                self.selective -= 1
+
+    def next_consumer(self) -> Consumer | None:
+        """The next acquiring consumer, round-robin, that can take a message now."""
+        consumers = self.consumers
+        n = len(consumers)
+        for i in range(n):
+            index = (self._next + i) % n
+            consumer = consumers[index]
+            if consumer.can_take():
+                self._next = (index + 1) % n
+                return consumer
+        return None
+
+    def rotate_past(self, consumer: Consumer) -> None:
+        """Make round-robin continue after ``consumer``."""
+        if consumer in self.consumers:
+            self._next = (self.consumers.index(consumer) + 1) % len(self.consumers)
+
+
 class Producer:
-    """A link on which the peer sends messages to ``node`` (None: the anonymous relay routes each by its ``to``)."""
+    """A link on which the peer sends messages to ``node`` (None: the anonymous relay routes each by ``to``)."""
 
     __slots__ = ("conn", "link", "node", "owned_node")
 
-    def __init__(self, conn: ServerConnection, link: Link, node: Queue | Topic | None) -> None:
+    def __init__(self, conn: ServerConnection, link: Link, node: Node | None) -> None:
         self.conn = conn
         self.link = link
         self.node = node
-        self.owned_node: Any = None  # a dynamic node created for this link, deleted with it
+        self.owned_node: Node | None = None  # a dynamic node created for this link, deleted with it
 
     def __repr__(self) -> str:
         return f"Producer({self.link.name!r} to {self.node.name if self.node else None!r})"
@@ -105,25 +158,14 @@ class Controller:
 
 
 class Dispatched:
-    """A message out on a consumer link, not yet settled."""
+    """A message out on a consumer link, not yet settled; found again through ``consumer.unsettled``."""
 
-    __slots__ = ("acquired_by", "consumer", "delivery", "message", "peer_settled", "retire_outcome", "retired_by")
+    __slots__ = ("consumer", "delivery", "message")
 
     def __init__(self, consumer: Consumer, delivery: OutgoingDelivery, message: Message) -> None:
         self.consumer = consumer
         self.delivery = delivery
         self.message = message
-        self.acquired_by: Transaction | None = None
-        self.retired_by: Transaction | None = None
-        self.retire_outcome: Any = None
-        self.peer_settled = False
-
-    @property
-    def in_transaction(self) -> bool:
-        return self.acquired_by is not None or self.retired_by is not None
 
     def __repr__(self) -> str:
         return f"Dispatched({self.message!r} on {self.consumer!r})"
-
-
-RELEASED = Released()

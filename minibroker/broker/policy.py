@@ -30,6 +30,12 @@ class NodePolicy:
     redelivery_delay: float = 0.0
     """Seconds before a released or failed message becomes deliverable again."""
 
+    def admits(self, held: int, held_bytes: int, size: int) -> bool:
+        """Whether a node holding ``held`` messages of ``held_bytes`` has room for one of ``size`` bytes."""
+        if self.max_messages and held + 1 > self.max_messages:
+            return False
+        return not (self.max_bytes and held_bytes + size > self.max_bytes)
+
     def dead_letter_target(self, node: str) -> str:
         """The dead-letter address for messages of ``node`` ("" when dead-lettering is off)."""
         if self.dead_letter_address is None:

@@ -1,9 +1,9 @@
-"""A queue: ready messages in delivery order, competing consumers, browsers, limits (Part 3 §3.5).
+"""A queue: a store of messages in delivery order, with counts and limits (Part 3 §3.5).
 
 Ready messages are ordered by (priority descending, arrival sequence): higher priority first, FIFO within a
 priority (Part 3 §3.2.1 header.priority, 0-9, default 4). A released message goes back to the place it
-had, ahead of everything that arrived after it. Each ready message goes to exactly one acquiring
-consumer; browsers (distribution-mode copy, §3.5.7) see copies without acquiring.
+had, ahead of everything that arrived after it. A queue knows nothing of links: who consumes from it, and
+in which order, is ``dispatch.py``'s business.
 
 A queue also serves as each subscription of a topic (``topic.py``), where ``node_name`` is the topic's.
 Counts: ``ready`` (deliverable now), ``acquired`` (delivered, unsettled), ``scheduled`` (not yet visible:
@@ -13,15 +13,18 @@ message held: ready, acquired and scheduled.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sortedcontainers import SortedKeyList
 
 from minibroker.broker.message import Message
 from minibroker.broker.policy import NodePolicy
 
-if TYPE_CHECKING:
-    from minibroker.broker.links import Consumer
+
+class Departures(Protocol):
+    """Told when a journaled message leaves a queue for good (the journal recorder)."""
+
+    def removed(self, queue: Queue, message: Message) -> None: ...
 
 
 def delivery_order(message: Message) -> tuple[int, int]:
@@ -39,19 +42,15 @@ class Queue:
         self.node_name = node_name or name
         self.policy = policy or NodePolicy()
         self.ready: SortedKeyList = SortedKeyList(key=delivery_order)
-        self.consumers: list[Consumer] = []
-        self.browsers: list[Consumer] = []
         self.acquired = 0
         self.staged = 0  # messages posted in open transactions, invisible until commit
         self.scheduled = 0
         self.held_bytes = 0
         self.enqueued_total = 0
-        self.selective = 0  # consumers with a selector: dispatch must match messages to consumers
         self.dynamic = False  # created for a dynamic terminus; deleted with its link
         self.deleted = False  # its node (or subscription) is gone; pending timers for it are void
-        self.journal: Any = None  # told when a journaled message leaves (see store/); None: not durable
+        self.journal: Departures | None = None  # told when a journaled message leaves; None: not durable
         self.namespace: Any = None  # the namespace holding it (dead-letter queues are created there)
-        self._next_consumer = 0
 
     @property
     def depth(self) -> int:
@@ -65,10 +64,7 @@ class Queue:
 
     def has_room(self, message: Message, extra: int = 0, extra_bytes: int = 0) -> bool:
         """True when ``message`` (after ``extra`` others of ``extra_bytes``) fits the node's limits."""
-        policy = self.policy
-        if policy.max_messages and self.held + extra + 1 > policy.max_messages:
-            return False
-        return not (policy.max_bytes and self.held_bytes + extra_bytes + message.size > policy.max_bytes)
+        return self.policy.admits(self.held + extra, self.held_bytes + extra_bytes, message.size)
 
     def put(self, message: Message) -> None:
         """A message becomes ready (new, or due after being scheduled)."""
@@ -133,39 +129,6 @@ class Queue:
                 self.journal.removed(self, message)
         self.ready.clear()
         return count
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        if consumer.browser:
-            self.browsers.append(consumer)
-            return
-        self.consumers.append(consumer)
-        if consumer.selector is not None:
-            self.selective += 1
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.browsers:
-            self.browsers.remove(consumer)
-        elif consumer in self.consumers:
-            self.consumers.remove(consumer)
-            if consumer.selector is not None:
-                self.selective -= 1
-
-    def next_consumer(self) -> Consumer | None:
-        """The next acquiring consumer, round-robin, that can take a message now."""
-        consumers = self.consumers
-        n = len(consumers)
-        for i in range(n):
-            index = (self._next_consumer + i) % n
-            consumer = consumers[index]
-            if consumer.can_take():
-                self._next_consumer = (index + 1) % n
-                return consumer
-        return None
-
-    def rotate_past(self, consumer: Consumer) -> None:
-        """Make round-robin continue after ``consumer``."""
-        if consumer in self.consumers:
-            self._next_consumer = (self.consumers.index(consumer) + 1) % len(self.consumers)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, ready={len(self.ready)}, acquired={self.acquired})"

@@ -57,6 +57,7 @@ class Topic:
         self.policy = policy or NodePolicy()
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
         self.dynamic = False
+        self.deleted = False  # a deleted (dynamic) topic: transactions that posted to it cannot commit
         self.namespace: Any = None
         self.staged = 0  # messages posted in open transactions, invisible until commit
 
@@ -72,9 +73,7 @@ class Topic:
         """The subscription called ``key``, created if needed; counts one more link on it."""
         subscription = self.subscriptions.get(key)
         if subscription is None:
-            subscription = Subscription(
-                self, key, durable=durable, shared=shared, selector=selector, no_local=no_local
-            )
+            subscription = Subscription(self, key, durable=durable, shared=shared, selector=selector, no_local=no_local)
             self.subscriptions[key] = subscription
         subscription.links += 1
         return subscription

@@ -1,22 +1,22 @@
-"""Transactions (Part 4): the registry of open transactions and the work each has staged.
+"""Transactions (Part 4): what one transaction has staged, and the records that describe transactions.
 
 Theory of operation
 -------------------
-A ``Transaction`` belongs to one connection and is usable from every session of it (§4.1: the txn-id
-is scoped to the connection here; we advertise ``amqp:multi-ssns-per-txn``). It stages three kinds of
-work, each applied by ``commit`` and undone by ``rollback`` in ``core.py``:
+A ``Transaction`` belongs to one connection and is usable from every session of it (§4.1: the txn-id is
+scoped to the connection here; we advertise ``amqp:multi-ssns-per-txn``). It stages three kinds of work,
+applied all together by a commit and undone by a rollback (``coordinator.py``, the only code that changes a
+``Transaction``):
 
-- *posts* (§4.4.1): messages received with ``transactional-state``; they are invisible until commit,
-  when they reach their nodes in the order they were posted;
-- *retirements* (§4.4.2): outcomes a consumer gave, with ``transactional-state``, to messages we
-  delivered; the message stays acquired until commit applies the outcome;
-- *acquisitions* (§4.4.3): messages sent on a link whose flow carried ``txn-id``; rollback returns them
-  to their queue with delivery-count unchanged.
+- *posts* (§4.4.1): messages received with ``transactional-state``; invisible until commit, when they reach
+  their nodes in the order they were posted. A post through the anonymous relay to an address with no node
+  is staged against a ``Deferred`` node, created only by the commit;
+- *acquisitions* (§4.4.3): deliveries sent on a link whose flow named the transaction;
+- *outcomes* (§4.4.2): outcomes a consumer gave, with ``transactional-state``, to deliveries we sent.
 
-A transaction fails (``failed`` holds the error) when some staged work could not be accepted, such as
-a post to an address that does not exist; its commit then rolls back with
-``amqp:transaction:rollback``. Ids come from an injected generator, so they are unique for the
-broker's lifetime without this module drawing randomness of its own.
+A transaction fails (``failed`` holds the error) when some staged work could not be accepted, such as a post
+to a node that is full; its commit then rolls back with ``amqp:transaction:rollback``. Ids come from an
+injected generator, so they are unique for the broker's lifetime without this module drawing randomness of
+its own.
 """
 
 from __future__ import annotations
@@ -24,17 +24,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, AmqpValue, Error, TransactionalState
+from minibroker.broker.links import Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
+from minibroker.broker.namespace import Namespace, Node
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import Link
-
-if TYPE_CHECKING:
-    from minibroker.broker.links import Consumer, Dispatched
-    from minibroker.broker.namespace import Node
 
 TXN_CAPABILITIES = ("amqp:local-transactions", "amqp:multi-txns-per-ssn", "amqp:multi-ssns-per-txn")
 MAX_TXN_ID = 32  # DESIGN §4: txn-ids are short opaque binaries, at most 32 bytes
@@ -46,41 +43,70 @@ def counter_ids(prefix: bytes = b"") -> Iterator[bytes]:
         yield prefix + n.to_bytes(8, "big")
 
 
+class Deferred(NamedTuple):
+    """An address with no node yet, named by a transactional anonymous-relay post: created at commit."""
+
+    namespace: Namespace
+    name: str
+    kind: str | None
+
+
+class Post(NamedTuple):
+    """A message posted under a transaction, and where it goes."""
+
+    target: Node | Deferred
+    message: Message
+
+    @property
+    def address(self) -> str:
+        return self.target.name
+
+
 class Transaction:
     """One open transaction and its staged work."""
 
     __slots__ = (
         "accepted_state",
-        "acquisitions",
+        "acquired",
         "conn",
         "consumers",
         "controller",
         "created",
         "failed",
         "id",
+        "outcomes",
         "posts",
-        "retirements",
         "staged_bytes",
+        "state",
     )
 
-    def __init__(self, txn_id: bytes, conn: ServerConnection, controller: Link, created: float) -> None:
+    def __init__(self, txn_id: bytes, conn: ServerConnection, controller: Controller, created: float) -> None:
         self.id = txn_id
         self.conn = conn
         self.controller = controller
         self.created = created
-        self.posts: list[tuple[Node, Message]] = []
+        self.state = TransactionalState(txn_id=txn_id)
+        """What transfers acquired under it carry (§4.4.3)."""
         self.accepted_state = TransactionalState(txn_id=txn_id, outcome=Accepted())
         """The provisional outcome of its posts, one object so their answers merge into ranges."""
+        self.posts: list[Post] = []
         self.staged_bytes = 0
-        self.retirements: list[Dispatched] = []
-        self.acquisitions: list[Dispatched] = []
+        self.acquired: dict[Dispatched, None] = {}
+        """Deliveries sent under it, in the order sent (an ordered set)."""
+        self.outcomes: dict[Dispatched, Any] = {}
+        """Deliveries it holds an outcome for, with the outcome its commit applies."""
+        self.consumers: set[Consumer] = set()
+        """Links whose flow named it: what they send from now on is acquired under it."""
         self.failed: Error | None = None
-        self.consumers: set[Consumer] = set()  # links acquiring under this transaction
+
+    def held(self) -> list[Dispatched]:
+        """Every delivery whose fate it decides, acquired ones first."""
+        return [*self.acquired, *(d for d in self.outcomes if d not in self.acquired)]
 
     def __repr__(self) -> str:
         return (
-            f"Transaction({self.id.hex()}, posts={len(self.posts)}, retirements={len(self.retirements)}, "
-            f"acquisitions={len(self.acquisitions)})"
+            f"Transaction({self.id.hex()}, posts={len(self.posts)}, acquired={len(self.acquired)}, "
+            f"outcomes={len(self.outcomes)})"
         )
 
 
@@ -94,7 +120,9 @@ class TransactionInfo:
     age: float
     posts: int
     retirements: int
+    """Deliveries it holds an outcome for (§4.4.2)."""
     acquisitions: int
+    """Deliveries sent under it (§4.4.3)."""
     failed: str | None
     staged_addresses: tuple[str, ...]
 
@@ -113,16 +141,15 @@ class TransactionStats:
 def info(txn: Transaction, now: float) -> TransactionInfo:
     """Describe ``txn`` as of ``now``."""
     remote = txn.conn.remote_open
-    addresses = sorted({node.name for node, _ in txn.posts})
     return TransactionInfo(
         txn_id=txn.id,
         connection=str(remote.container_id) if remote is not None else "",
         age=max(0.0, now - txn.created),
         posts=len(txn.posts),
-        retirements=len(txn.retirements),
-        acquisitions=len(txn.acquisitions),
+        retirements=len(txn.outcomes),
+        acquisitions=len(txn.acquired),
         failed=str(txn.failed.condition) if txn.failed is not None else None,
-        staged_addresses=tuple(addresses),
+        staged_addresses=tuple(sorted({post.address for post in txn.posts})),
     )
 
 

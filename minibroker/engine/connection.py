@@ -20,6 +20,7 @@ Not here on purpose: routing, settlement policy, transactions (broker core); soc
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -49,6 +50,7 @@ from minibroker.amqp.errors import (
     FramingError,
     HandleInUse,
     LinkError,
+    LocalProtocolError,
     MessageSizeExceeded,
     ProtocolError,
     Scope,
@@ -262,9 +264,7 @@ class ServerConnection:
             self._close_deadline = None
             self._finish(None, by_peer=False)
         elif (
-            self.handshake_timeout
-            and self.phase in _HANDSHAKE_PHASES
-            and now >= self._started + self.handshake_timeout
+            self.handshake_timeout and self.phase in _HANDSHAKE_PHASES and now >= self._started + self.handshake_timeout
         ):
             # a peer that connects and sends nothing, or stalls in SASL, is dropped
             self._finish(error(Condition.RESOURCE_LIMIT_EXCEEDED, "handshake timed out"), by_peer=False)
@@ -416,7 +416,9 @@ class ServerConnection:
             link = session.links.get(exc.handle)
             if link is not None and link.state is LinkState.ATTACHING:
                 # the broker has not answered its attach yet (e.g. attach and transfer in one read): the peer
-                # must see our attach before our detach (§2.6.3), so refuse the link
+                # must see our attach before our detach (§2.6.3), so refuse the link, and take back the event
+                # that asked the broker to answer it
+                self._events = [e for e in self._events if not (isinstance(e, LinkAttached) and e.link is link)]
                 self.refuse_attach(link, exc.to_error())
             elif link is not None:
                 self._detach_link(link, exc.to_error())
@@ -543,11 +545,20 @@ class ServerConnection:
         self._end_sent.add(session.remote_channel)
 
     def _drop_session(self, session: Session, err: Error | None) -> None:
+        session.ended = True
         for link in list(session.links.values()):
             # a session end or connection close detaches its links without closing them: a durable terminus
             # outlives it (Part 3 §3.5.6, expiry-policies session-end and connection-close)
             self._drop_link(link, closed=False, err=err)
-        session.ended = True
+        # the session is gone: nothing can be settled on it any more, nor sent
+        for outgoing in session.outgoing_unsettled.values():
+            outgoing.settled = True
+        for incoming in session.incoming_unsettled.values():
+            incoming.settled = True
+        session.outgoing_unsettled.clear()
+        session.incoming_unsettled.clear()
+        for held, _ in session.pending:
+            held.unsent = 0
         session.pending.clear()
         self.sessions.pop(session.remote_channel, None)
         self._local_channels.pop(session.channel, None)
@@ -590,7 +601,26 @@ class ServerConnection:
         link.credit = 0
         link.partial = None
         link.partial_delivery = None
+        if not session.ended:
+            self._forget_deliveries(link)
         self._events.append(LinkDetached(link, closed, err))
+
+    def _forget_deliveries(self, link: Link) -> None:
+        """What we sent on a detached link can no longer be settled, and its held-back frames must never
+        follow our detach (the peer would see a transfer on an unattached handle)."""
+        session = link.session
+        if any(delivery.link is link for delivery, _ in session.pending):
+            kept: deque[tuple[OutgoingDelivery, bytes]] = deque()
+            for delivery, frame in session.pending:
+                if delivery.link is link:
+                    delivery.unsent -= 1
+                else:
+                    kept.append((delivery, frame))
+            session.pending = kept
+        for gone in [d for d in session.outgoing_unsettled.values() if d.link is link]:
+            del session.outgoing_unsettled[gone.delivery_id]
+            gone.settled = True
+        # the peer's own deliveries on it keep their place: what the broker took is still answered
 
     def _detach_link(self, link: Link, err: Error | None) -> None:
         self._send(link.session.channel, Detach(handle=UInt(link.output_handle), closed=True, error=err))
@@ -686,8 +716,11 @@ class ServerConnection:
             )
             link.partial = []
             link.partial_size = 0
-        elif transfer.settled:
-            delivery.settled = True
+        else:
+            if transfer.settled:
+                delivery.settled = True
+            if transfer.state is not None and delivery.state is not None and transfer.state != delivery.state:
+                delivery.earlier_states = [*(delivery.earlier_states or ()), delivery.state]
         if transfer.state is not None:
             delivery.state = transfer.state
         if transfer.aborted:
@@ -757,11 +790,16 @@ class ServerConnection:
         max_message_size: int | None = None,
         properties: dict[Any, Any] | None = None,
         offered_capabilities: list[str] | None = None,
+        context: Any = None,
     ) -> None:
-        """Answer the peer's attach with ours, naming the terminus we really provide (§2.6.3)."""
+        """Answer the peer's attach with ours, naming the terminus we really provide (§2.6.3).
+
+        ``context`` is the caller's own object for the link, read back from ``link.context``.
+        """
         if link.state is not LinkState.ATTACHING:
-            return
+            raise LocalProtocolError(f"{link!r} is {link.state.value}: only an attach not yet answered can be accepted")
         link.state = LinkState.ATTACHED
+        link.context = context
         link.source = source
         link.target = target
         link.max_message_size = max_message_size or self.max_message_size
@@ -785,7 +823,7 @@ class ServerConnection:
     def refuse_attach(self, link: Link, err: Error) -> None:
         """Refuse an attach: answer with a null terminus, then detach with ``err`` (§2.6.3)."""
         if link.state is not LinkState.ATTACHING:
-            return
+            raise LocalProtocolError(f"{link!r} is {link.state.value}: only an attach not yet answered can be refused")
         self._send(
             link.session.channel,
             Attach(
@@ -800,7 +838,8 @@ class ServerConnection:
         self._detach_link(link, err)
 
     def detach(self, link: Link, err: Error | None = None) -> None:
-        """Close a link from our side."""
+        """Close a link from our side (a link already detached stays so: not a misuse, as either end may
+        detach first)."""
         if link.state is not LinkState.DETACHED:
             self._detach_link(link, err)
 
@@ -814,6 +853,28 @@ class ServerConnection:
     def take_events(self) -> list[Event]:
         """Events produced by commands (for example a detach after a refused attach)."""
         return self._take_events()
+
+    def take_throttled(self) -> bool:
+        """Whether a delivery was held back since the last call (see ``can_send``); clears the mark."""
+        throttled, self.throttled = self.throttled, False
+        return throttled
+
+    def incomplete_transfers(self) -> list[IncomingDelivery]:
+        """Deliveries the peer has begun to send in several frames and not finished (§2.6.14)."""
+        return [
+            link.partial_delivery
+            for session in self.sessions.values()
+            for link in session.links.values()
+            if link.partial_delivery is not None
+        ]
+
+    @property
+    def session_count(self) -> int:
+        return len(self.sessions)
+
+    @property
+    def link_count(self) -> int:
+        return sum(len(session.links) for session in self.sessions.values())
 
     def grant_credit(self, link: Link, credit: int) -> None:
         """Set the credit of a link where we are receiver and tell the peer (§2.6.7)."""
@@ -846,6 +907,8 @@ class ServerConnection:
         message_format: int = 0,
     ) -> OutgoingDelivery:
         """Send one message on ``link`` (our role: sender), split into frames that fit (§2.7.5)."""
+        if link.state is not LinkState.ATTACHED or link.role != SENDER or link.credit <= 0:
+            raise LocalProtocolError(f"cannot deliver on {link!r} ({link.state.value}, credit {link.credit})")
         session = link.session
         delivery_id = session.next_delivery_id
         session.next_delivery_id = (delivery_id + 1) & SERIAL_MASK
@@ -862,7 +925,7 @@ class ServerConnection:
         size = 8 + len(performative) + len(payload)
         if size <= self.remote_max_frame_size:  # the common case: one frame
             frame = FRAME_HEADER.pack(size, 2, AMQP_FRAME, channel) + performative + payload
-            self._queue_transfer(session, frame, performative, len(payload))
+            self._queue_transfer(delivery, frame, performative, len(payload))
             return delivery
         # §2.6.14: split into frames of at most the peer's max-frame-size, more=true on all but the last
         offset = 0
@@ -880,35 +943,93 @@ class ServerConnection:
                 else:
                     head = encode_transfer(handle, None, None, None, None, False)
             frame = FRAME_HEADER.pack(8 + len(head) + len(chunk), 2, AMQP_FRAME, channel) + head + chunk
-            self._queue_transfer(session, frame, head, len(chunk))
+            self._queue_transfer(delivery, frame, head, len(chunk))
             first = False
         return delivery
 
-    def _queue_transfer(self, session: Session, frame: bytes, performative: bytes, size: int) -> None:
+    def _queue_transfer(self, delivery: OutgoingDelivery, frame: bytes, performative: bytes, size: int) -> None:
+        session = delivery.link.session
         if self.trace is not None:
             self.trace("->", session.channel, codec.decode(performative)[0], size)
         if not session.pending and session.remote_incoming_window > 0:
             self._write(frame)  # the window is open and nothing waits: straight out
+            delivery.begun = True
             session.remote_incoming_window -= 1
             session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
             return
-        session.pending.append(frame)
+        session.pending.append((delivery, frame))
+        delivery.unsent += 1
         self._pump(session)
 
     def _pump(self, session: Session) -> None:
         """Move held-back transfer frames out as far as the peer's incoming window allows (§2.5.6)."""
         pending = session.pending
         while pending and session.remote_incoming_window > 0:
-            self._write(pending.popleft())
+            delivery, frame = pending.popleft()
+            delivery.unsent -= 1
+            delivery.begun = True
+            self._write(frame)
             session.remote_incoming_window -= 1
             session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
 
     def settle(self, deliveries: list[OutgoingDelivery], state: Any = None) -> None:
-        """Settle deliveries we sent, with ``state`` (disposition, role=sender)."""
-        self._dispose(deliveries, SENDER, state, lambda d: d.link.session.outgoing_unsettled)
+        """Settle deliveries we sent, with ``state`` (disposition, role=sender).
+
+        A delivery not completely sent (frames held back by the peer's session window) is aborted instead
+        (§2.6.14): its unsent frames are replaced by one transfer with aborted=true, which settles it, so the
+        peer never receives the whole message after we have decided its fate. Settling a delivery that
+        either end has already settled is a ``LocalProtocolError``: the peer has forgotten it.
+        """
+        for delivery in deliveries:
+            if not delivery.open:
+                who = "we" if delivery.settled else "the peer"
+                raise LocalProtocolError(f"{delivery!r} cannot be settled: {who} settled it already")
+        unfinished = [d for d in deliveries if d.unsent]
+        for delivery in unfinished:
+            self._abort(delivery)
+        rest = [d for d in deliveries if not d.settled] if unfinished else deliveries
+        self._dispose(rest, SENDER, state, lambda d: d.link.session.outgoing_unsettled)
+
+    def abort(self, delivery: OutgoingDelivery) -> None:
+        """Abort a delivery not completely sent (§2.6.14), settled or not: its held-back frames are replaced by
+        one transfer with aborted=true. Aborting a delivery whose every frame is out is a ``LocalProtocolError``."""
+        if delivery.complete:
+            raise LocalProtocolError(f"{delivery!r} is completely sent: too late to abort it")
+        self._abort(delivery)
+
+    def _abort(self, delivery: OutgoingDelivery) -> None:
+        """Replace the held-back frames of ``delivery`` by one aborted transfer in the first one's place."""
+        link = delivery.link
+        session = link.session
+        if delivery.begun:
+            fields: dict[str, Any] = {}
+        else:  # not one frame out yet: the aborted transfer is the delivery's first, so it names it
+            fields = {"delivery_id": UInt(delivery.delivery_id), "delivery_tag": delivery.tag}
+        aborted = Transfer(handle=UInt(link.output_handle), more=False, aborted=True, **fields)
+        frame = encode_frame(session.channel, aborted)
+        replaced: deque[tuple[OutgoingDelivery, bytes]] = deque()
+        for held, held_frame in session.pending:
+            if held is not delivery:
+                replaced.append((held, held_frame))
+            elif delivery.unsent:  # its first held-back frame becomes the aborted transfer; the rest go
+                replaced.append((delivery, frame))
+                delivery.unsent = 0
+        delivery.unsent = 1
+        session.pending = replaced
+        session.outgoing_unsettled.pop(delivery.delivery_id, None)
+        delivery.settled = True
+        if self.trace is not None:
+            self.trace("->", session.channel, aborted, 0)
+        self._pump(session)
 
     def dispose_incoming(self, deliveries: list[IncomingDelivery], state: Any, *, settled: bool = True) -> None:
-        """Give the peer's deliveries an outcome (disposition, role=receiver)."""
+        """Give the peer's deliveries an outcome (disposition, role=receiver).
+
+        Answering a delivery that is settled at our end already is a ``LocalProtocolError``.
+        """
+        for delivery in deliveries:
+            if delivery.settled:
+                raise LocalProtocolError(f"{delivery!r} is settled already")
         self._dispose(deliveries, RECEIVER, state, lambda d: d.link.session.incoming_unsettled, settled)
 
     def _dispose(

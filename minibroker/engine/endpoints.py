@@ -1,7 +1,9 @@
 """Session, link and delivery records of the engine (Part 2 §2.5-§2.6).
 
-These are plain state holders: ``connection.py`` owns every transition. The broker core reads them
-(``link.credit``, ``link.source``) and keeps its own object for each link in ``link.context``.
+These are plain state holders: ``connection.py`` owns every transition. The broker core only reads them
+(``link.credit``, ``link.source``); it never assigns to their fields. Its own object for a link or a delivery
+is handed to the engine with the command that creates the endpoint (``accept_attach(context=...)``,
+``deliver(context=...)``) and read back from ``context``.
 """
 
 from __future__ import annotations
@@ -30,15 +32,19 @@ class LinkState(Enum):
 class IncomingDelivery:
     """A delivery the peer sent us (we are the receiver)."""
 
-    __slots__ = ("delivery_id", "link", "settled", "state", "tag", "txn_id")
+    __slots__ = ("delivery_id", "earlier_states", "link", "settled", "state", "tag")
 
     def __init__(self, link: Link, delivery_id: int, tag: bytes, settled: bool, state: Any) -> None:
         self.link = link
         self.delivery_id = delivery_id
         self.tag = tag
         self.settled = settled
+        """True once settled at our end: the peer sent it settled, we settled it, or its link went away."""
         self.state = state
-        self.txn_id: bytes | None = None
+        """The state carried by the last transfer frame that had one."""
+        self.earlier_states: list[Any] | None = None
+        """Different states carried by earlier frames of a multi-frame delivery (Part 4 §4.4.1 requires all
+        frames of a transactional post to name the same transaction; the broker checks)."""
 
     def __repr__(self) -> str:
         return f"IncomingDelivery(id={self.delivery_id}, tag={self.tag!r}, settled={self.settled})"
@@ -47,16 +53,41 @@ class IncomingDelivery:
 class OutgoingDelivery:
     """A delivery we sent the peer (we are the sender). ``context`` belongs to the broker core."""
 
-    __slots__ = ("context", "delivery_id", "link", "remote_settled", "remote_state", "settled", "tag")
+    __slots__ = (
+        "begun",
+        "context",
+        "delivery_id",
+        "link",
+        "remote_settled",
+        "remote_state",
+        "settled",
+        "tag",
+        "unsent",
+    )
 
     def __init__(self, link: Link, delivery_id: int, tag: bytes, settled: bool, context: Any) -> None:
         self.link = link
         self.delivery_id = delivery_id
         self.tag = tag
         self.settled = settled
+        """True once settled at our end: sent settled, settled (or aborted) by a command, or its link went away."""
         self.remote_settled = False
         self.remote_state: Any = None
         self.context = context
+        self.unsent = 0
+        """Transfer frames of it still held back by the peer's session window (§2.5.6)."""
+        self.begun = False
+        """Its first frame has been written."""
+
+    @property
+    def open(self) -> bool:
+        """Neither end has settled it: a ``settle`` command may still be given."""
+        return not self.settled and not self.remote_settled
+
+    @property
+    def complete(self) -> bool:
+        """Every frame of it has been written."""
+        return self.unsent == 0
 
     def __repr__(self) -> str:
         return f"OutgoingDelivery(id={self.delivery_id}, tag={self.tag!r}, settled={self.settled})"
@@ -87,7 +118,6 @@ class Link:
         "state",
         "tag_counter",
         "target",
-        "txn_id",
     )
 
     def __init__(self, session: Session, attach: Attach, output_handle: int) -> None:
@@ -114,8 +144,8 @@ class Link:
         self.partial_delivery: IncomingDelivery | None = None
         self.partial_size = 0
         self.tag_counter = 0
-        self.txn_id: bytes | None = None  # transactional acquisition (Part 4 §4.4.3), set from flow
         self.context: Any = None
+        """The broker core's object for this link, given with ``accept_attach``."""
 
     @property
     def is_sender(self) -> bool:
@@ -162,8 +192,8 @@ class Session:
         self.links_by_output: dict[int, Link] = {}
         self.incoming_unsettled: dict[int, IncomingDelivery] = {}
         self.outgoing_unsettled: dict[int, OutgoingDelivery] = {}
-        # Transfer frames waiting for the peer's incoming window to open (§2.5.6).
-        self.pending: deque[bytes] = deque()
+        # Transfer frames waiting for the peer's incoming window to open (§2.5.6), with their delivery.
+        self.pending: deque[tuple[OutgoingDelivery, bytes]] = deque()
         # §2.6.2: input handles we detached; in use until the peer's detach answers ours.
         self.detach_sent: set[int] = set()
         self.ended = False

@@ -143,7 +143,7 @@ class ConnectionTask:
                     await self.stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return False
-                if engine.throttled:
+                if engine.take_throttled():
                     # the peer read what was queued: deliveries held back for it may go on
                     self.broker.resume(engine)
                     wake_writers(self.broker)

@@ -13,7 +13,7 @@ from collections import deque
 import trio
 
 from minibroker.broker.core import Broker
-from minibroker.broker.durability import Action
+from minibroker.broker.recorder import Action
 from minibroker.server.connection import wake_writers
 from minibroker.store.crash import crash_point
 from minibroker.store.journal import Journal

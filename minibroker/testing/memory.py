@@ -34,6 +34,7 @@ import trio.testing
 
 from minibroker.amqp.definitions import Attach, Begin, Close, Open, Transfer
 from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER
+from minibroker.broker.clock import WallClock
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.engine.connection import ServerConnection
 from minibroker.server.connection import ConnectionTask, run_broker_timer
@@ -267,13 +268,15 @@ async def memory_broker(
     txn_ids: Iterator[bytes] | None = None,
     make_engine: Callable[[int], ServerConnection] = _default_engine,
     receive_timeout: float = 5.0,
+    clock: WallClock | None = None,
 ) -> AsyncIterator[MemoryBroker]:
     """Run a broker, its timer and its connections in a nursery for the duration of the block.
 
-    ``receive_timeout`` bounds each receive of every ``MemoryPeer``. Leaving the block cancels everything;
-    connections get no closing handshake (close them in the test if that matters).
+    ``receive_timeout`` bounds each receive of every ``MemoryPeer``; ``clock`` maps wall-clock message fields
+    onto trio's clock. Leaving the block cancels everything; connections get no closing handshake (close them
+    in the test if that matters).
     """
-    broker = Broker(settings, txn_ids=txn_ids)
+    broker = Broker(settings, txn_ids=txn_ids, clock=clock)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_broker_timer, broker)
         yield MemoryBroker(broker, nursery, make_engine, receive_timeout)

@@ -94,8 +94,7 @@ def settings() -> BrokerSettings:
 @pytest.fixture
 async def mb(settings: BrokerSettings) -> AsyncIterator[MemoryBroker]:
     # virtual seconds: long enough for ``expect_nothing(HOUR)``; pytest-timeout bounds the real time
-    async with memory_broker(settings, receive_timeout=3 * HOUR) as running:
-        running.broker.clock = WallClock(EPOCH)
+    async with memory_broker(settings, receive_timeout=3 * HOUR, clock=WallClock(EPOCH)) as running:
         yield running
 
 

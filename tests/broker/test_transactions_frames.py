@@ -354,34 +354,20 @@ async def test_control_error_detaches_when_rejected_is_not_offered(
     assert await c.discharge(txn, handle=1) == Accepted()
 
 
-async def test_presettled_declare_and_discharge(mb: MemoryBroker, autojump_clock: MockClock) -> None:
-    """A pre-settled declare opens a transaction with no answer; a pre-settled discharge ends it silently."""
-    c = await client(mb)
-    await c.coordinator()
-    await c.sender("q", 1)
-    await c.control(Declare(), settled=True)
-    await c.peer.expect_nothing()
-    (info,) = mb.broker.transactions
-    txn = info.txn_id
-    await c.post(1, frames.message("staged"), txn=txn)
-    assert (await c.peer.expect(Disposition)).state == TransactionalState(txn_id=txn, outcome=Accepted())
-    await c.control(Discharge(txn_id=txn), settled=True)
-    await c.peer.expect_nothing()
-    assert mb.broker.transactions == []
-    assert mb.broker.queues["q"].depth == 1
-    assert mb.broker.txn_stats.committed == 1
-
-
 @pytest.mark.parametrize("outcomes", [None, [ACCEPTED_LIST, REJECTED_LIST]], ids=["no-outcomes", "rejected"])
-async def test_presettled_discharge_error_detaches_the_coordinator(
-    mb: MemoryBroker, autojump_clock: MockClock, outcomes: list[str] | None
+@pytest.mark.parametrize("body", [Declare(), Discharge(txn_id=b"no-such-txn")], ids=["declare", "discharge"])
+async def test_presettled_control_message_detaches_the_coordinator(
+    mb: MemoryBroker, autojump_clock: MockClock, outcomes: list[str] | None, body: Any
 ) -> None:
-    """A pre-settled discharge cannot be rejected, so its error detaches the link, whatever the outcomes."""
+    """§4.3: declare and discharge "MUST NOT be sent settled": the coordinator link is detached with
+    amqp:not-allowed, whatever the outcomes, and a settled declare creates no transaction."""
     c = await client(mb)
     await c.coordinator(outcomes=outcomes)
-    await c.control(Discharge(txn_id=b"no-such-txn"), settled=True)
+    await c.control(body, settled=True)
     detach = await c.peer.expect(Detach)
-    assert condition(detach) == Condition.UNKNOWN_TXN_ID
+    assert condition(detach) == Condition.NOT_ALLOWED
+    assert mb.broker.transactions == []
+    assert mb.broker.txn_stats.declared == 0
 
 
 # -- posting (§4.4.1) -------------------------------------------------------------------------------------
@@ -470,9 +456,9 @@ async def test_transactional_anonymous_relay_post(mb: MemoryBroker, autojump_clo
     txn = await c.declare()
     await c.post(1, frames.message("relayed", to("relay-q")), txn=txn)
     assert (await c.peer.expect(Disposition)).state == TransactionalState(txn_id=txn, outcome=Accepted())
-    queue = mb.broker.queues["relay-q"]
-    assert (queue.depth, queue.staged) == (0, 1)
+    assert "relay-q" not in mb.broker.queues  # created by the commit, so a rollback leaves nothing behind
     assert await c.discharge(txn) == Accepted()
+    queue = mb.broker.queues["relay-q"]
     assert (queue.depth, queue.staged) == (1, 0)
 
 
@@ -607,14 +593,12 @@ async def test_acquisition_rolled_back_returns_messages_unchanged(mb: MemoryBrok
     await c.credit(2, 2, properties={TXN_ID: txn})
     delivered = await c.take(2)
     ids = [t.performative.delivery_id for t in delivered]
-    answer, settled = await discharge_with(c, txn, 2, fail=True)
+    answer, settled = await discharge_with(c, txn, 1, fail=True)
     assert answer == Accepted()
-    # the broker settles the acquired deliveries released
-    assert sorted(f.performative.first for f in settled) == ids
-    assert all(
-        f.performative == frames.disposition(f.performative.first, role=frames.SENDER, state=Released())
-        for f in settled
-    )
+    # the broker settles the acquired deliveries released, in one ranged disposition
+    assert [f.performative for f in settled] == [
+        frames.disposition(ids[0], ids[1], role=frames.SENDER, state=Released())
+    ]
     queue = mb.broker.queues["q"]
     assert (queue.depth, queue.acquired) == (2, 0)
     # the link acquires outside the transaction now; delivery-count is unchanged (byte-identical messages)
@@ -807,10 +791,10 @@ async def test_unknown_txn_id_on_disposition_returns_the_message(
     if settled:
         await c.peer.expect_nothing()
     else:
+        # the outcome names no transaction, so it cannot apply: the message goes back, and the broker says so
         answer = await c.peer.expect(Disposition)
         assert (answer.role, answer.first, answer.settled) == (frames.SENDER, delivery_id, True)
-        assert isinstance(answer.state, Rejected)
-        assert condition(answer.state) == Condition.UNKNOWN_TXN_ID
+        assert answer.state == Released()
     queue = mb.broker.queues["q"]
     assert (queue.depth, queue.acquired) == (1, 0)
 

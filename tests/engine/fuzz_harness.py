@@ -31,7 +31,7 @@ from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER, MIN_MAX_FRAME_SIZE,
 from minibroker.broker.core import Broker
 from minibroker.broker.message import Message
 from minibroker.broker.queue import Queue
-from minibroker.broker.state import BrokerSettings
+from minibroker.broker.settings import BrokerSettings
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import ConnectionClosed, Event, TransferReceived
 from minibroker.engine.sasl import SaslPolicy
@@ -218,14 +218,14 @@ class BrokerRun:
         conn = self.conn
         new: list[Frame] = []
         for _ in range(_RESUME_ROUNDS):
-            if len(conn._out) >= OUTPUT_LIMIT:
-                raise InvariantError(f"{len(conn._out)} bytes queued for the peer")
+            if conn.output_size >= OUTPUT_LIMIT:
+                raise InvariantError(f"{conn.output_size} bytes queued for the peer")
             data = conn.data_to_send()
             self.reader.max_frame_size = conn.remote_max_frame_size
             if self.finished_seen and data:
                 raise InvariantError(f"a finished engine wrote {len(data)} bytes")
             new += self.reader.feed(data)
-            if not conn.throttled:
+            if not conn.take_throttled():
                 break
             self.broker.resume(conn)
         else:

@@ -182,7 +182,7 @@ def _held_uids(broker: Broker, name: str) -> set[str]:
     if queue is None:
         return set()
     messages = list(queue.ready)
-    for consumer in queue.consumers:
+    for consumer in broker.dispatcher.consumers(queue):
         messages += [d.message for d in consumer.unsettled.values() if isinstance(d, Dispatched)]
     return {str(view_message(m.payload).properties["uid"]) for m in messages}
 
@@ -253,20 +253,21 @@ def test_checker_sees_a_commit_split_by_a_checkpoint(threaded_broker: ThreadedBr
 
     def break_commits(running: RunningBroker) -> None:
         broker = running.broker
-        commit = type(broker)._commit
+        coordinator = broker.coordinator
+        commit = type(coordinator)._commit
 
         def split_commit(txn: Any) -> Any:
-            now = [(node, m) for node, m in txn.posts if node.name == QUEUES[0]]
+            now = [post for post in txn.posts if post.address == QUEUES[0]]
             rest = BrokerTransaction(txn.id + b"-rest", txn.conn, txn.controller, txn.created)
-            rest.posts = [(node, m) for node, m in txn.posts if node.name != QUEUES[0]]
+            rest.posts = [post for post in txn.posts if post.address != QUEUES[0]]
             txn.posts = now
-            result = commit(broker, txn)  # the rest stays staged meanwhile (``queue.staged`` counts it)
+            result = commit(coordinator, txn)  # the rest stays staged meanwhile (``queue.staged`` counts it)
 
             async def later() -> None:
                 try:
                     await trio.sleep(0.02)
-                    broker._txns[rest.id] = rest  # only now: the producer may have closed its connection
-                    commit(broker, rest)
+                    coordinator._open[rest.id] = rest  # only now: the producer may have closed its connection
+                    commit(coordinator, rest)
                     wake_writers(broker)
                 except BaseException as exc:  # a failing system task would crash the broker's loop
                     errors.append(exc)
@@ -274,7 +275,7 @@ def test_checker_sees_a_commit_split_by_a_checkpoint(threaded_broker: ThreadedBr
             trio.lowlevel.spawn_system_task(later)
             return result
 
-        broker._commit = split_commit  # type: ignore[method-assign]
+        coordinator._commit = split_commit  # type: ignore[method-assign]
 
     threaded_broker.call(break_commits)
     report = run_batches(threaded_broker, batches=5)

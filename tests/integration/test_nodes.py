@@ -56,7 +56,7 @@ def detach(broker: ThreadedBroker, conn: BlockingConnection, receiver: BlockingR
     receiver.link.detach()
 
     def consumers(core: Broker) -> int:
-        return sum(len(s.consumers) for t in core.topics.values() for s in t.subscriptions.values())
+        return sum(core.dispatcher.consumer_count(s) for t in core.topics.values() for s in t.subscriptions.values())
 
     wait_for(lambda: read_broker(broker, consumers) == 0, "the detach", conn=conn)
 

@@ -1,0 +1,231 @@
+"""Attach negotiation (Part 2 §2.6.3, Part 3 §3.5, Part 4 §4.2): what the broker answers to each attach,
+decided as a value before anything is created.
+
+``decide(link, context)`` reads the peer's attach and returns one decision: refuse it with an error, or
+attach a consumer, a producer or a coordinator, or resume a durable subscription by its link name.
+``endpoints.py`` applies the decision: it creates or finds the node, builds the terminus it answers with,
+and registers the link. Deciding first and applying second is the seam where later policies plug in
+(broker personalities, fault injection): they replace or wrap the function that decides, not code paths
+scattered through the core. What ``decide`` cannot know, because it needs the node (does it exist, is it a
+topic), the applier refuses: an unknown address with auto-create off gets ``amqp:not-found``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from minibroker.amqp.definitions import Accepted, Coordinator, Error, Modified, Rejected, Released, Source, Target
+from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.types import Described, Symbol
+from minibroker.broker.links import RELEASED
+from minibroker.broker.namespace import parse_address
+from minibroker.broker.nodes import SubscriptionSpec
+from minibroker.broker.settings import BrokerSettings
+from minibroker.broker.transactions import TXN_CAPABILITIES
+from minibroker.engine.endpoints import Link
+
+if TYPE_CHECKING:
+    from minibroker.broker.selector import Selector
+
+OUTCOMES: list[str] = [
+    Symbol(o) for o in ("amqp:accepted:list", "amqp:rejected:list", "amqp:released:list", "amqp:modified:list")
+]
+_REJECTED_LIST = "amqp:rejected:list"
+_NO_LOCAL = {Symbol("apache.org:no-local-filter:list"), 0x0000468C00000003}
+_DURABLE_NONE = 0  # terminus-durability none (§3.5.5)
+_SHARED_SUFFIX = re.compile(r"\|.*$")  # Qpid JMS names extra links of a shared subscription "name|n"
+_SND_SETTLED = 1  # snd-settle-mode settled (§2.8.2)
+
+
+@dataclass(frozen=True)
+class AttachContext:
+    """What a decision may depend on besides the attach itself."""
+
+    settings: BrokerSettings
+    user: str | None
+    """The authenticated user of the connection (None: anonymous)."""
+    container_id: str
+    """The peer's container-id (from its open)."""
+    conn_id: int
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Answer with a null terminus, then detach with ``error``."""
+
+    error: Error
+
+
+@dataclass(frozen=True)
+class AttachConsumer:
+    """The peer receives from a node (we send on the link)."""
+
+    source: Source
+    """The peer's source, echoed (with the generated address of a dynamic node) in our answer."""
+    name: str | None
+    """The node's name; None for a dynamic node."""
+    kind: str | None
+    """"queue" or "topic" as the capabilities or an address prefix ask, or None."""
+    default_outcome: Any
+    selector: Selector | None
+    filters: dict[Any, Any] | None
+    """The filters we apply, echoed in our source (§3.5.3: filters not echoed are not applied)."""
+    no_local: bool
+    browse: bool
+    """distribution-mode copy: read without acquiring (queues only)."""
+    subscription: SubscriptionSpec
+    """The subscription this link takes when the node turns out to be a topic."""
+
+
+@dataclass(frozen=True)
+class ResumeSubscription:
+    """An attach without a source names an existing durable subscription (as JMS unsubscribe does)."""
+
+    link_name: str
+
+
+@dataclass(frozen=True)
+class AttachProducer:
+    """The peer sends to a node, or through the anonymous relay (``name`` None and not dynamic)."""
+
+    target: Any
+    name: str | None
+    kind: str | None
+    dynamic: bool
+
+
+@dataclass(frozen=True)
+class AttachCoordinator:
+    """The peer is a transaction controller (Part 4 §4.2)."""
+
+    source: Any
+    target: Coordinator
+    """Our coordinator terminus, listing the capabilities really provided."""
+    rejects_errors: bool
+    """§4.3: errors travel as rejected outcomes (else by detaching the link)."""
+
+
+AttachDecision = Refuse | AttachConsumer | ResumeSubscription | AttachProducer | AttachCoordinator
+
+
+def decide(link: Link, context: AttachContext) -> AttachDecision:
+    """The broker's answer to the peer's attach of ``link``."""
+    if link.is_sender:
+        return decide_consumer(link, context)
+    if isinstance(link.target, Coordinator):
+        return decide_coordinator(link, context)
+    return decide_producer(link, context)
+
+
+def denied(context: AttachContext, action: str, address: Any, capabilities: Any = None) -> Error | None:
+    """``amqp:unauthorized-access`` when the connection's user may not ``action`` on ``address``."""
+    if not context.settings.permissions or not isinstance(address, str):
+        return None
+    name, _kind = parse_address(address, capabilities)
+    if context.settings.permits(context.user, action, name):
+        return None
+    return error(Condition.UNAUTHORIZED_ACCESS, f"{context.user!r} may not {action} on {name!r}")
+
+
+def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
+    source = link.source
+    if not isinstance(source, Source):
+        return ResumeSubscription(link.name)
+    name = kind = None
+    if source.dynamic:
+        _, kind = parse_address("", source.capabilities)
+    else:
+        refusal = denied(context, "receive", source.address, source.capabilities)
+        if refusal is not None:
+            return Refuse(refusal)
+        if not source.address or not isinstance(source.address, str):
+            return Refuse(error(Condition.NOT_FOUND, f"no node at address {source.address!r}"))
+        name, kind = parse_address(source.address, source.capabilities)
+    selector = None
+    filters: dict[Any, Any] = {}
+    if source.filter:
+        from minibroker.broker.selector import SelectorError, selector_from_filter  # imported only when used
+
+        try:
+            found = selector_from_filter(source.filter)
+        except SelectorError as exc:
+            return Refuse(error(Condition.INVALID_FIELD, f"invalid selector: {exc}"))
+        if found is not None:
+            key, selector = found
+            filters[key] = source.filter[key]
+    no_local = _no_local_filter(source.filter)
+    if no_local is not None:
+        filters[no_local] = source.filter[no_local]  # type: ignore[index]
+    default_outcome = source.default_outcome
+    if not isinstance(default_outcome, Released | Modified | Rejected | Accepted):
+        default_outcome = RELEASED
+    return AttachConsumer(
+        source=source,
+        name=name,
+        kind=kind,
+        default_outcome=default_outcome,
+        selector=selector,
+        filters=filters or None,
+        no_local=no_local is not None,
+        browse=source.distribution_mode == "copy",
+        subscription=_subscription(link, source, context),
+    )
+
+
+def _no_local_filter(filter_set: Any) -> Any:
+    """The key of a no-local filter (apache.org:no-local-filter:list) in a source's filter set."""
+    if not isinstance(filter_set, dict):
+        return None
+    for key, value in filter_set.items():
+        if isinstance(value, Described) and value.descriptor in _NO_LOCAL:
+            return key
+    return None
+
+
+def _subscription(link: Link, source: Source, context: AttachContext) -> SubscriptionSpec:
+    """Which subscription of a topic the link takes (see ``topic.py``)."""
+    capabilities = {str(c) for c in source.capabilities or ()}
+    durable = (source.durable or _DURABLE_NONE) != _DURABLE_NONE and source.expiry_policy == "never"
+    shared = "shared" in capabilities
+    container = "" if "global" in capabilities else context.container_id
+    if shared:
+        key = (container, _SHARED_SUFFIX.sub("", link.name))
+    elif durable:
+        key = (container, link.name)
+    else:
+        key = (f"#{context.conn_id}", f"{link.name}#{link.session.channel}:{link.input_handle}")
+    return SubscriptionSpec(key, durable, shared)
+
+
+def decide_producer(link: Link, context: AttachContext) -> AttachDecision:
+    target = link.target
+    if isinstance(target, Target) and target.dynamic:
+        _, kind = parse_address("", target.capabilities)
+        return AttachProducer(target, None, kind, dynamic=True)
+    if isinstance(target, Target) and target.address is not None:
+        refusal = denied(context, "send", target.address, target.capabilities)
+        if refusal is not None:
+            return Refuse(refusal)
+        if not isinstance(target.address, str) or not target.address:
+            return Refuse(error(Condition.NOT_FOUND, f"no node at address {target.address!r}"))
+        name, kind = parse_address(target.address, target.capabilities)
+        return AttachProducer(target, name, kind, dynamic=False)
+    # a null target address: the anonymous relay routes each message by its ``to``
+    return AttachProducer(target, None, None, dynamic=False)
+
+
+def decide_coordinator(link: Link, context: AttachContext) -> AttachDecision:
+    if not context.settings.permits(context.user, "transactions", ""):
+        return Refuse(error(Condition.UNAUTHORIZED_ACCESS, f"{context.user!r} may not use transactions"))
+    if link.snd_settle_mode == _SND_SETTLED:
+        # §4.3: declare and discharge "MUST NOT be sent settled"; a controller that can only send settled
+        # could never learn a txn-id, so it is refused at once
+        return Refuse(error(Condition.NOT_ALLOWED, "a transaction controller must not send settled"))
+    source = link.source
+    outcomes = source.outcomes if isinstance(source, Source) else None
+    # §4.3 / DESIGN §4: errors travel as rejected when the controller offers it, or lists no outcomes
+    rejects = not outcomes or _REJECTED_LIST in outcomes
+    reply = Coordinator(capabilities=[Symbol(c) for c in TXN_CAPABILITIES])
+    return AttachCoordinator(source=source, target=reply, rejects_errors=rejects)

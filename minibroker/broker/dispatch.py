@@ -1,0 +1,477 @@
+"""Messages into nodes and out to consumers: routing, limits, dispatch, outcomes, dead-letters, timers.
+
+Theory of operation
+-------------------
+*In.* ``post`` puts a message on a node. A queue takes it if its limits allow (or drops its head, by
+policy); a topic gives a copy to every subscription whose selector and no-local filter let it through. A
+message may not be visible at once: a delivery time (``x-opt-delivery-time``, ``x-opt-delivery-delay``,
+``x-opt-scheduled-enqueue-time``) or a redelivery delay holds it on a timer first. A message whose ttl
+or absolute-expiry-time has passed is never delivered: it goes to the node's expiry address or is dropped.
+
+*Out.* Each queue's consumers form a ``ConsumerGroup``. ``dispatch`` hands ready messages to consumers with
+credit, round-robin. The fast path takes the head message for the next consumer; when a consumer has a
+selector, or a message refused a consumer (``modified`` with undeliverable-here), each consumer takes the
+first message it may have. Browsers (distribution-mode copy) walk the queue with a cursor and take nothing
+away. Whether a delivery is acquired under a transaction (§4.4.3) is the coordinator's to say: it answers
+through the ``Acquirer`` seam, so this module knows nothing of transactions.
+
+*Outcomes* (Part 3 §3.4): accepted retires the message; rejected dead-letters it; released puts it back
+(after the redelivery delay, if any); modified puts it back too, counting a failed delivery when
+delivery-failed is set, merging its annotations, and keeping it from that consumer when
+undeliverable-here is set. A message past ``max_delivery_attempts`` failed deliveries is dead-lettered.
+Dead-letters get annotations saying why: ``x-opt-dead-letter-reason``, ``x-opt-dead-letter-description``,
+``x-opt-original-address``. ``finish`` applies an outcome whoever decided it: the consumer (``apply_outcome``),
+a departing link (its source's default outcome), or a transaction's commit or rollback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Released
+from minibroker.amqp.errors import Condition, error
+from minibroker.broker.clock import BrokerClock
+from minibroker.broker.links import Consumer, ConsumerGroup, Dispatched
+from minibroker.broker.message import Message
+from minibroker.broker.namespace import QUEUE, Node
+from minibroker.broker.nodes import Nodes
+from minibroker.broker.outbox import Outbox
+from minibroker.broker.policy import DROP_HEAD
+from minibroker.broker.queue import Queue, delivery_order
+from minibroker.broker.recorder import Recorder
+from minibroker.broker.timers import Timer, TimerKind, Timers
+from minibroker.broker.topic import Topic
+from minibroker.engine.connection import ServerConnection
+from minibroker.engine.endpoints import IncomingDelivery
+
+if TYPE_CHECKING:
+    from minibroker.broker.selector import MessageFields, Selector
+
+_DELIVERY_TIME = "x-opt-delivery-time"  # Artemis, ActiveMQ: wall-clock ms
+_DELIVERY_DELAY = "x-opt-delivery-delay"  # Artemis, ActiveMQ: ms from arrival
+_SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"  # Service Bus: wall-clock ms
+ACCEPTED = Accepted()
+
+
+def is_outcome(state: Any) -> bool:
+    """True for the terminal delivery states (§3.4)."""
+    return isinstance(state, Accepted | Rejected | Released | Modified)
+
+
+def selector_fields(message: Message) -> MessageFields:
+    """What selectors read of ``message``, decoded once and kept on it."""
+    from minibroker.broker.selector import MessageFields  # only brokers with selectors pay for the import
+
+    if message.fields is None:
+        message.fields = MessageFields.from_message(message.payload)
+    fields: MessageFields = message.fields
+    return fields
+
+
+def selects(selector: Selector | None, message: Message) -> bool:
+    return selector is None or selector.matches(selector_fields(message))
+
+
+class Acquirer(Protocol):
+    """Who says whether a consumer's deliveries are acquired under a transaction (§4.4.3): the coordinator."""
+
+    def transfer_state(self, consumer: Consumer) -> Any:
+        """The delivery state the consumer's next transfer carries (a transactional-state), or None."""
+
+    def acquired(self, dispatched: Dispatched) -> None:
+        """``dispatched`` was sent carrying ``transfer_state``: it is acquired under that transaction."""
+
+
+class _NoTransactions:
+    def transfer_state(self, consumer: Consumer) -> Any:
+        return None
+
+    def acquired(self, dispatched: Dispatched) -> None:  # pragma: no cover - never called without a state
+        raise AssertionError("acquired without a transaction")
+
+
+class Dispatcher:
+    """Routing, consumer groups, dispatch, outcomes and message timers of one broker."""
+
+    def __init__(
+        self,
+        clock: BrokerClock,
+        nodes: Nodes,
+        recorder: Recorder,
+        outbox: Outbox,
+        new_deadline: Callable[[], None],
+    ) -> None:
+        self.clock = clock
+        self.nodes = nodes
+        self.recorder = recorder
+        self.outbox = outbox
+        self.timers = Timers()
+        self.acquirer: Acquirer = _NoTransactions()
+        self._new_deadline = new_deadline
+        self._groups: dict[Queue, ConsumerGroup] = {}
+        self._by_conn: dict[ServerConnection, set[Consumer]] = {}
+        self._seq = 0
+
+    # -- into nodes ---------------------------------------------------------------------------------
+    def arrive(self, message: Message) -> None:
+        """Fix the message's expiry and visibility times on the broker clock (Part 3 §3.2.1, §3.2.4)."""
+        now = self.clock.now
+        ttl = message.ttl
+        expires = now + ttl / 1000 if ttl else None
+        absolute = message.absolute_expiry_time()
+        if absolute:
+            at = self.clock.from_wall_ms(absolute)
+            expires = at if expires is None else min(expires, at)
+        message.expires_at = expires
+        if message.annotations:
+            deliver_at = None
+            for key, relative in ((_DELIVERY_TIME, False), (_SCHEDULED_ENQUEUE_TIME, False), (_DELIVERY_DELAY, True)):
+                value = message.annotation(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    deliver_at = now + value / 1000 if relative else self.clock.from_wall_ms(value)
+                    break
+            message.deliver_at = deliver_at if deliver_at is not None and deliver_at > now else None
+
+    def targets(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
+        """The queues a message posted to ``node`` goes to (a topic's matching subscriptions)."""
+        if isinstance(node, Topic):
+            subscriptions: list[Queue] = list(node.publish(message, origin, lambda s, m: selects(s.selector, m)))
+            return subscriptions
+        return [node]
+
+    def admit(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
+        """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
+        for queue in self.targets(node, message, origin):
+            if queue.policy.overflow != DROP_HEAD and not queue.has_room(message):
+                return error(
+                    Condition.RESOURCE_LIMIT_EXCEEDED,
+                    f"node {queue.node_name!r} is full ({queue.held} messages, {queue.held_bytes} bytes)",
+                )
+        return None
+
+    def post(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
+        """Put ``message`` on ``node`` (admission already checked); return the queues that took it."""
+        targets = self.targets(node, message, origin)
+        for i, queue in enumerate(targets):
+            self._enqueue(queue, message if i == 0 else message.copy())
+        return targets
+
+    def publish(self, conn: ServerConnection, delivery: IncomingDelivery, node: Node, message: Message) -> None:
+        """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch."""
+        refused = self.admit(node, message, conn)
+        if refused is not None:
+            self.outbox.answer_now(conn, delivery, Rejected(error=refused))
+            return
+        targets = self.post(node, message, conn)
+        if message.durable and not delivery.settled:
+            # durable: ``accepted`` only once its journal record is on disk (group commit)
+            self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+        else:
+            self.outbox.answer(conn, delivery, ACCEPTED)
+        self.dispatch_all(targets)
+
+    def _enqueue(self, queue: Queue, message: Message) -> None:
+        self._seq += 1
+        message.seq = self._seq
+        if queue.policy.overflow == DROP_HEAD:
+            while not queue.has_room(message) and queue.ready:
+                queue.remove_ready(queue.ready[0])
+        now = self.clock.now
+        if message.expires_at is not None:
+            if message.expires_at <= now:
+                self._expire(queue, message)  # expired on arrival: never visible
+                return
+            self.timers.add(message.expires_at, TimerKind.EXPIRE, queue, message)
+        self.recorder.enqueued(queue, message)
+        if message.deliver_at is not None and message.deliver_at > now:
+            queue.hold_scheduled(message)
+            self.timers.add(message.deliver_at, TimerKind.DUE, queue, message)
+            self._new_deadline()
+            return
+        queue.put(message)
+        if message.expires_at is not None:
+            self._new_deadline()
+
+    def restore(self, queue: Queue, message: Message) -> None:
+        """A message recovered from the journal takes its place in ``queue``."""
+        self._seq += 1
+        message.seq = self._seq
+        queue.put(message)
+
+    # -- consumers ------------------------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        """``consumer`` takes from its queue from now on."""
+        self._groups.setdefault(consumer.queue, ConsumerGroup()).add(consumer)
+        self._by_conn.setdefault(consumer.conn, set()).add(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """``consumer`` is gone (its unsettled deliveries are someone else's to finish)."""
+        self.stop(consumer)
+        consumers = self._by_conn.get(consumer.conn)
+        if consumers is not None:
+            consumers.discard(consumer)
+            if not consumers:
+                del self._by_conn[consumer.conn]
+
+    def stop(self, consumer: Consumer) -> None:
+        """``consumer`` gets nothing more until ``restart`` (it stays attached, with its credit)."""
+        group = self._groups.get(consumer.queue)
+        if group is not None:
+            group.remove(consumer)
+            if not group:
+                del self._groups[consumer.queue]
+
+    def restart(self, consumer: Consumer) -> None:
+        """A stopped consumer takes messages again."""
+        if consumer.attached:
+            self._groups.setdefault(consumer.queue, ConsumerGroup()).add(consumer)
+            self.dispatch(consumer.queue)
+
+    def consumers(self, queue: Queue) -> list[Consumer]:
+        """The consumers taking from ``queue`` now: acquiring ones, then browsers."""
+        group = self._groups.get(queue)
+        return [*group.consumers, *group.browsers] if group is not None else []
+
+    def consumer_count(self, queue: Queue) -> int:
+        """Acquiring consumers of ``queue`` (browsers and stopped links not counted)."""
+        group = self._groups.get(queue)
+        return len(group.consumers) if group is not None else 0
+
+    def consumers_of(self, conn: ServerConnection) -> set[Consumer]:
+        return self._by_conn.get(conn, set())
+
+    def resume(self, conn: ServerConnection) -> None:
+        """``conn``'s peer read what was queued for it: deliveries held back for it may go on."""
+        self.dispatch_all({consumer.queue for consumer in self.consumers_of(conn)})
+
+    def queue_deleted(self, queue: Queue) -> None:
+        """``queue`` is gone: its consumers are detached with ``amqp:resource-deleted``."""
+        group = self._groups.pop(queue, None)
+        if group is None:
+            return
+        err = error(Condition.RESOURCE_DELETED, f"{queue.node_name!r} was deleted")
+        for consumer in [*group.consumers, *group.browsers]:
+            consumer.conn.detach(consumer.link, err)
+            self.outbox.touch(consumer.conn)
+
+    # -- out to consumers ---------------------------------------------------------------------------
+    def dispatch_all(self, queues: Iterable[Queue]) -> None:
+        for queue in queues:
+            self.dispatch(queue)
+
+    def dispatch(self, queue: Queue) -> None:
+        """Send ready messages of ``queue`` to consumers with credit."""
+        group = self._groups.get(queue)
+        if group is None:
+            return
+        if group.browsers:
+            self._dispatch_browsers(queue, group)
+        if not queue.ready or not group.consumers:
+            return
+        if group.selective:
+            self._dispatch_matching(queue, group)
+            return
+        ready = queue.ready
+        while ready:
+            message: Message = ready[0]
+            if message.expires_at is not None and message.expires_at <= self.clock.now:
+                with self.recorder.together():
+                    queue.remove_ready(message)
+                    self._expire(queue, message)
+                continue
+            if message.excluded:
+                self._dispatch_matching(queue, group)
+                return
+            consumer = group.next_consumer()
+            if consumer is None:
+                return
+            queue.acquire_first()
+            self._send(consumer, message)
+
+    def _dispatch_matching(self, queue: Queue, group: ConsumerGroup) -> None:
+        """Each consumer with credit takes the first ready message its selector and exclusions allow."""
+        progress = True
+        while progress and queue.ready:
+            progress = False
+            expired: list[Message] = []
+            for consumer in list(group.consumers):
+                if not consumer.can_take():
+                    continue
+                chosen = None
+                for message in queue.ready:
+                    if message.expires_at is not None and message.expires_at <= self.clock.now:
+                        expired.append(message)
+                        continue
+                    if message.excluded and consumer in message.excluded:
+                        continue
+                    if selects(consumer.selector, message):
+                        chosen = message
+                        break
+                if chosen is not None and chosen not in expired:
+                    queue.acquire(chosen)
+                    group.rotate_past(consumer)
+                    self._send(consumer, chosen)
+                    progress = True
+                    break  # the ready list changed: start a new round
+            for message in dict.fromkeys(expired):
+                with self.recorder.together():
+                    if queue.remove_ready(message):
+                        self._expire(queue, message)
+                        progress = True
+
+    def _dispatch_browsers(self, queue: Queue, group: ConsumerGroup) -> None:
+        for browser in group.browsers:
+            while browser.can_take():
+                if browser.cursor is None:
+                    following = iter(queue.ready)
+                else:
+                    following = queue.ready.irange_key(min_key=browser.cursor, inclusive=(False, True))
+                message = next(following, None)
+                if message is None:
+                    break
+                browser.cursor = delivery_order(message)
+                if not selects(browser.selector, message):
+                    continue
+                browser.conn.deliver(browser.link, message.encoded(), settled=browser.presettled)
+                self.outbox.touch(browser.conn)
+
+    def _send(self, consumer: Consumer, message: Message) -> None:
+        """Deliver an acquired message on ``consumer``'s link."""
+        conn = consumer.conn
+        presettled = consumer.presettled
+        state = self.acquirer.transfer_state(consumer)
+        delivery = conn.deliver(consumer.link, message.encoded(), settled=presettled, state=state)
+        self.outbox.touch(conn)
+        if state is not None:
+            # §4.4.3: acquired under the transaction, settled or not, until it is discharged
+            dispatched = consumer.unsettled[delivery] = Dispatched(consumer, delivery, message)
+            self.acquirer.acquired(dispatched)
+        elif presettled:
+            consumer.queue.retire(message)
+        else:
+            consumer.unsettled[delivery] = Dispatched(consumer, delivery, message)
+
+    # -- outcomes -----------------------------------------------------------------------------------
+    def apply_outcome(self, conn: ServerConnection, deliveries: list[Dispatched], state: Any, settled: bool) -> None:
+        """The consumer's disposition (§3.4) of deliveries no transaction holds.
+
+        A terminal outcome applies; a delivery settled without one gets the source's default outcome
+        (§3.5.3); a non-terminal state leaves it acquired. What the consumer left unsettled we settle, with
+        the outcome it gave.
+        """
+        queues: set[Queue] = set()
+        to_settle = []
+        for dispatched in deliveries:
+            if is_outcome(state):
+                outcome = state
+            elif settled:
+                outcome = dispatched.consumer.default_outcome
+            else:
+                continue
+            self.finish(dispatched, outcome)
+            queues.add(dispatched.consumer.queue)
+            if not settled:
+                to_settle.append(dispatched.delivery)
+        self.outbox.settle(conn, to_settle, state)
+        self.dispatch_all(queues)
+
+    def finish(self, dispatched: Dispatched, outcome: Any) -> None:
+        """Apply a terminal outcome to a dispatched message and forget the delivery (the caller dispatches)."""
+        consumer = dispatched.consumer
+        consumer.unsettled.pop(dispatched.delivery, None)
+        message = dispatched.message
+        queue = consumer.queue
+        if isinstance(outcome, Accepted):
+            queue.retire(message)
+            return
+        if isinstance(outcome, Rejected):
+            description = outcome.error.description if outcome.error is not None else None
+            with self.recorder.together():  # leaving the queue and reaching the DLQ: one record
+                queue.retire(message)
+                self._dead_letter(queue, message, "rejected", description)
+            return
+        # released or modified: the message goes back
+        if isinstance(outcome, Modified):
+            if outcome.message_annotations:
+                message.annotate(outcome.message_annotations)
+            if outcome.undeliverable_here:
+                message.excluded = (message.excluded or set()) | {consumer}
+            if outcome.delivery_failed:
+                message.delivery_count += 1
+                limit = queue.policy.max_delivery_attempts
+                if limit and message.delivery_count >= limit:
+                    with self.recorder.together():
+                        queue.retire(message)
+                        self._dead_letter(
+                            queue, message, "max-delivery-attempts", f"delivery failed {message.delivery_count} times"
+                        )
+                    return
+                self.recorder.counted(queue, message)
+        if message.expires_at is not None and message.expires_at <= self.clock.now:
+            with self.recorder.together():
+                queue.retire(message)
+                self._expire(queue, message)
+            return
+        delay = queue.policy.redelivery_delay
+        if delay > 0:
+            queue.unacquire_for_later(message)
+            self.timers.add(self.clock.now + delay, TimerKind.DUE, queue, message)
+            self._new_deadline()
+            return
+        queue.requeue(message)
+
+    def _dead_letter(self, queue: Queue, message: Message, reason: str, description: str | None) -> None:
+        """Move a message (already out of ``queue``'s counts) to the node's dead-letter address."""
+        target = queue.policy.dead_letter_target(queue.node_name)
+        if not target:
+            return
+        annotations: dict[str, Any] = {
+            "x-opt-dead-letter-reason": reason,
+            "x-opt-original-address": queue.node_name,
+        }
+        if description:
+            annotations["x-opt-dead-letter-description"] = description
+        self._forward(queue, message, target, annotations)
+
+    def _expire(self, queue: Queue, message: Message) -> None:
+        """An expired message (already out of ``queue``'s counts) goes to the expiry address, or away."""
+        target = queue.policy.expiry_address
+        if target:
+            self._forward(queue, message, target, {"x-opt-original-address": queue.node_name})
+
+    def _forward(self, queue: Queue, message: Message, address: str, annotations: dict[str, Any]) -> None:
+        namespace = queue.namespace if queue.namespace is not None else self.nodes.default
+        node = namespace.node(address) or self.nodes.create(namespace, address, QUEUE)
+        copy = message.copy()
+        copy.annotate(annotations)
+        copy.expires_at = None
+        copy.deliver_at = None
+        copy.excluded = None
+        if self.admit(node, copy, None) is None:
+            self.dispatch_all(self.post(node, copy, None))
+
+    # -- timers ---------------------------------------------------------------------------------------
+    def next_deadline(self) -> float | None:
+        return self.timers.next_deadline()
+
+    def handle_timeout(self, now: float) -> None:
+        """Run every message timer due at ``now``: expiries and scheduled deliveries."""
+        for timer in self.timers.pop_due(now):
+            if not timer.queue.deleted:
+                self._on_timer(timer)
+
+    def _on_timer(self, timer: Timer) -> None:
+        queue, message = timer.queue, timer.message
+        if timer.kind is TimerKind.DUE:
+            queue.release_scheduled(message)
+            if message.expires_at is not None and message.expires_at <= self.clock.now:
+                self._expire(queue, message)
+                return
+            message.deliver_at = None
+            queue.put(message)
+            self.dispatch(queue)
+        elif message.expires_at is not None and message.expires_at <= self.clock.now:
+            with self.recorder.together():
+                if queue.remove_ready(message):
+                    self._expire(queue, message)

@@ -1,0 +1,193 @@
+"""Nodes and namespaces: which queues and topics exist, where each connection works, and node lifetimes.
+
+A node is created by configuration (in every namespace, at its creation), on demand (an attach to an unknown
+address, when auto-create is on), as a dynamic node for a link asking for one (§3.5.3; deleted with its
+link), or as a dead-letter or expiry address. Topic subscriptions are created and deleted here too. Every
+queue that keeps its messages across restarts is handed to the journal recorder when it is created.
+
+Not here: what happens to the links of a node that is deleted (``endpoints.py``), or to the messages in it.
+"""
+
+from __future__ import annotations
+
+from itertools import count
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from minibroker.broker.namespace import DEFAULT_NAMESPACE, QUEUE, TOPIC, Namespace, Node, parse_address
+from minibroker.broker.queue import Queue
+from minibroker.broker.recorder import Recorder
+from minibroker.broker.settings import BrokerSettings
+from minibroker.broker.topic import Subscription, Topic
+from minibroker.engine.connection import ServerConnection
+
+if TYPE_CHECKING:  # the selector module is imported only by brokers that see a selector
+    from minibroker.broker.selector import Selector
+
+
+class SubscriptionSpec(NamedTuple):
+    """Which subscription of a topic an attach names, and how it behaves (see ``topic.py``)."""
+
+    key: tuple[str, str]
+    durable: bool
+    shared: bool
+
+
+class Nodes:
+    """The namespaces of one broker, their nodes, and the namespace of each connection."""
+
+    def __init__(self, settings: BrokerSettings, recorder: Recorder) -> None:
+        self.settings = settings
+        self.recorder = recorder
+        self.namespaces: dict[str, Namespace] = {}
+        self.connections: set[ServerConnection] = set()
+        self._namespace_of: dict[ServerConnection, Namespace] = {}
+        self._dynamic_ids = count(1)
+        self.default = self.namespace(DEFAULT_NAMESPACE)
+
+    # -- namespaces -----------------------------------------------------------------------------------
+    def namespace(self, name: str) -> Namespace:
+        """The namespace called ``name``, created (with the configured nodes) if needed."""
+        namespace = self.namespaces.get(name)
+        if namespace is None:
+            namespace = self.namespaces[name] = Namespace(name)
+            self.populate(namespace)
+        return namespace
+
+    def populate(self, namespace: Namespace) -> None:
+        """Create the configured nodes in ``namespace``."""
+        for name in self.settings.queues:
+            self.create(namespace, name, QUEUE)
+        for name in self.settings.topics:
+            self.create(namespace, name, TOPIC)
+
+    def connection_made(self, conn: ServerConnection, namespace: Namespace | None) -> None:
+        namespace = namespace or self.default
+        self.connections.add(conn)
+        namespace.connections.add(conn)
+        self._namespace_of[conn] = namespace
+
+    def connection_opened(self, conn: ServerConnection, hostname: str | None) -> None:
+        """An ``open`` whose hostname names a namespace moves its connection there."""
+        chosen = self.namespaces.get(hostname) if hostname else None
+        if chosen is not None:
+            self._namespace_of[conn].connections.discard(conn)
+            chosen.connections.add(conn)
+            self._namespace_of[conn] = chosen
+
+    def connection_closed(self, conn: ServerConnection) -> None:
+        self.connections.discard(conn)
+        namespace = self._namespace_of.pop(conn, None)
+        if namespace is not None:
+            namespace.connections.discard(conn)
+
+    def namespace_of(self, conn: ServerConnection) -> Namespace:
+        """The namespace ``conn`` works in."""
+        return self._namespace_of.get(conn, self.default)
+
+    # -- nodes ----------------------------------------------------------------------------------------
+    def create(self, namespace: Namespace, name: str, kind: str | None) -> Node:
+        """Create a node; the configuration decides its kind and policy, else ``kind``, else a queue."""
+        configured, policy = self.settings.policy_for(name)
+        node: Node
+        if (configured or kind) == TOPIC:
+            node = namespace.topics[name] = Topic(name, policy)
+        else:
+            node = namespace.queues[name] = Queue(name, policy)
+            self.recorder.adopt(node)
+        node.namespace = namespace
+        return node
+
+    def queue(self, name: str, namespace: Namespace | None = None) -> Queue:
+        """The queue called ``name`` (in the default namespace unless told), created if needed."""
+        namespace = namespace or self.default
+        queue = namespace.queues.get(name)
+        if queue is None:
+            created = self.create(namespace, name, QUEUE)
+            assert isinstance(created, Queue), f"{name!r} is configured as a topic"
+            queue = created
+        return queue
+
+    def lookup(self, conn: ServerConnection, name: str, kind: str | None, *, create: bool = True) -> Node | None:
+        """The node ``name`` in ``conn``'s namespace, created (as ``kind``) when auto-create is on and ``create``."""
+        namespace = self.namespace_of(conn)
+        node = namespace.node(name)
+        if node is None and create and self.settings.auto_create:
+            node = self.create(namespace, name, kind)
+        return node
+
+    def dynamic(self, conn: ServerConnection, capabilities: Any) -> Node:
+        """A node with a generated address for a dynamic terminus (§3.5.3), deleted with its link."""
+        _, kind = parse_address("", capabilities)
+        name = f"dynamic.{conn.conn_id}.{next(self._dynamic_ids)}"
+        node = self.create(self.namespace_of(conn), name, kind)
+        node.dynamic = True
+        return node
+
+    def delete(self, node: Node) -> list[Queue]:
+        """Delete ``node`` (a dynamic node whose link went away); returns the queues that went with it."""
+        queues: list[Queue] = list(node.subscriptions.values()) if isinstance(node, Topic) else [node]
+        if node.namespace is not None:
+            node.namespace.remove(node)
+        node.deleted = True
+        for queue in queues:
+            queue.deleted = True
+        return queues
+
+    def reset(self, namespace: Namespace) -> None:
+        """Drop every node of ``namespace`` and create the configured ones afresh (its connections are
+        already closed)."""
+        for queue in namespace.queues.values():
+            queue.purge()  # journaled messages are recorded as gone
+            queue.deleted = True
+        for topic in namespace.topics.values():
+            topic.deleted = True
+            for subscription in list(topic.subscriptions.values()):
+                self.unsubscribe(subscription)
+        namespace.queues = {}
+        namespace.topics = {}
+        self.populate(namespace)
+
+    # -- topic subscriptions --------------------------------------------------------------------------
+    def subscribe(
+        self, topic: Topic, spec: SubscriptionSpec, selector: Selector | None, no_local: ServerConnection | None
+    ) -> Subscription:
+        """The subscription ``spec`` names, created if needed, with one more link on it."""
+        existing = topic.subscriptions.get(spec.key)
+        if existing is not None and not existing.links and _source(existing.selector) != _source(selector):
+            # JMS: a durable subscription resumed with another selector starts afresh
+            self.unsubscribe(existing)
+        created = spec.key not in topic.subscriptions
+        subscription = topic.subscribe(
+            spec.key, durable=spec.durable, shared=spec.shared, selector=selector, no_local=no_local
+        )
+        if subscription.links == 1:  # resumed (or new): no-local now means this link's connection
+            subscription.no_local = no_local
+        if created and spec.durable:
+            self.recorder.subscription(subscription, subscribed=True)
+        return subscription
+
+    def durable_subscription(self, conn: ServerConnection, link_name: str) -> Subscription | None:
+        """The durable subscription a link name designates (an attach without a source, as JMS unsubscribe
+        sends): named by this container, or global."""
+        remote = conn.remote_open
+        container = str(remote.container_id if remote else "")
+        for topic in self.namespace_of(conn).topics.values():
+            for key in ((container, link_name), ("", link_name)):
+                subscription = topic.subscriptions.get(key)
+                if subscription is not None and subscription.durable:
+                    return subscription
+        return None
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Delete a subscription (its messages go with it)."""
+        subscription.deleted = True
+        if subscription.durable:
+            self.recorder.subscription(subscription, subscribed=False)
+        topic = subscription.topic
+        if topic.subscriptions.get(subscription.key) is subscription:
+            del topic.subscriptions[subscription.key]
+
+
+def _source(selector: Selector | None) -> str | None:
+    """The text of a selector (None for none), to compare subscriptions."""
+    return selector.source if selector is not None else None

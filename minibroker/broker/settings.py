@@ -1,0 +1,52 @@
+"""The policies of the broker core, set once when it starts (from ``[broker]``, ``[node_defaults]``,
+``[queues.X]``, ``[topics.X]`` and ``[auth.permissions]``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from minibroker.broker.permissions import Permissions
+from minibroker.broker.policy import NodePolicy
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """Policies of the broker core."""
+
+    auto_create: bool = True
+    """Create a node for an unknown address on attach (else refuse with amqp:not-found)."""
+    link_credit: int = 1000
+    """Credit granted to each producer link, topped up when half is used."""
+    transaction_timeout: float = 300.0
+    """Seconds after which an open transaction is rolled back; 0 means never."""
+    node_defaults: NodePolicy = field(default_factory=NodePolicy)
+    """Policy of nodes created on demand."""
+    queues: dict[str, NodePolicy] = field(default_factory=dict)
+    """Queues that exist from the start in every namespace, with their policies."""
+    topics: dict[str, NodePolicy] = field(default_factory=dict)
+    """Topics that exist from the start in every namespace, with their policies."""
+    permissions: dict[str, Permissions] = field(default_factory=dict)
+    """What each authenticated user may do; a user without an entry may do everything."""
+    max_transactions_per_connection: int = 100
+    """Transactions one connection may hold at once: open ones, and timed-out ones not yet discharged."""
+    max_staged_bytes: int = 64 * 1024 * 1024
+    """Bytes of messages one transaction may post."""
+
+    def permits(self, user: str | None, action: str, address: str) -> bool:
+        """Whether ``user`` may ``action`` ("send", "receive", "transactions") on ``address``."""
+        permissions = self.permissions.get(user) if user is not None else None
+        if permissions is None:
+            return True
+        if action == "send":
+            return permissions.may_send(address)
+        if action == "receive":
+            return permissions.may_receive(address)
+        return permissions.transactions
+
+    def policy_for(self, name: str) -> tuple[str | None, NodePolicy]:
+        """The kind the configuration gives node ``name`` (None: not configured) and its policy."""
+        if name in self.topics:
+            return "topic", self.topics[name]
+        if name in self.queues:
+            return "queue", self.queues[name]
+        return None, self.node_defaults
