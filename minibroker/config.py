@@ -82,7 +82,8 @@ class BrokerConfig:
     transaction_timeout: float = 300.0
     """Seconds after which an open transaction is rolled back; 0 means never."""
     max_transactions_per_connection: int = 100
-    """Open transactions at once on one connection; a declare beyond is rejected."""
+    """Transactions one connection may hold at once (open, or timed out and not yet discharged); a declare beyond
+    is rejected."""
     max_staged_bytes: int = 64 * 1024 * 1024
     """Bytes of messages one transaction may post; past it, posts are rejected and the commit fails."""
 
