@@ -22,7 +22,5 @@ def test_ruff_clean() -> None:
 
 @pytest.mark.timeout(300)
 def test_mypy_strict_clean() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, check=False
-    )
+    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -207,9 +207,7 @@ def _encode_field(buf: bytearray, spec: FieldSpec, value: Any) -> None:
         if enc is not None:
             enc(buf, value)
         elif kind == "fields" and isinstance(value, dict):
-            codec.encode_into(
-                buf, {Symbol(k) if type(k) is str else k: v for k, v in value.items()}
-            )
+            codec.encode_into(buf, {Symbol(k) if type(k) is str else k: v for k, v in value.items()})
         else:
             codec.encode_into(buf, value)
     except (TypeError, AttributeError, ValueError, OverflowError, struct.error) as exc:

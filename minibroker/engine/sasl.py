@@ -60,9 +60,7 @@ def parse_plain(response: bytes) -> tuple[str, str] | None:
         return None
 
 
-def outcome_for(
-    policy: SaslPolicy, init: SaslInit, external_identity: str | None = None
-) -> tuple[int, str | None]:
+def outcome_for(policy: SaslPolicy, init: SaslInit, external_identity: str | None = None) -> tuple[int, str | None]:
     """Decide a ``sasl-init``: the sasl-code to answer, and the authenticated user (None if anonymous)."""
     mechanism = str(init.mechanism)
     if mechanism not in policy.mechanisms_for(external_identity):

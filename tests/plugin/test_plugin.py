@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-EXAMPLE = '''
+EXAMPLE = """
 from proton import Message
 from proton.utils import BlockingConnection
 
@@ -39,7 +39,7 @@ def test_session_broker_is_shared(minibroker_proc, minibroker):
     send(minibroker_proc.url, "shared", "x")
     assert minibroker_proc.queue("shared").depth == 1
     assert minibroker.queue("shared").depth == 0
-'''
+"""
 
 
 def test_fixtures_in_a_user_suite(pytester: pytest.Pytester) -> None:
@@ -50,15 +50,15 @@ def test_fixtures_in_a_user_suite(pytester: pytest.Pytester) -> None:
 
 def test_factories_with_own_config(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
-        '''
+        """
 from minibroker.pytest_plugin import factories
 
 strict_proc = factories.minibroker_proc(config={"broker": {"auto_create": False}, "queues": {"known": {}}})
 strict = factories.minibroker("strict_proc")
-'''
+"""
     )
     pytester.makepyfile(
-        test_strict='''
+        test_strict="""
 import pytest
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
@@ -73,7 +73,7 @@ def test_unknown_address_is_refused(strict_proc):
     finally:
         conn.close()
     assert strict_proc.queue("known").depth == 1
-'''
+"""
     )
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
@@ -82,10 +82,10 @@ def test_unknown_address_is_refused(strict_proc):
 def test_settings_resolve_argument_then_option_then_ini(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nminibroker_host = 127.0.0.2\nminibroker_config = absent.toml\n")
     pytester.makepyfile(
-        test_settings='''
+        test_settings="""
 def test_host(minibroker_proc):
     assert minibroker_proc.host == "127.0.0.1"   # the command line beats the ini file
-''',
+""",
     )
     # the ini names a config file that does not exist: the command line's --minibroker-config must win
     pytester.makefile(".toml", good="[broker]\nlink_credit = 10\n")
@@ -108,7 +108,7 @@ def test_noproc_points_at_a_running_broker(pytester: pytest.Pytester) -> None:
     from minibroker.testing.thread import run_in_thread
 
     pytester.makepyfile(
-        test_remote='''
+        test_remote="""
 from proton import Message
 from proton.utils import BlockingConnection
 
@@ -117,7 +117,7 @@ def test_remote(minibroker_noproc):
     conn = BlockingConnection(minibroker_noproc.url, timeout=5)
     conn.create_sender("remote").send(Message(body="hi"))
     conn.close()
-'''
+"""
     )
     with run_in_thread({"server": {"port": 0}}) as broker:
         result = pytester.runpytest("-p", "no:cacheprovider", "--minibroker-url", broker.url)
@@ -135,7 +135,7 @@ def test_noproc_fails_clearly_without_a_broker(pytester: pytest.Pytester) -> Non
 def test_trio_fixture(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\ntrio_mode = true\n")
     pytester.makepyfile(
-        test_trio='''
+        test_trio="""
 import trio
 
 
@@ -146,7 +146,7 @@ async def test_broker_in_the_test_run(minibroker_trio):
     assert await stream.receive_some(8) == b"AMQP\\x00\\x01\\x00\\x00"
     await stream.aclose()
     assert minibroker_trio.queues == []
-'''
+"""
     )
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)

@@ -121,8 +121,9 @@ def test_config_as_path_dict_or_object(tmp_path: Path) -> None:
     for config in (path, str(path), Config.load(path)):
         with minibroker.run_in_thread(config) as broker:
             assert broker.queues == ["from-file"]
-    with pytest.raises(ConfigError, match=r"server\.prot: unknown key"), minibroker.run_in_thread(
-        {"server": {"prot": 1}}
+    with (
+        pytest.raises(ConfigError, match=r"server\.prot: unknown key"),
+        minibroker.run_in_thread({"server": {"prot": 1}}),
     ):
         pass
 
