@@ -1005,6 +1005,8 @@ class ServerConnection:
             fields: dict[str, Any] = {}
         else:  # not one frame out yet: the aborted transfer is the delivery's first, so it names it
             fields = {"delivery_id": UInt(delivery.delivery_id), "delivery_tag": delivery.tag}
+            if link.snd_settle_mode == 1:  # §2.7.5: on a link sending settled, a delivery's frames say so
+                fields["settled"] = True
         aborted = Transfer(handle=UInt(link.output_handle), more=False, aborted=True, **fields)
         frame = encode_frame(session.channel, aborted)
         replaced: deque[tuple[OutgoingDelivery, bytes]] = deque()

@@ -22,12 +22,13 @@ from minibroker.amqp.definitions import (
     Flow,
     Open,
     Rejected,
+    Released,
     SaslMechanisms,
     SaslOutcome,
     Target,
     Transfer,
 )
-from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.errors import Condition, LocalProtocolError, error
 from minibroker.amqp.framing import AMQP_HEADER, SASL_FRAME, SASL_HEADER, TLS_HEADER
 from minibroker.amqp.types import Symbol, UInt, UShort
 from minibroker.engine.connection import Phase, ServerConnection
@@ -596,6 +597,89 @@ def test_settle_sends_one_disposition_per_consecutive_run() -> None:
     dispositions = [f.performative for f in h.out()]
     assert [(d.first, d.last) for d in dispositions] == [(2, None), (4, None)]
     assert all(d.state == Rejected() for d in dispositions)
+
+
+# -- commands used wrongly, aborts, held-back frames (issue 11: the broker asks, the engine decides) --------
+def test_misused_commands_raise_a_local_error() -> None:
+    h = Harness().opened().session()
+    _, deliveries = _three_unsettled(h)
+    h.conn.settle([deliveries[0]], Accepted())
+    with pytest.raises(LocalProtocolError, match="we settled it"):
+        h.conn.settle([deliveries[0]], Accepted())
+    h.send(frames.disposition(1, state=Accepted()))  # the peer settles the second
+    with pytest.raises(LocalProtocolError, match="the peer settled it"):
+        h.conn.settle([deliveries[1]], Released())
+    with pytest.raises(LocalProtocolError, match="completely sent"):
+        h.conn.abort(deliveries[2])
+    link = deliveries[2].link
+    with pytest.raises(LocalProtocolError, match="only an attach not yet answered"):
+        h.conn.accept_attach(link)
+    empty = h.sending_link(1, credit=0)
+    with pytest.raises(LocalProtocolError, match="cannot deliver"):
+        h.conn.deliver(empty, b"no credit", settled=True)
+    assert h.out() == []  # nothing was written by the refused commands
+
+
+def _held_back(h: Harness, window: int, size: int = 2000) -> tuple[Link, OutgoingDelivery]:
+    """A delivery split in frames of which only ``window`` go out: the peer's incoming window holds the rest."""
+    h.opened(max_frame_size=512).session()
+    link = h.sending_link(0)
+    h.send(frames.flow(next_incoming_id=0, incoming_window=window))
+    delivery = h.conn.deliver(link, bytes(size), settled=False)
+    return link, delivery
+
+
+def test_settling_a_delivery_not_completely_sent_aborts_it() -> None:
+    h = Harness()
+    _link, delivery = _held_back(h, window=2)
+    sent = h.out()
+    assert len(sent) == 2
+    assert all(f.performative.more for f in sent)
+    assert not delivery.complete
+    h.conn.settle([delivery], Released())
+    assert h.out() == []  # the aborted transfer waits for the window like the frames it replaces
+    h.send(frames.flow(next_incoming_id=2, incoming_window=100))
+    (aborted,) = h.out()  # one transfer instead of the held-back frames, and no disposition for it (§2.6.14)
+    assert aborted.performative == Transfer(handle=UInt(0), more=False, aborted=True)
+    assert (delivery.settled, delivery.complete) == (True, True)
+    assert h.conn.sessions[0].outgoing_unsettled == {}
+
+
+def test_aborting_a_delivery_before_its_first_frame_names_it() -> None:
+    h = Harness()
+    link, _first = _held_back(h, window=1, size=100)  # one frame: the window lets it out
+    second = h.conn.deliver(link, bytes(2000), settled=False)  # none of its frames fit
+    assert [f.performative.delivery_id for f in h.out()] == [0]
+    h.conn.settle([second], Released())
+    h.send(frames.flow(next_incoming_id=1, incoming_window=100))
+    (aborted,) = h.out()
+    assert aborted.performative == Transfer(
+        handle=UInt(0), delivery_id=UInt(1), delivery_tag=second.tag, more=False, aborted=True
+    )
+
+
+def test_frames_held_back_for_a_detached_link_are_never_sent() -> None:
+    h = Harness()
+    _link, delivery = _held_back(h, window=1)
+    h.out()
+    h.send(Detach(handle=UInt(0), closed=True))
+    assert [type(f.performative) for f in h.out()] == [Detach]
+    assert (delivery.settled, delivery.complete) == (True, True)  # nothing more can be settled or sent
+    h.send(frames.flow(next_incoming_id=1, incoming_window=100))
+    assert h.out() == []
+
+
+def test_throttling_is_reported_once() -> None:
+    h = Harness().opened().session()
+    link = h.sending_link(0, credit=100)
+    h.send(frames.flow(next_incoming_id=0, incoming_window=0))
+    sent = 0
+    while h.conn.can_send(link):  # until the engine holds back too much for a peer that opens no window
+        h.conn.deliver(link, b"x", settled=True)
+        sent += 1
+    assert 0 < sent < 100
+    assert h.conn.take_throttled() is True
+    assert h.conn.take_throttled() is False
 
 
 def test_dispose_incoming_ranges_and_peer_settlement() -> None:
