@@ -1,0 +1,67 @@
+"""Shared helpers of the review probes (branch ``review``): batched frames and re-exported fixtures.
+
+Every probe runs the real broker core, engine and connection tasks over in-memory streams under
+pytest-trio's ``autojump_clock`` (``minibroker.testing.memory``), reusing the ``Client`` of
+``tests/broker/test_transactions_frames.py``. Each probe asserts the behaviour the specification (or the
+README) requires and FAILS on the code under review.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from minibroker.amqp.definitions import AmqpValue, Disposition, TransactionalState
+from minibroker.testing import frames
+from minibroker.testing.frames import Frame
+from minibroker.testing.memory import MemoryPeer
+from tests.broker.test_transactions_frames import Client
+
+
+def control_frame(
+    c: Client, body: Any, *, handle: int = 0, settled: bool = False, channel: int = 0
+) -> tuple[int, bytes]:
+    """The bytes of a declare/discharge transfer (not sent), and its delivery id."""
+    delivery_id = c.next_id(channel)
+    performative = frames.transfer(handle, delivery_id, settled=settled or None)
+    c.peer._transfers_out[channel] = c.peer._transfers_out.get(channel, 0) + 1
+    return delivery_id, frames.frame(channel, performative, frames.message(AmqpValue(body)))
+
+
+def post_frame(
+    c: Client,
+    handle: int,
+    payload: bytes,
+    *,
+    txn: bytes | None = None,
+    channel: int = 0,
+    settled: bool = False,
+    **fields: Any,
+) -> tuple[int, bytes]:
+    """The bytes of a (transactional) transfer (not sent), and its delivery id."""
+    delivery_id = c.next_id(channel)
+    state = TransactionalState(txn_id=txn) if txn is not None else None
+    performative = frames.transfer(handle, delivery_id, state=state, settled=settled or None, **fields)
+    c.peer._transfers_out[channel] = c.peer._transfers_out.get(channel, 0) + 1
+    return delivery_id, frames.frame(channel, performative, payload)
+
+
+async def gather(peer: MemoryPeer, seconds: float = 1.0) -> list[Frame]:
+    """Every frame that arrives within ``seconds`` (virtual time)."""
+    got: list[Frame] = []
+    with trio.move_on_after(seconds):
+        while True:
+            got.append(await peer.receive())
+    return got
+
+
+def answers_to(got: list[Frame], delivery_id: int) -> list[Disposition]:
+    found = []
+    for f in got:
+        p = f.performative
+        if isinstance(p, Disposition) and p.role is frames.RECEIVER:
+            last = p.first if p.last is None else p.last
+            if p.first <= delivery_id <= last:
+                found.append(p)
+    return found
