@@ -85,8 +85,9 @@ class _Held:
 
     def __init__(self) -> None:
         self.open: dict[bytes, Transaction] = {}
-        self.timed_out: dict[bytes, list[Consumer]] = {}
-        """Timed-out id -> the links that were acquiring under it and stopped (R5)."""
+        self.timed_out: dict[bytes, list[OutgoingDelivery]] = {}
+        """Timed-out id -> its acquired deliveries whose aborted transfers were still held back at the time-out
+        (the discharge of the id is answered after them, §4.4.3)."""
 
     def __len__(self) -> int:
         return len(self.open) + len(self.timed_out)
@@ -120,9 +121,11 @@ class Coordinator:
         self._by_controller: dict[Controller, dict[bytes, Transaction]] = {}
         self._holder: dict[Dispatched, Transaction] = {}
         self._acquiring: dict[Consumer, Transaction] = {}
-        self._stopped: dict[Consumer, bytes] = {}  # links stopped on a timed-out id
-        self.waiting: list[tuple[ServerConnection, IncomingDelivery, list[OutgoingDelivery]]] = []
-        """Rollbacks answered once the aborted transfers of their deliveries are out (``answer_waiting``)."""
+        self._stopped: dict[Consumer, bytes] = {}
+        """Links bound to a transaction that ended without being discharged (timed out, or its controller went):
+        they send nothing until told what comes next (§4.4.3; §4: further work on it "will lead to failure")."""
+        self.waiting: list[tuple[list[OutgoingDelivery], Callable[[], None]]] = []
+        """Answers to discharges that rolled back, sent once the aborted transfers are out (``answer_waiting``)."""
         dispatcher.acquirer = self
 
     # -- the Acquirer seam of the dispatcher (§4.4.3) ---------------------------------------------------
@@ -169,7 +172,7 @@ class Coordinator:
 
     def controller_gone(self, controller: Controller) -> None:
         """§4 intro: a control link that closes rolls back the transactions it created."""
-        self._rollback_all(list(self._by_controller.pop(controller, {}).values()))
+        self._rollback_all(list(self._by_controller.pop(controller, {}).values()), stop=True)
 
     def _declare(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Declare
@@ -202,30 +205,24 @@ class Coordinator:
     ) -> None:
         txn = self._live(conn, body.txn_id)
         if txn is None:
-            timed_out = self._forget_timed_out(conn, body.txn_id)
-            if timed_out and body.fail:
+            held_back = self._forget_timed_out(conn, body.txn_id)
+            if held_back is not None and body.fail:
                 # §4.3: "the coordinator MUST always be able to complete a discharge where the fail flag is set
                 # to true": the rollback the controller asks for happened at the time-out
-                self.outbox.answer_now(conn, delivery, ACCEPTED)
+                self._after(held_back, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
                 return
-            err = self._timeout_error() if timed_out else self._unknown_id_error(body.txn_id)
-            self._control_error(conn, controller, delivery, err)
+            err = self._timeout_error() if held_back is not None else self._unknown_id_error(body.txn_id)
+            self._after(held_back or [], lambda: self._control_error(conn, controller, delivery, err))
             return
         if body.fail:
             self._rollback_all([txn])
-            # §4.4.3: an acquired delivery not completely sent is aborted "before completing the discharge": if
-            # the consumer's session window holds the aborted transfer back, the answer waits for it
-            held_back = [d.delivery for d in txn.acquired if not d.delivery.complete]
-            if held_back:
-                self.waiting.append((conn, delivery, held_back))
-            else:
-                self.outbox.answer_now(conn, delivery, ACCEPTED)
+            self._after(_held_back(txn), lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
             return
         if any(txn.id in named_transactions(partial) for partial in conn.incomplete_transfers()):
             # §4.4.1: "It is an error for the controller to attempt to discharge a transaction against which a
             # partial delivery has been posted. Should this happen, the control link MUST be terminated with
             # the transaction-rollback error."
-            self._rollback_all([txn])
+            self._rollback_all([txn], stop=True)
             err = error(Condition.TRANSACTION_ROLLBACK, "discharged while a transfer posted in it was incomplete")
             self._detach(controller, err)
             return
@@ -235,20 +232,26 @@ class Coordinator:
             if txn.id in self._open:
                 self._rollback_all([txn])
             self.stats.failed_commits += 1
-            description = f"transaction rolled back: {failure.description}"
-            self._control_error(conn, controller, delivery, error(Condition.TRANSACTION_ROLLBACK, description))
+            err = error(Condition.TRANSACTION_ROLLBACK, f"transaction rolled back: {failure.description}")
+            self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
         # one journal record for all the durable work; ``accepted`` once it is on disk
         self.recorder.record_then(work, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
 
+    def _after(self, held_back: list[OutgoingDelivery], answer: Callable[[], None]) -> None:
+        """Answer a discharge that rolled back now, or once the aborted transfers of its acquired deliveries have
+        left (§4.4.3: abort the remainder of a partly sent message "before completing the discharge"): the
+        consumer's session window may hold them back."""
+        if any(not d.complete for d in held_back):
+            self.waiting.append((held_back, answer))
+        else:
+            answer()
+
     def answer_waiting(self) -> None:
-        """Answer the rollbacks whose aborted transfers have gone out (or can no longer go: link gone)."""
+        """Send the answers whose aborted transfers have gone out (or never will: their link is gone)."""
         waiting, self.waiting = self.waiting, []
-        for conn, delivery, held_back in waiting:
-            if all(d.complete for d in held_back):
-                self.outbox.answer_now(conn, delivery, ACCEPTED)
-            else:
-                self.waiting.append((conn, delivery, held_back))
+        for held_back, answer in waiting:
+            self._after(held_back, answer)
 
     def _control_error(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, err: Error
@@ -287,22 +290,29 @@ class Coordinator:
         shown = txn_id.hex() if isinstance(txn_id, bytes) else repr(txn_id)
         return error(Condition.UNKNOWN_TXN_ID, f"unknown transaction id {shown}")
 
-    def _forget_timed_out(self, conn: ServerConnection, txn_id: Any) -> bool:
-        """The controller discharged a timed-out id: forget it, and let the links stopped on it go on
-        (§4.4.3: "When a transaction is discharged, the txn-id of any link endpoints will be cleared")."""
+    def _forget_timed_out(self, conn: ServerConnection, txn_id: Any) -> list[OutgoingDelivery] | None:
+        """The controller discharged a timed-out id: forget it, and let the links stopped on it go on (§4.4.3:
+        "When a transaction is discharged, the txn-id of any link endpoints will be cleared"). Returns the
+        deliveries whose aborts the answer waits for, or None when the id did not time out."""
         if not self._timed_out(conn, txn_id):
-            return False
-        for consumer in self._by_conn[conn].timed_out.pop(txn_id):
-            if self._stopped.get(consumer) == txn_id:
-                del self._stopped[consumer]
-                self.dispatcher.restart(consumer)
-        return True
+            return None
+        held_back = self._by_conn[conn].timed_out.pop(txn_id)
+        for consumer in [c for c, dead in self._stopped.items() if dead == txn_id and c.conn is conn]:
+            del self._stopped[consumer]
+            self.dispatcher.restart(consumer)
+        return held_back
 
     # -- posting (§4.4.1) -------------------------------------------------------------------------------
     def post(
-        self, conn: ServerConnection, delivery: IncomingDelivery, target: Node | Deferred | None, message: Message
+        self,
+        conn: ServerConnection,
+        delivery: IncomingDelivery,
+        target: Node | Deferred | None,
+        message: Message,
+        refusal: Error | None = None,
     ) -> None:
-        """Stage a transactional post and answer with its provisional outcome (``target`` None: unroutable)."""
+        """Stage a transactional post and answer with its provisional outcome (``target`` None: unroutable;
+        ``refusal``: the post is refused, e.g. not permitted, and so is the commit)."""
         named = named_transactions(delivery)
         if len(named) > 1:
             # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
@@ -315,7 +325,9 @@ class Coordinator:
             self.outbox.answer_now(conn, delivery, Rejected(error=self.unknown_error(conn, named[0])))
             return
         err: Error | None
-        if target is None:
+        if refusal is not None:
+            err = refusal
+        elif target is None:
             err = error(Condition.NOT_FOUND, f"no node at address {message.to!r}")
         elif isinstance(target, Deferred):
             err = None  # created by the commit, which checks its limits
@@ -343,7 +355,11 @@ class Coordinator:
         was_stopped = self._unbind(consumer)
         txn_id = properties.get(TXN_ID)
         err = None
-        if txn_id is not None:
+        if txn_id is not None and consumer.browser:
+            # §4.4.3: "If the link endpoint does not support transactional acquisition, the link MUST be
+            # terminated with a not-implemented error": a browser acquires nothing
+            err = error(Condition.NOT_IMPLEMENTED, "a browsing link (distribution-mode copy) acquires nothing")
+        elif txn_id is not None:
             txn = self._live(conn, txn_id)
             if txn is None:
                 err = self.unknown_error(conn, txn_id)
@@ -355,15 +371,28 @@ class Coordinator:
         return err
 
     def _unbind(self, consumer: Consumer) -> bool:
-        """End the link's transactional acquisition; True if it was stopped on a timed-out id."""
+        """End the link's transactional acquisition; True if it was stopped on a transaction that ended."""
         txn = self._acquiring.pop(consumer, None)
         if txn is not None:
             txn.consumers.discard(consumer)
-        dead = self._stopped.pop(consumer, None)
-        if dead is None:
-            return False
-        self._by_conn[consumer.conn].timed_out[dead].remove(consumer)
-        return True
+        return self._stopped.pop(consumer, None) is not None
+
+    def _stop(self, consumers: list[Consumer], txn_id: bytes) -> None:
+        """Links acquiring under a transaction that ended without a discharge send nothing more (not even
+        outside a transaction) until a flow, or the discharge of a timed-out id, says what comes next."""
+        for consumer in consumers:
+            if consumer.attached:
+                self._stopped[consumer] = txn_id
+                self.dispatcher.stop(consumer)
+
+    def discarded(self, conn: ServerConnection, states: list[Any]) -> None:
+        """A transfer was discarded before it was whole (not aborted by its sender): a transaction it was
+        posted in cannot commit (§4.4.4: "Should the resource be unable to process the delivery it MUST NOT
+        allow the successful discharge of the associated transaction")."""
+        for state in states:
+            txn = self._live(conn, state.txn_id) if isinstance(state, TransactionalState) else None
+            if txn is not None and txn.failed is None:
+                txn.failed = error(Condition.TRANSACTION_ROLLBACK, "a transfer posted in it was discarded")
 
     def consumer_gone(self, consumer: Consumer) -> None:
         """A consumer link detached: what a transaction holds waits for its discharge; the rest of its
@@ -384,7 +413,7 @@ class Coordinator:
             if not isinstance(consumer, Consumer):
                 continue
             if consumer.browser:  # a copy: its outcome changes nothing
-                if not settled:
+                if delivery.open:
                     browsed.append(delivery)
                 continue
             dispatched = consumer.unsettled.get(delivery)
@@ -400,7 +429,8 @@ class Coordinator:
                 # else its transaction decides, and the engine keeps whether the client settled it
             else:
                 plain.append(dispatched)
-        self.outbox.settle(conn, browsed, state)
+        # a browsed copy is settled with the outcome it was given, never as work of a transaction
+        self.outbox.settle(conn, browsed, state.outcome if isinstance(state, TransactionalState) else state)
         if plain:
             self.dispatcher.apply_outcome(conn, plain, state, settled)
         self.dispatcher.dispatch_all(touched)
@@ -421,16 +451,24 @@ class Coordinator:
             if holder is None:
                 # the outcome names no open transaction, so it cannot be applied: the message goes back to its
                 # queue, and if the client left the delivery unsettled we settle it saying just that
-                if not settled:
-                    self.outbox.settle(conn, [dispatched.delivery], RELEASED)
                 self.dispatcher.finish(dispatched, RELEASED)
+                if dispatched.delivery.open:
+                    self.outbox.settle(conn, [dispatched.delivery], RELEASED)
                 touched.add(consumer.queue)
             return  # held: its own transaction decides
         if holder is not None and holder is not txn:
-            # §4.4.2: "the delivery MUST NOT be associated with a different non discharged transaction than the
-            # outcome. If this happens then the control link MUST be terminated with transaction-rollback"
-            self._conflict([holder, txn], error(Condition.TRANSACTION_ROLLBACK, "a delivery named two transactions"))
-            return
+            if dispatched in holder.acquired:
+                # §4.4.2: "the delivery MUST NOT be associated with a different non discharged transaction than the
+                # outcome. If this happens then the control link MUST be terminated with transaction-rollback"
+                err = error(Condition.TRANSACTION_ROLLBACK, "a delivery and its outcome named two transactions")
+                self._conflict([holder, txn], err)
+                return
+            if not is_outcome(state.outcome):
+                return  # its outcome is staged in another transaction, which decides
+            # a delivery acquired outside any transaction is associated with none (§4.4.2: "The delivery itself
+            # need not be associated with the same transaction as the outcome, or indeed with any transaction at
+            # all"): its outcome moves to the transaction the latest disposition names
+            del holder.outcomes[dispatched]
         if is_outcome(state.outcome):
             txn.outcomes[dispatched] = state.outcome
             self._holder[dispatched] = txn
@@ -443,7 +481,7 @@ class Coordinator:
     def _conflict(self, txns: list[Transaction], err: Error) -> None:
         """Roll back transactions that one piece of work named together, and detach their controllers."""
         live = list(dict.fromkeys(t for t in txns if t.id in self._open))
-        self._rollback_all(live)
+        self._rollback_all(live, stop=True)
         for txn in live:
             self._detach(txn.controller, err)
 
@@ -479,9 +517,9 @@ class Coordinator:
                     outcome = consumer.default_outcome  # the client settled it without an outcome (§3.5.3)
                 else:
                     continue  # stays acquired by its link, an ordinary unsettled delivery
+            self.dispatcher.finish(dispatched, outcome)
             if delivery.open:
                 settle.add(delivery, outcome)  # §4.4.2: the broker settles what it still holds unsettled
-            self.dispatcher.finish(dispatched, outcome)
             touched.add(consumer.queue)
         settle.send(self.outbox)
         self.stats.committed += 1
@@ -518,12 +556,16 @@ class Coordinator:
                 extra[queue] = (count + 1, size + message.size)
         return None
 
-    def _rollback_all(self, txns: Iterable[Transaction]) -> None:
+    def _rollback_all(self, txns: Iterable[Transaction], *, stop: bool = False) -> None:
         """Roll back several transactions, then dispatch: a message released by one is not handed to a
-        consumer still acquiring under another that is about to roll back too."""
+        consumer still acquiring under another that is about to roll back too. ``stop``: they end without a
+        discharge, so the links acquiring under them stop."""
         touched: set[Queue] = set()
         for txn in txns:
+            acquiring = list(txn.consumers)
             touched |= self._rollback(txn)
+            if stop:
+                self._stop(acquiring, txn.id)
         self.dispatcher.dispatch_all(touched)
 
     def _rollback(self, txn: Transaction) -> set[Queue]:
@@ -539,14 +581,11 @@ class Coordinator:
             delivery = dispatched.delivery
             if dispatched in txn.acquired:
                 # §4.4.3 / DESIGN §4: acquired under a rolled-back transaction: back on its queue, delivery-count
-                # unchanged. One not completely sent is aborted, never finished (§4.4.3: "the resource MUST abort
-                # or complete the sending of the remainder of the message before completing the discharge")
-                if delivery.open:
-                    settle.add(delivery, RELEASED)  # the engine aborts it if frames of it are held back
-                elif not delivery.complete:
-                    consumer.conn.abort(delivery)
-                    self.outbox.touch(consumer.conn)
+                # unchanged. One not completely sent is aborted by ``finish``, never finished (§4.4.3: "the
+                # resource MUST abort or complete the sending of the remainder of the message")
                 self.dispatcher.finish(dispatched, RELEASED)
+                if delivery.open:
+                    settle.add(delivery, RELEASED)
             elif delivery.open:
                 continue  # back to the state it had: acquired by its link, and the client may settle it again
             else:
@@ -580,14 +619,11 @@ class Coordinator:
     # -- endings ------------------------------------------------------------------------------------------
     def connection_closed(self, conn: ServerConnection) -> None:
         """§4 intro / DESIGN §4: a connection that drops rolls back its open transactions."""
-        held = self._by_conn.get(conn)
-        if held is None:
-            return
-        self._rollback_all(list(held.open.values()))
-        for consumers in held.timed_out.values():
-            for consumer in consumers:
-                self._stopped.pop(consumer, None)
-        del self._by_conn[conn]
+        held = self._by_conn.pop(conn, None)
+        if held is not None:
+            self._rollback_all(list(held.open.values()))
+        for consumer in [c for c in self._stopped if c.conn is conn]:
+            del self._stopped[consumer]
 
     def next_deadline(self) -> float | None:
         """When the oldest open transaction times out."""
@@ -606,23 +642,20 @@ class Coordinator:
             if now < txn.created + timeout:
                 break
             expired.append(txn)
-        touched: set[Queue] = set()
+        self.stats.timed_out += len(expired)
+        self._rollback_all(expired, stop=True)
         for txn in expired:
-            self.stats.timed_out += 1
-            acquiring = list(txn.consumers)
-            touched |= self._rollback(txn)
-            stopped = self._by_conn[txn.conn].timed_out[txn.id] = []
-            for consumer in acquiring:
-                if consumer.attached:
-                    self._stopped[consumer] = txn.id
-                    stopped.append(consumer)
-                    self.dispatcher.stop(consumer)
-        self.dispatcher.dispatch_all(touched)
+            self._by_conn[txn.conn].timed_out[txn.id] = _held_back(txn)
 
     # -- introspection ----------------------------------------------------------------------------------
     def infos(self, now: float, conns: set[ServerConnection] | None = None) -> list[TransactionInfo]:
         """The open transactions (of ``conns`` when given), oldest first, as of ``now``."""
         return [info(txn, now) for txn in self._open.values() if conns is None or txn.conn in conns]
+
+
+def _held_back(txn: Transaction) -> list[OutgoingDelivery]:
+    """Deliveries acquired under ``txn`` whose aborted transfer is still held back by the consumer's window."""
+    return [d.delivery for d in txn.acquired if not d.delivery.complete]
 
 
 class _Settlements:

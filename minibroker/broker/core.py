@@ -51,6 +51,7 @@ from minibroker.engine.events import (
     LinkDetached,
     LinkFlow,
     SessionFlow,
+    TransferDiscarded,
     TransferReceived,
 )
 from minibroker.store.journal import DurableState
@@ -98,6 +99,7 @@ class Broker:
             LinkFlow: self.endpoints.flow,
             SessionFlow: self.endpoints.session_flow,
             TransferReceived: self.endpoints.transfer,
+            TransferDiscarded: self.endpoints.transfer_discarded,
             DeliveryUpdated: self.coordinator.disposition,
         }
 
@@ -118,7 +120,7 @@ class Broker:
     def handle(self, conn: ServerConnection, events: Iterable[Event], now: float = 0.0) -> None:
         """Apply a batch of events from ``conn``'s engine."""
         self.clock.now = now
-        self._apply(conn, list(events))
+        self._apply(conn, events)
         # commands given to other connections (a link detached because its node went) may have produced
         # events there too: handle them now rather than at that connection's next read
         for other in list(self.outbox.dirty):
@@ -131,15 +133,20 @@ class Broker:
         if self.on_change is not None:
             self.on_change()
 
-    def _apply(self, conn: ServerConnection, pending: list[Event]) -> None:
+    def _apply(self, conn: ServerConnection, events: Iterable[Event]) -> None:
+        """Handle ``events`` in order (taken one at a time: a lazy stream parses the next frame only after
+        the handler of the previous event has run), then those our own commands caused."""
         handlers = self._handlers
-        while pending:
+        pending: Iterable[Event] = events
+        while True:
             for event in pending:
                 handler = handlers.get(type(event))
                 if handler is not None:
                     handler(conn, event)
             self.outbox.flush(conn)
             pending = conn.take_events()  # caused by our own commands (a detach after a refused attach)
+            if not pending:
+                return
 
     def take_dirty(self) -> set[ServerConnection]:
         """Engines that have bytes to write since the last call."""

@@ -371,7 +371,7 @@ class Dispatcher:
                 continue
             self.finish(dispatched, outcome)
             queues.add(dispatched.consumer.queue)
-            if not settled:
+            if dispatched.delivery.open:
                 to_settle.append(dispatched.delivery)
         self.outbox.settle(conn, to_settle, state)
         self.dispatch_all(queues)
@@ -392,6 +392,12 @@ class Dispatcher:
                 self._dead_letter(queue, message, "rejected", description)
             return
         # released or modified: the message goes back
+        delivery = dispatched.delivery
+        if not delivery.complete:
+            # frames of it are still held back by the consumer's session window: abort it (§2.6.14), so that
+            # consumer never gets the whole message while it goes to another
+            consumer.conn.abort(delivery)
+            self.outbox.touch(consumer.conn)
         if isinstance(outcome, Modified):
             if outcome.message_annotations:
                 message.annotate(outcome.message_annotations)

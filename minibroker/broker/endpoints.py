@@ -48,8 +48,15 @@ from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import Deferred
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import Link
-from minibroker.engine.events import LinkAttached, LinkDetached, LinkFlow, SessionFlow, TransferReceived
+from minibroker.engine.endpoints import Link, LinkState
+from minibroker.engine.events import (
+    LinkAttached,
+    LinkDetached,
+    LinkFlow,
+    SessionFlow,
+    TransferDiscarded,
+    TransferReceived,
+)
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
 
@@ -267,7 +274,10 @@ class Endpoints:
             to = message.to
             refusal = denied(self._context(conn), "send", to) if self.settings.permissions else None
             if refusal is not None:
-                self.outbox.answer_now(conn, delivery, Rejected(error=refusal))
+                if transactional:  # refused, and so is the commit of the transaction it names
+                    self.coordinator.post(conn, delivery, None, message, refusal)
+                else:
+                    self.outbox.answer_now(conn, delivery, Rejected(error=refusal))
                 self._top_up(conn, context.link)
                 return
             target = self._relay_target(conn, to, transactional)
@@ -280,6 +290,16 @@ class Endpoints:
             assert not isinstance(target, Deferred)
             self.dispatcher.publish(conn, delivery, target, message)
         self._top_up(conn, context.link)
+
+    def transfer_discarded(self, conn: ServerConnection, event: TransferDiscarded) -> None:
+        """A transfer the engine discarded before it was whole: a transaction it was posted in cannot commit
+        (unless its sender aborted it: then it never was work of the transaction), and the credit it used is
+        made good."""
+        if not event.aborted:
+            self.coordinator.discarded(conn, event.states)
+        link = event.link
+        if link is not None and isinstance(link.context, Producer) and link.state is LinkState.ATTACHED:
+            self._top_up(conn, link)
 
     def _relay_target(self, conn: ServerConnection, to: object, transactional: bool) -> Node | Deferred | None:
         """The node the anonymous relay routes ``to`` to; a transactional post to an address with no node

@@ -2,12 +2,16 @@
 
 Theory of operation
 -------------------
-Bytes go in through ``receive_data(data, now)`` and come back as a list of events; frames to send are
-collected in an output buffer that ``data_to_send()`` drains. Time only arrives as ``now``. The engine
-owns the protocol state: the header exchange, SASL, open/close, sessions with their windows, links
-with their credit, delivery ids, reassembly of multi-frame transfers and splitting of large ones.
-It decides nothing about messages: that is the broker core's job, done through the commands at the
-bottom of the class (``accept_attach``, ``deliver``, ``settle`` ...), each of which only queues frames.
+Bytes go in through ``receive_events(data, now)``, which yields events frame by frame: the next frame is
+parsed only once the caller has taken (and acted on) the events of the one before, so the broker core
+handles a read exactly as if its frames had come one by one (``receive_data`` gives them as a list, for
+callers that give no commands in between). Frames to send are collected in an output buffer that
+``data_to_send()`` drains. Time only arrives as ``now``. The engine owns the protocol state: the header
+exchange, SASL, open/close, sessions with their windows, links with their credit, delivery ids,
+reassembly of multi-frame transfers and splitting of large ones. It decides nothing about messages: that
+is the broker core's job, done through the commands at the bottom of the class (``accept_attach``,
+``deliver``, ``settle``, ``abort`` ...), each of which only queues frames, and each of which raises
+``LocalProtocolError`` when given where it makes no sense.
 
 Errors: a peer that breaks the protocol raises a ``ProtocolError`` inside the engine; it never escapes
 ``receive_data``. Its scope picks the answer: close the connection, end the session, or detach the
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import Any
 
@@ -102,6 +106,7 @@ from minibroker.engine.events import (
     SessionBegun,
     SessionEnded,
     SessionFlow,
+    TransferDiscarded,
     TransferReceived,
 )
 from minibroker.engine.sasl import SASL_AUTH, SASL_OK, SaslPolicy, outcome_for
@@ -184,6 +189,9 @@ class ServerConnection:
         self._local_channels: dict[int, Session] = {}
         self._end_sent: set[int] = set()  # peer channels whose session we ended, awaiting the peer's end
         self._in = bytearray()
+        self._pos = 0  # where parsing stands in ``_in`` (consumed bytes are dropped once per read)
+        self.authentication_failed = False
+        """SASL failed (the I/O layer delays the answer against password guessing)."""
         self._out = bytearray()
         self._events: list[Event] = []
         self._now = now
@@ -220,28 +228,47 @@ class ServerConnection:
 
     def receive_data(self, data: bytes | bytearray, now: float) -> list[Event]:
         """Feed bytes from the peer (``b""`` means end of stream); return what happened."""
+        return list(self.receive_events(data, now))
+
+    def receive_events(self, data: bytes | bytearray, now: float) -> Iterator[Event]:
+        """Feed bytes from the peer (``b""`` means end of stream); yield what happened, frame by frame.
+
+        The next frame is parsed only when the events of the one before have been taken, so a command given
+        while handling an event (detaching a link, settling a delivery) is in force for every later frame of
+        the same read, exactly as if each frame had been read on its own: a transfer on a link we detached
+        meanwhile is dropped (§2.6.2), a disposition for a delivery we settled meanwhile finds nothing.
+        """
         self._now = now
         self._last_received = now
         if not data:
             if self.phase is not Phase.FINISHED:
                 self._finish(None, by_peer=True)
-            return self._take_events()
+            yield from self._take_events()
+            return
         if self.phase is Phase.FINISHED:
-            return []
+            return
         self._in += data
-        while True:
-            try:
-                self._parse()
-            except ProtocolError as exc:
-                # Only connection-scope errors reach here; the others are handled where raised.
-                self._close_with(exc.to_error())
-                if isinstance(exc, FramingError):
-                    # the byte stream is out of step: the peer's close could never be parsed, so do not wait for it
-                    self._in.clear()
-                    self._finish(None, by_peer=False)
-                if self._in:
-                    continue  # the frames after the bad one may hold the peer's close (§2.4.3): read them now
-            return self._take_events()
+        try:
+            while True:
+                try:
+                    more = self._parse_one()
+                except ProtocolError as exc:
+                    # Only connection-scope errors reach here; the others are handled where raised.
+                    self._close_with(exc.to_error())
+                    if isinstance(exc, FramingError):
+                        # the byte stream is out of step: the peer's close could never be parsed, so do not wait
+                        self._in.clear()
+                        self._pos = 0
+                        self._finish(None, by_peer=False)
+                    # the frames after the bad one may hold the peer's close (§2.4.3): read them now
+                    more = self._pos < len(self._in)
+                if self._events:
+                    yield from self._take_events()
+                if not more:
+                    return
+        finally:
+            del self._in[: self._pos]
+            self._pos = 0
 
     def next_deadline(self) -> float | None:
         """When ``handle_timeout`` must next be called, or None."""
@@ -299,36 +326,32 @@ class ServerConnection:
         self._write(frame)
 
     # -- parsing ------------------------------------------------------------------------------------
-    def _parse(self) -> None:
+    def _parse_one(self) -> bool:
+        """Handle the next protocol header or frame of the input if it is all there; False when none is."""
+        if self.phase is Phase.FINISHED:
+            return False
         buf = self._in
-        pos = 0
-        try:
-            while self.phase is not Phase.FINISHED:
-                if self.phase in (Phase.HEADER, Phase.SASL_DONE):
-                    if len(buf) - pos < 8:
-                        return
-                    header = bytes(buf[pos : pos + 8])
-                    pos += 8
-                    self._on_header(header)
-                    continue
-                if len(buf) - pos < 8:
-                    return
-                size, doff, frame_type, channel = FRAME_HEADER.unpack_from(buf, pos)
-                if size < 8:
-                    raise FramingError(f"frame size {size} is below the 8-byte minimum")
-                if size > self.max_frame_size:
-                    raise FramingError(f"frame size {size} exceeds max-frame-size {self.max_frame_size}")
-                if doff < 2 or doff * 4 > size:
-                    raise FramingError(f"data offset {doff} is invalid for a frame of {size} bytes")
-                if len(buf) - pos < size:
-                    return
-                body = bytes(buf[pos + doff * 4 : pos + size])
-                pos += size
-                self._on_frame(frame_type, channel, body)
-                if self.finished:
-                    return
-        finally:
-            del buf[:pos]
+        pos = self._pos
+        if self.phase in (Phase.HEADER, Phase.SASL_DONE):
+            if len(buf) - pos < 8:
+                return False
+            self._pos = pos + 8
+            self._on_header(bytes(buf[pos : pos + 8]))
+            return True
+        if len(buf) - pos < 8:
+            return False
+        size, doff, frame_type, channel = FRAME_HEADER.unpack_from(buf, pos)
+        if size < 8:
+            raise FramingError(f"frame size {size} is below the 8-byte minimum")
+        if size > self.max_frame_size:
+            raise FramingError(f"frame size {size} exceeds max-frame-size {self.max_frame_size}")
+        if doff < 2 or doff * 4 > size:
+            raise FramingError(f"data offset {doff} is invalid for a frame of {size} bytes")
+        if len(buf) - pos < size:
+            return False
+        self._pos = pos + size
+        self._on_frame(frame_type, channel, bytes(buf[pos + doff * 4 : pos + size]))
+        return not self.finished
 
     def _on_header(self, header: bytes) -> None:
         if self.trace is not None:
@@ -433,6 +456,7 @@ class ServerConnection:
             self._events.append(Authenticated(str(init.mechanism), user))
         else:
             assert code == SASL_AUTH
+            self.authentication_failed = True
             self._events.append(AuthenticationFailed(str(init.mechanism)))
             self._finish(None, by_peer=False)
 
@@ -492,6 +516,7 @@ class ServerConnection:
         self._detach_everything(err)
         self.phase = Phase.FINISHED
         self._in.clear()  # input after the end is never read: do not hold on to it
+        self._pos = 0
         self._close_deadline = None
         if not self._closed_event_sent:
             self._closed_event_sent = True
@@ -587,6 +612,11 @@ class ServerConnection:
                 return
             raise UnattachedHandle(f"detach of handle {detach.handle}, which is not attached")
         closed = bool(detach.closed)
+        if link.state is LinkState.ATTACHING:
+            # attached and detached before the broker answered (events taken all at once): §2.6.3 wants our
+            # attach before our detach, and the broker is not to answer it any more
+            self._events = [e for e in self._events if not (isinstance(e, LinkAttached) and e.link is link)]
+            self._send_null_attach(link)
         if link.state is not LinkState.DETACHED:
             self._send(session.channel, Detach(handle=UInt(link.output_handle), closed=closed or None))
         self._drop_link(link, closed=closed, err=detach.error)
@@ -599,6 +629,8 @@ class ServerConnection:
             del session.links_by_output[link.output_handle]
         link.state = LinkState.DETACHED
         link.credit = 0
+        if link.partial_delivery is not None:  # half received: it will never be whole
+            self._events.append(TransferDiscarded(link, _states(link.partial_delivery)))
         link.partial = None
         link.partial_delivery = None
         if not session.ended:
@@ -638,9 +670,9 @@ class ServerConnection:
     def _on_flow(self, session: Session, flow: Flow) -> None:
         # §2.5.6: remote-incoming-window = next-incoming-id(flow) + incoming-window(flow) - next-outgoing-id
         next_incoming = session.next_outgoing_id if flow.next_incoming_id is None else flow.next_incoming_id
-        session.remote_incoming_window = (
-            next_incoming + (flow.incoming_window or 0) - session.next_outgoing_id
-        ) & SERIAL_MASK
+        window = (next_incoming + (flow.incoming_window or 0) - session.next_outgoing_id) & SERIAL_MASK
+        # serial arithmetic: a flow that was overtaken by our transfers can make the window negative, which is 0
+        session.remote_incoming_window = 0 if window > 0x7FFFFFFF else window
         session.remote_outgoing_window = flow.outgoing_window or 0
         self._pump(session)
         if flow.handle is None:
@@ -689,7 +721,8 @@ class ServerConnection:
     # -- transfers in -------------------------------------------------------------------------------
     def _on_transfer(self, session: Session, transfer: Transfer, payload: bytes) -> None:
         # §2.6.2: a transfer sent before the peer saw our detach is counted by the session, then dropped
-        link = None if transfer.handle in session.detach_sent else self._link(session, transfer.handle)
+        dropped = transfer.handle in session.detach_sent
+        link = None if dropped else self._link(session, transfer.handle)
         if session.incoming_window <= 0:
             # §2.5.6: a transfer beyond the incoming window
             raise WindowViolation("transfer received with the session's incoming window closed")
@@ -699,12 +732,16 @@ class ServerConnection:
             session.incoming_window = _INCOMING_WINDOW
             self._send_session_flow(session)
         if link is None:
+            if transfer.state is not None:
+                self._events.append(TransferDiscarded(None, [transfer.state]))
             return
         if link.role != RECEIVER:
             raise ConnectionNotAllowed("transfer on a link where the peer is the receiver")
         delivery = link.partial_delivery
         if delivery is None:
             if link.credit <= 0:
+                if transfer.state is not None:
+                    self._events.append(TransferDiscarded(link, [transfer.state]))
                 raise TransferLimitExceeded("transfer without link credit", handle=link.input_handle)
             if transfer.delivery_id is None:
                 raise ConnectionNotAllowed("the first transfer of a delivery must carry a delivery-id")
@@ -720,13 +757,14 @@ class ServerConnection:
             if transfer.settled:
                 delivery.settled = True
             if transfer.state is not None and delivery.state is not None and transfer.state != delivery.state:
-                delivery.earlier_states = [*(delivery.earlier_states or ()), delivery.state]
+                _remember_state(delivery, delivery.state)
         if transfer.state is not None:
             delivery.state = transfer.state
         if transfer.aborted:
-            # §2.6.14: an aborted delivery is discarded; it needs no settlement
+            # §2.6.14: an aborted delivery is discarded; it needs no settlement (the broker may top up credit)
             link.partial = None
             link.partial_delivery = None
+            self._events.append(TransferDiscarded(link, _states(delivery), aborted=True))
             return
         assert link.partial is not None
         link.partial.append(payload)
@@ -735,6 +773,7 @@ class ServerConnection:
         if limit and link.partial_size > limit:
             link.partial = None
             link.partial_delivery = None
+            self._events.append(TransferDiscarded(link, _states(delivery)))
             raise MessageSizeExceeded(
                 f"message of more than {limit} bytes exceeds max-message-size", handle=link.input_handle
             )
@@ -824,6 +863,11 @@ class ServerConnection:
         """Refuse an attach: answer with a null terminus, then detach with ``err`` (§2.6.3)."""
         if link.state is not LinkState.ATTACHING:
             raise LocalProtocolError(f"{link!r} is {link.state.value}: only an attach not yet answered can be refused")
+        self._send_null_attach(link)
+        self._detach_link(link, err)
+
+    def _send_null_attach(self, link: Link) -> None:
+        """Our attach for a link we do not take: the terminus on our side is null (§2.6.3)."""
         self._send(
             link.session.channel,
             Attach(
@@ -835,7 +879,6 @@ class ServerConnection:
                 initial_delivery_count=UInt(0) if link.role == SENDER else None,
             ),
         )
-        self._detach_link(link, err)
 
     def detach(self, link: Link, err: Error | None = None) -> None:
         """Close a link from our side (a link already detached stays so: not a misuse, as either end may
@@ -973,32 +1016,22 @@ class ServerConnection:
             session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
 
     def settle(self, deliveries: list[OutgoingDelivery], state: Any = None) -> None:
-        """Settle deliveries we sent, with ``state`` (disposition, role=sender).
-
-        A delivery not completely sent (frames held back by the peer's session window) is aborted instead
-        (§2.6.14): its unsent frames are replaced by one transfer with aborted=true, which settles it, so the
-        peer never receives the whole message after we have decided its fate. Settling a delivery that
-        either end has already settled is a ``LocalProtocolError``: the peer has forgotten it.
-        """
+        """Settle deliveries we sent, with ``state`` (disposition, role=sender). A delivery not completely sent
+        keeps going out (``abort`` stops one). Settling a delivery that either end has already settled is a
+        ``LocalProtocolError``: the peer has forgotten it."""
         for delivery in deliveries:
             if not delivery.open:
                 who = "we" if delivery.settled else "the peer"
                 raise LocalProtocolError(f"{delivery!r} cannot be settled: {who} settled it already")
-        unfinished = [d for d in deliveries if d.unsent]
-        for delivery in unfinished:
-            self._abort(delivery)
-        rest = [d for d in deliveries if not d.settled] if unfinished else deliveries
-        self._dispose(rest, SENDER, state, lambda d: d.link.session.outgoing_unsettled)
+        self._dispose(deliveries, SENDER, state, lambda d: d.link.session.outgoing_unsettled)
 
     def abort(self, delivery: OutgoingDelivery) -> None:
-        """Abort a delivery not completely sent (§2.6.14), settled or not: its held-back frames are replaced by
-        one transfer with aborted=true. Aborting a delivery whose every frame is out is a ``LocalProtocolError``."""
+        """Abort a delivery not completely sent (§2.6.14), settled or not: its frames held back by the peer's
+        window are replaced by one transfer with aborted=true, which settles it (no disposition follows), so the
+        peer never receives the whole message. Aborting a delivery whose every frame is out is a
+        ``LocalProtocolError``."""
         if delivery.complete:
             raise LocalProtocolError(f"{delivery!r} is completely sent: too late to abort it")
-        self._abort(delivery)
-
-    def _abort(self, delivery: OutgoingDelivery) -> None:
-        """Replace the held-back frames of ``delivery`` by one aborted transfer in the first one's place."""
         link = delivery.link
         session = link.session
         if delivery.begun:
@@ -1083,6 +1116,27 @@ class ServerConnection:
     def set_available(self, link: Link, available: int) -> None:
         """Record how many messages the node holds for this link (reported in our flows)."""
         link.available = available
+
+
+_MAX_STATES = 8  # distinct states remembered per incoming delivery: enough to see that they disagree
+
+
+def _remember_state(delivery: IncomingDelivery, state: Any) -> None:
+    """Keep an earlier, different state of a multi-frame delivery (once each, and only a few: a peer that keeps
+    changing it costs nothing more)."""
+    earlier = delivery.earlier_states
+    if earlier is None:
+        delivery.earlier_states = [state]
+    elif len(earlier) < _MAX_STATES and state not in earlier:
+        earlier.append(state)
+
+
+def _states(delivery: IncomingDelivery) -> list[Any]:
+    """The delivery states the frames of ``delivery`` carried."""
+    states = list(delivery.earlier_states or ())
+    if delivery.state is not None:
+        states.append(delivery.state)
+    return states
 
 
 def _take_range(table: dict[int, Any], first: int, last: int, settled: bool) -> list[Any]:

@@ -102,6 +102,20 @@ class TransferReceived(Event):
 
 
 @dataclass(slots=True)
+class TransferDiscarded(Event):
+    """A delivery the peer sent was discarded before it was whole: the peer aborted it (§2.6.14), or it was
+    dropped because its link went away (or was detached by us, §2.6.2) or broke a limit on the way.
+
+    ``states`` are the delivery states its frames carried (a transactional post names its transaction there);
+    ``link`` is None when the link was already gone when the frame came.
+    """
+
+    link: Link | None
+    states: list[Any]
+    aborted: bool = False
+
+
+@dataclass(slots=True)
 class DeliveryUpdated(Event):
     """The peer's disposition for deliveries we sent (role=receiver)."""
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 
 import trio
 
 from minibroker.broker.core import Broker
 from minibroker.broker.namespace import Namespace
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.events import AuthenticationFailed, Event
+from minibroker.engine.events import Event
 
 log = logging.getLogger("minibroker.connection")
 _RECEIVE_SIZE = 65536
@@ -110,13 +111,17 @@ class ConnectionTask:
                 await trio.aclose_forcefully(self.stream)
 
     def _feed(self, data: bytes | bytearray) -> None:
-        events = self.engine.receive_data(data, trio.current_time())
-        self._publish(events)
+        self._handle(self.engine.receive_events(data, trio.current_time()))
+        self._publish()
 
-    def _publish(self, events: list[Event], *, answer_here: bool = False) -> None:
+    def _handle(self, events: Iterable[Event]) -> None:
+        """Hand ``events`` to the broker, which takes them one by one: the engine parses each frame only
+        once the broker has acted on the one before."""
+        self.broker.handle(self.engine, events, trio.current_time())
+
+    def _publish(self, *, answer_here: bool = False) -> None:
+        """Mark what is to be written and wake the writers that have something."""
         broker = self.broker
-        if events:
-            broker.handle(self.engine, events, trio.current_time())
         if self.engine.has_output:
             broker.dirty.add(self.engine)
         if answer_here and self._answers_here():
@@ -172,13 +177,16 @@ class ConnectionTask:
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         data = b""
             if data is None:
-                self._publish(engine.handle_timeout(trio.current_time()))
+                self._handle(engine.handle_timeout(trio.current_time()))
+                self._publish()
                 continue
-            events = engine.receive_data(data, trio.current_time())
-            if self.failure_delay and any(isinstance(e, AuthenticationFailed) for e in events):
-                # a failed login is answered late, so guessing passwords is slow
+            self._handle(engine.receive_events(data, trio.current_time()))
+            if self.failure_delay and engine.authentication_failed:
+                # a failed login is answered late, so guessing passwords is slow: nobody may write the answer
+                # before (another connection's reader wakes every writer with output)
+                self.broker.dirty.discard(engine)
                 await trio.sleep(self.failure_delay)
-            self._publish(events, answer_here=True)
+            self._publish(answer_here=True)
             # a small answer goes out from this task: no hand-off to the writer, one wake-up less per request
             # (bulk output is the writer's: a peer that stops reading must only ever block the writer)
             if self._answers_here() and not await self._send(engine.data_to_send()):

@@ -176,9 +176,11 @@ async def collect(peer: MemoryPeer, n: int, *, skip: tuple[type, ...] = ()) -> l
     return got
 
 
-async def discharge_with(c: Client, txn: bytes, others: int, *, fail: bool = False) -> tuple[Any, list[Frame]]:
+async def discharge_with(
+    c: Client, txn: bytes, others: int, *, fail: bool = False, handle: int = COORD
+) -> tuple[Any, list[Frame]]:
     """Discharge; return the state of the answer and the ``others`` frames that come with it, in any order."""
-    delivery_id = await c.control(Discharge(txn_id=txn, fail=fail))
+    delivery_id = await c.control(Discharge(txn_id=txn, fail=fail), handle=handle)
     got = [await c.peer.receive() for _ in range(others + 1)]
     answers = [
         f
@@ -800,10 +802,11 @@ async def test_unknown_txn_id_on_disposition_returns_the_message(
 
 
 # -- one delivery, two transactions; controllers that go away -------------------------------------------
-@pytest.mark.parametrize("first_use", ["acquired", "retired"])
-async def test_delivery_naming_two_transactions_rolls_back_both(
-    mb: MemoryBroker, autojump_clock: MockClock, first_use: str
+async def test_delivery_acquired_under_one_transaction_whose_outcome_names_another_rolls_back_both(
+    mb: MemoryBroker, autojump_clock: MockClock
 ) -> None:
+    """§4.4.2: "the delivery MUST NOT be associated with a different non discharged transaction than the outcome.
+    If this happens then the control link MUST be terminated with the transaction-rollback error"."""
     c = await client(mb)
     await _fill(c, "q", ["m0"])
     await c.coordinator(handle=0)
@@ -814,18 +817,11 @@ async def test_delivery_naming_two_transactions_rolls_back_both(
     await c.post(3, frames.message("staged under B"), txn=txn_b)
     await c.peer.expect(Disposition)
     await c.receiver("q", 2)
-    if first_use == "acquired":
-        await c.credit(2, 1, properties={TXN_ID: txn_a})
-        (delivered,) = await c.take(1)
-        delivery_id = delivered.performative.delivery_id
-    else:
-        await c.credit(2, 1)
-        (delivered,) = await c.take(1)
-        delivery_id = delivered.performative.delivery_id
-        await c.peer.disposition(delivery_id, settled=False, state=TransactionalState(txn_id=txn_a, outcome=Accepted()))
+    await c.credit(2, 1, properties={TXN_ID: txn_a})
+    (delivered,) = await c.take(1)
+    delivery_id = delivered.performative.delivery_id
     await c.peer.disposition(delivery_id, settled=False, state=TransactionalState(txn_id=txn_b, outcome=Accepted()))
-    n = 3 if first_use == "acquired" else 2  # an acquisition rolled back is also settled released
-    got = await collect(c.peer, n)
+    got = await collect(c.peer, 3)  # an acquisition rolled back is also settled released
     detaches = [p for p in got if isinstance(p, Detach)]
     assert len(detaches) == 2
     assert {d.handle for d in detaches} == {c.handles[0], c.handles[1]}
@@ -833,18 +829,41 @@ async def test_delivery_naming_two_transactions_rolls_back_both(
     assert mb.broker.transactions == []
     assert mb.broker.txn_stats.rolled_back == 2
     assert mb.broker.queues["other"].staged == 0
+    (released,) = [p for p in got if isinstance(p, Disposition)]
+    assert (released.first, released.state) == (delivery_id, Released())
     queue = mb.broker.queues["q"]
-    if first_use == "acquired":
-        (released,) = [p for p in got if isinstance(p, Disposition)]
-        assert (released.first, released.state) == (delivery_id, Released())
-        assert (queue.depth, queue.acquired) == (1, 0)
-    else:
-        assert (queue.depth, queue.acquired) == (0, 1)  # unsettled retirement: back to acquired
-        await c.peer.disposition(delivery_id, state=Released())
-        await mb.settle()
-        assert (queue.depth, queue.acquired) == (1, 0)
+    assert (queue.depth, queue.acquired) == (1, 0)
     for handle in (0, 1):
         await c.peer.send(Detach(handle=UInt(handle), closed=True))
+
+
+async def test_outcome_staged_again_under_another_transaction_moves_there(
+    mb: MemoryBroker, autojump_clock: MockClock
+) -> None:
+    """A delivery acquired outside any transaction is associated with none (§4.4.2: it "need not be associated
+    with the same transaction as the outcome, or indeed with any transaction at all"): its outcome, staged under
+    A and then under B, is B's; no controller is detached."""
+    c = await client(mb)
+    await _fill(c, "q", ["m0"])
+    await c.coordinator(handle=0)
+    await c.coordinator(handle=1)
+    txn_a = await c.declare(handle=0)
+    txn_b = await c.declare(handle=1)
+    await c.receiver("q", 2)
+    await c.credit(2, 1)
+    (delivered,) = await c.take(1)
+    delivery_id = delivered.performative.delivery_id
+    await c.peer.disposition(delivery_id, settled=False, state=TransactionalState(txn_id=txn_a, outcome=Accepted()))
+    await c.peer.disposition(delivery_id, settled=False, state=TransactionalState(txn_id=txn_b, outcome=Released()))
+    await c.peer.expect_nothing()
+    assert [(i.txn_id, i.retirements) for i in mb.broker.transactions] == [(txn_a, 0), (txn_b, 1)]
+    assert await c.discharge(txn_a, handle=0) == Accepted()
+    queue = mb.broker.queues["q"]
+    assert (queue.depth, queue.acquired) == (0, 1)  # A holds nothing of it any more
+    answer, others = await discharge_with(c, txn_b, 1, handle=1)
+    assert answer == Accepted()
+    assert [f.performative.state for f in others] == [Released()]  # B applies its outcome and settles it
+    assert (queue.depth, queue.acquired) == (1, 0)
 
 
 async def test_coordinator_detach_rolls_back_its_transactions(mb: MemoryBroker, autojump_clock: MockClock) -> None:

@@ -117,7 +117,7 @@ class Peer:
     def _feed(self, data: bytes) -> None:
         assert self.alive, f"{self.container_id} is closed"
         world = self.world
-        events = self.conn.receive_data(data, world.now)
+        events = self.conn.receive_events(data, world.now)
         world.broker.handle(self.conn, events, world.now)
 
     def eof(self) -> None:

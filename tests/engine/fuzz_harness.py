@@ -23,7 +23,7 @@ and no transaction is left open.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from minibroker.amqp.definitions import Close, SaslOutcome
@@ -122,6 +122,7 @@ class BrokerRun:
                 queue.put(Message(frames.message(f"prefilled-{n}"), seq=n))
         self.prefilled = sum(queue.held for queue in self.queues())  # held before this connection began
         self.now = 0.0
+        self.events_seen = 0
         self.reader = OutputReader()
         self.events: list[Event] = []
         self.received = 0  # whole messages the broker was handed
@@ -161,16 +162,16 @@ class BrokerRun:
             return self.eof()
         self.now += advance
         was_finished = self.conn.finished
-        events = self.conn.receive_data(chunk, self.now)
-        if was_finished and (events or self.conn.has_output):
-            raise InvariantError("a finished engine produced events or output")
+        events = self._recording(self.conn.receive_events(chunk, self.now))
         self._handle(events)
+        if was_finished and (self.events_seen or self.conn.has_output):
+            raise InvariantError("a finished engine produced events or output")
         self._tick()
         return self._drain()
 
     def eof(self) -> list[Frame]:
         """End of stream: the connection must be forgotten, with nothing acquired or open in its name."""
-        self._handle(self.conn.receive_data(b"", self.now))
+        self._handle(self._recording(self.conn.receive_events(b"", self.now)))
         new = self._drain()
         broker = self.broker
         if self.conn in broker.connections:
@@ -182,13 +183,20 @@ class BrokerRun:
             raise InvariantError(f"transactions left open: {broker.transactions}")
         return new
 
-    def _handle(self, events: list[Event]) -> None:
+    def _recording(self, events: Iterable[Event]) -> Iterator[Event]:
+        """``events`` as the broker takes them (one frame at a time), recorded on the way."""
+        self.events_seen = 0
+        for event in events:
+            self.events_seen += 1
+            self._record([event])
+            yield event
+
+    def _handle(self, events: Iterable[Event]) -> None:
         conn = self.conn
         finished = conn.finished
-        before = len(conn._out)
-        self._record(events)
+        before = conn.output_size
         self.broker.handle(conn, events, self.now)
-        if finished and len(conn._out) != before:
+        if finished and conn.output_size != before:
             raise InvariantError("the broker made a finished engine write")
         self._check_state()
 

@@ -46,6 +46,7 @@ from minibroker.engine.events import (
     SessionBegun,
     SessionEnded,
     SessionFlow,
+    TransferDiscarded,
     TransferReceived,
 )
 from minibroker.engine.sasl import SaslPolicy
@@ -499,7 +500,8 @@ def test_aborted_multi_frame_transfer_is_dropped() -> None:
     h = Harness().opened().session()
     link = h.receiving_link(0)
     h.send(frames.transfer(0, 0, more=True), payload=b"part")
-    assert h.send(frames.transfer(0, None, aborted=True)) == []
+    # reported, so the broker can make good the credit it used (and a transaction knows it was no post)
+    assert h.send(frames.transfer(0, None, aborted=True)) == [TransferDiscarded(link, [], aborted=True)]
     (event,) = h.send(frames.transfer(0, 1), payload=b"next")
     assert event.payload == b"next"
     assert link.credit == 8  # the aborted delivery used its credit
@@ -629,14 +631,14 @@ def _held_back(h: Harness, window: int, size: int = 2000) -> tuple[Link, Outgoin
     return link, delivery
 
 
-def test_settling_a_delivery_not_completely_sent_aborts_it() -> None:
+def test_aborting_a_delivery_not_completely_sent() -> None:
     h = Harness()
     _link, delivery = _held_back(h, window=2)
     sent = h.out()
     assert len(sent) == 2
     assert all(f.performative.more for f in sent)
     assert not delivery.complete
-    h.conn.settle([delivery], Released())
+    h.conn.abort(delivery)
     assert h.out() == []  # the aborted transfer waits for the window like the frames it replaces
     h.send(frames.flow(next_incoming_id=2, incoming_window=100))
     (aborted,) = h.out()  # one transfer instead of the held-back frames, and no disposition for it (§2.6.14)
@@ -650,12 +652,25 @@ def test_aborting_a_delivery_before_its_first_frame_names_it() -> None:
     link, _first = _held_back(h, window=1, size=100)  # one frame: the window lets it out
     second = h.conn.deliver(link, bytes(2000), settled=False)  # none of its frames fit
     assert [f.performative.delivery_id for f in h.out()] == [0]
-    h.conn.settle([second], Released())
+    h.conn.abort(second)
     h.send(frames.flow(next_incoming_id=1, incoming_window=100))
     (aborted,) = h.out()
     assert aborted.performative == Transfer(
         handle=UInt(0), delivery_id=UInt(1), delivery_tag=second.tag, more=False, aborted=True
     )
+
+
+def test_settling_a_delivery_not_completely_sent_lets_it_finish() -> None:
+    """The broker settles (accepted, say) a delivery whose last frames the window holds back: they still go."""
+    h = Harness()
+    _link, delivery = _held_back(h, window=2)
+    assert len(h.out()) == 2
+    h.conn.settle([delivery], Accepted())
+    assert [type(f.performative) for f in h.out()] == [Disposition]
+    h.send(frames.flow(next_incoming_id=2, incoming_window=100))
+    rest = h.out()
+    assert rest[-1].performative.more is not True
+    assert not any(f.performative.aborted for f in rest)
 
 
 def test_frames_held_back_for_a_detached_link_are_never_sent() -> None:

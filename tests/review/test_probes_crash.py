@@ -1,11 +1,11 @@
-"""Probes: frames that make the broker core raise (an exception escaping into the trio layer).
+"""Probes: frames that made the broker core raise (an exception escaping into the trio layer).
 
-The engine parses a whole read before the core handles any of its events, and marks what later frames of
-the read say (a delivery settled by the peer, a link detached) at parse time. The core then issues engine
-commands for earlier events on the strength of the event alone, and the engine refuses them with
-``LocalProtocolError`` (its own contract: "misused commands raise a local error"). The exception escapes
-``Broker.handle``: over TCP the server logs "connection N failed" and drops the socket without a close
-frame (the rest of the read is never handled); under the in-memory harness it fails the nursery.
+The engine used to parse a whole read before the core handled any of its events, marking what later frames
+said (a delivery settled by the peer, a link detached) at parse time; the core then gave commands for earlier
+events that the engine refused with ``LocalProtocolError``, the connection was dropped and, after a close, its
+cleanup lost. Now each frame is parsed only once the core has acted on the one before (``receive_events``),
+so the core answers each frame as if it had come alone: these probes check that the connection is served on,
+with the answers that in-order handling gives.
 
 Part 2 §2.7.6 (disposition) lets a receiver update a delivery's state and then settle it; §2.6.3 lets a
 peer detach a link as soon as it attached it. Neither may cost the connection.
@@ -23,6 +23,7 @@ from minibroker.amqp.definitions import (
     Attach,
     Coordinator,
     Detach,
+    Disposition,
     Flow,
     Released,
     Source,
@@ -62,7 +63,11 @@ async def test_state_update_then_settle_in_one_read(
     await c.peer.send_raw(
         _disposition(d, settled=False, state=first_state) + _disposition(d, settled=True, state=Accepted())
     )
-    await mb.settle()  # LocalProtocolError("... cannot be settled: the peer settled it already") escapes here
+    await mb.settle()  # (this used to raise LocalProtocolError: "... cannot be settled: the peer settled it")
+    # the unsettled outcome came first: the broker settled the delivery (with released when the outcome named no
+    # transaction), before it read the client's own settlement
+    answer = await c.peer.expect(Disposition)
+    assert (answer.role, answer.first, answer.settled) == (frames.SENDER, d, True)
     await c.credit(2, 1)
     (again,) = await c.take(1)  # the connection is still served
     await c.peer.disposition(again.performative.delivery_id, state=Accepted())
@@ -80,11 +85,13 @@ async def test_attach_then_detach_in_one_read(mb: MemoryBroker, autojump_clock: 
         target=Coordinator(capabilities=[Symbol("amqp:local-transactions")]),
     )
     await c.peer.send_raw(frames.frame(0, attach) + frames.frame(0, Detach(handle=UInt(7), closed=True)))
-    await mb.settle()  # LocalProtocolError("... is detached: only an attach not yet answered can be accepted")
+    await mb.settle()  # (this used to raise: "... is detached: only an attach not yet answered can be accepted")
     # the link must be answered attach-then-detach (§2.6.3: our attach before our detach), and the
     # connection must live on
     first = await c.peer.receive()
     assert isinstance(first.performative, Attach), f"a Detach was sent for a link never attached: {first}"
+    while not isinstance((await c.peer.receive()).performative, Detach):
+        pass  # the attach was answered (and credited) before the detach was read
     await c.coordinator(handle=1)
     txn = await c.declare(handle=1)
     assert await c.discharge(txn, handle=1) == Accepted()
@@ -107,6 +114,7 @@ def test_over_tcp_state_update_then_settle_kills_the_connection(
         peer.send_raw(
             _disposition(d, settled=False, state=Accepted()) + _disposition(d, settled=True, state=Accepted())
         )
+        assert peer.expect(Disposition).state == Accepted()  # the broker settled it before reading the settlement
         try:
             peer.attach_receiver("q", 3, name="still-there")  # the connection must still be served
         except AssertionError as exc:
@@ -158,14 +166,10 @@ def test_over_tcp_state_update_then_link_session_or_connection_end_in_one_read(
             peer.send_raw(_disposition(d0, settled=True, state=Accepted()) + first + tail)
         else:
             peer.send_raw(_disposition(d0, settled=False, state=Accepted()) + tail)
-        try:
-            if ending == "close":
-                peer.expect(Close)
-            elif ending == "end":
-                peer.expect(End)
-            else:
-                while not isinstance(peer.receive().performative, Detach):
-                    pass
+        awaited = {"close": Close, "end": End, "detach": Detach}[ending]
+        try:  # what came before the ending is answered first (a disposition, an attach): frames are taken in order
+            while not isinstance(peer.receive().performative, awaited):
+                pass
         except AssertionError as exc:
             pytest.fail(f"the broker dropped the connection instead of answering the {ending}: {exc}")
     # m0 accepted; m1 released by the end of its link: back on the queue
@@ -203,8 +207,8 @@ def test_over_tcp_close_behind_a_crashing_frame_leaves_the_transaction_open_and_
         peer.flow(2, 2, properties={Symbol("txn-id"): declared.txn_id})
         peer.receive()  # m1, acquired under T
         peer.send_raw(_disposition(d0, settled=False, state=Accepted()) + frames.frame(0, Close()))
-        with pytest.raises(AssertionError):
-            peer.receive()  # no close comes back: the connection is dropped
+        while not isinstance(peer.receive().performative, Close):
+            pass  # the close is answered: the connection ends cleanly (it used to be dropped)
     broker.wait_for(lambda: broker.transactions == [], timeout=2.0)  # TimeoutError here: T stays open
     assert (q.depth, q.acquired) == (1, 0)
 
@@ -238,4 +242,6 @@ async def test_disposition_behind_a_flow_naming_an_unknown_txn_id(mb: MemoryBrok
     await c.peer.send(Detach(handle=UInt(2), closed=True))
     await mb.settle()
     queue = mb.broker.queues["q"]
-    assert (queue.acquired, queue.depth) == (0, 1)  # m0 accepted, m1 never sent
+    # the flow came first: the link was detached, which released m0, and the disposition that followed (sent
+    # before the client saw the detach) is void, §2.6.2
+    assert (queue.acquired, queue.depth) == (0, 2)

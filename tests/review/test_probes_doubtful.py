@@ -12,7 +12,7 @@ from minibroker.amqp.types import Symbol
 from minibroker.testing.memory import MemoryBroker
 from tests.broker import test_transactions_frames as frame_tests
 from tests.broker.test_transactions_adversarial import answer_detach
-from tests.broker.test_transactions_frames import TXN_ID, _fill, client
+from tests.broker.test_transactions_frames import TXN_ID, _fill, client, discharge_with
 from tests.review.helpers import gather
 
 mb = frame_tests.mb
@@ -63,7 +63,7 @@ async def test_settling_a_browsed_copy_does_not_claim_transactional_work(
     assert mb.broker.queues["q"].depth == 1
 
 
-async def test_moving_a_staged_outcome_to_another_transaction_rolls_back_both(
+async def test_moving_a_staged_outcome_to_another_transaction_does_not_roll_back_both(
     mb: MemoryBroker, autojump_clock: MockClock
 ) -> None:
     """§4.4.2: "The delivery itself need not be associated with the same transaction as the outcome, or indeed
@@ -86,5 +86,9 @@ async def test_moving_a_staged_outcome_to_another_transaction_rolls_back_both(
     await c.peer.disposition(d, settled=False, state=TransactionalState(txn_id=second, outcome=Accepted()))
     got = await gather(c.peer)
     assert not any(isinstance(f.performative, Detach) for f in got), f"both controllers were detached: {got}"
-    assert await c.discharge(first, handle=0) == Accepted()
-    assert await c.discharge(second, handle=1) == Accepted()
+    assert await c.discharge(first, handle=0) == Accepted()  # the outcome moved: nothing of the first applies
+    assert mb.broker.queues["q"].acquired == 1
+    answer, others = await discharge_with(c, second, 1, handle=1)
+    assert answer == Accepted()
+    assert [f.performative.state for f in others] == [Accepted()]  # the second applies it: m0 is consumed
+    assert (mb.broker.queues["q"].depth, mb.broker.queues["q"].acquired) == (0, 0)

@@ -33,7 +33,7 @@ from minibroker.testing.memory import MemoryBroker, memory_broker
 from tests.broker import test_transactions_frames as frame_tests
 from tests.broker.test_transactions_adversarial import BIG, discharge_all, post_ok, watcher
 from tests.broker.test_transactions_frames import client, condition
-from tests.review.helpers import gather, post_frame
+from tests.review.helpers import gather
 
 mb = frame_tests.mb
 settings = frame_tests.settings
@@ -77,7 +77,9 @@ def _small_messages(conn_id: int) -> ServerConnection:
 
 
 @pytest.mark.parametrize("settled", [True, False], ids=["presettled-post", "unsettled-post"])
-@pytest.mark.parametrize("cause", ["max-message-size", "no-credit"])
+# (a post without credit cannot happen any more: frames are handled in order, and the broker tops the credit up
+# before the next frame of the same write is read)
+@pytest.mark.parametrize("cause", ["max-message-size"])
 async def test_post_discarded_by_a_link_error_does_not_fail_its_transaction(
     autojump_clock: MockClock, settled: bool, cause: str
 ) -> None:
@@ -90,16 +92,9 @@ async def test_post_discarded_by_a_link_error_does_not_fail_its_transaction(
         await post_ok(c, 4, "plain under T", txn)
         await c.sender("other", 5)
         state = TransactionalState(txn_id=txn)
-        if cause == "max-message-size":
-            delivery_id = c.next_id()
-            await c.peer.transfer(5, delivery_id, BIG[:900], state=state, settled=settled or None, more=True)
-            await c.peer.transfer(5, None, BIG[900:], settled=settled or None)
-        else:
-            batch = b""
-            for text in ("one", "two", "three"):  # credit 3, in one write: the fourth comes without credit
-                batch += post_frame(c, 5, frames.message(text), txn=txn, settled=True)[1]
-            batch += post_frame(c, 5, frames.message("four"), txn=txn, settled=settled)[1]
-            await c.peer.send_raw(batch)
+        delivery_id = c.next_id()
+        await c.peer.transfer(5, delivery_id, BIG[:900], state=state, settled=settled or None, more=True)
+        await c.peer.transfer(5, None, BIG[900:], settled=settled or None)
         got = await gather(c.peer)
         assert any(isinstance(f.performative, Detach) for f in got), got  # the link error
         answer, _others = await discharge_all(c, txn)
