@@ -71,10 +71,13 @@ TXN_ID = Symbol("txn-id")
 
 def named_transactions(delivery: IncomingDelivery) -> list[Any]:
     """The txn-ids the frames of an incoming delivery named (in order, each once)."""
+    state = delivery.state
+    if not delivery.earlier_states:  # the common case: one state for the whole delivery
+        return [state.txn_id] if isinstance(state, TransactionalState) else []
     named: list[Any] = []
-    for state in [*(delivery.earlier_states or ()), delivery.state]:
-        if isinstance(state, TransactionalState) and state.txn_id not in named:
-            named.append(state.txn_id)
+    for earlier in [*delivery.earlier_states, state]:
+        if isinstance(earlier, TransactionalState) and earlier.txn_id not in named:
+            named.append(earlier.txn_id)
     return named
 
 
@@ -88,9 +91,6 @@ class _Held:
         self.timed_out: dict[bytes, list[OutgoingDelivery]] = {}
         """Timed-out id -> its acquired deliveries whose aborted transfers were still held back at the time-out
         (the discharge of the id is answered after them, §4.4.3)."""
-
-    def __len__(self) -> int:
-        return len(self.open) + len(self.timed_out)
 
 
 class Coordinator:
@@ -118,7 +118,6 @@ class Coordinator:
         self._new_deadline = new_deadline
         self._open: dict[bytes, Transaction] = {}  # every open transaction, oldest first
         self._by_conn: dict[ServerConnection, _Held] = {}
-        self._by_controller: dict[Controller, dict[bytes, Transaction]] = {}
         self._holder: dict[Dispatched, Transaction] = {}
         self._acquiring: dict[Consumer, Transaction] = {}
         self._stopped: dict[Consumer, bytes] = {}
@@ -152,7 +151,7 @@ class Coordinator:
             # a coordinator receiving one settled detaches
             self._detach(controller, error(Condition.NOT_ALLOWED, "declare and discharge must not be sent settled"))
             return
-        if named_transactions(delivery):
+        if isinstance(delivery.state, TransactionalState) or delivery.earlier_states:
             # §4 intro: "No transactional work is allowed on the control link"
             err = error(Condition.NOT_ALLOWED, "a declare or discharge cannot itself be transactional work")
             self._control_error(conn, controller, delivery, err)
@@ -172,7 +171,9 @@ class Coordinator:
 
     def controller_gone(self, controller: Controller) -> None:
         """§4 intro: a control link that closes rolls back the transactions it created."""
-        self._rollback_all(list(self._by_controller.pop(controller, {}).values()), stop=True)
+        held = self._by_conn.get(controller.conn)
+        if held is not None:  # O(transactions of its connection)
+            self._rollback_all([t for t in held.open.values() if t.controller is controller], stop=True)
 
     def _declare(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Declare
@@ -182,8 +183,10 @@ class Coordinator:
             self._control_error(conn, controller, delivery, err)
             return
         held = self._by_conn.get(conn)
+        if held is None:
+            held = self._by_conn[conn] = _Held()
         limit = self.settings.max_transactions_per_connection
-        if held is not None and len(held) >= limit:
+        if len(held.open) + len(held.timed_out) >= limit:
             counts = f"{len(held.open)} open, {len(held.timed_out)} timed out and not yet discharged"
             err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} transactions per connection ({counts})")
             self._control_error(conn, controller, delivery, err)
@@ -193,8 +196,7 @@ class Coordinator:
         assert txn_id not in self._open, "txn-id generator repeated an id"
         txn = Transaction(txn_id, conn, controller, self.clock.now)
         self._open[txn_id] = txn
-        self._by_conn.setdefault(conn, _Held()).open[txn_id] = txn
-        self._by_controller.setdefault(controller, {})[txn_id] = txn
+        held.open[txn_id] = txn
         self.stats.declared += 1
         if len(self._open) == 1:
             self._new_deadline()
@@ -218,7 +220,9 @@ class Coordinator:
             self._rollback_all([txn])
             self._after(_held_back(txn), lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
             return
-        if any(txn.id in named_transactions(partial) for partial in conn.incomplete_transfers()):
+        if conn.has_incomplete_transfers and any(
+            txn.id in named_transactions(partial) for partial in conn.incomplete_transfers()
+        ):
             # §4.4.1: "It is an error for the controller to attempt to discharge a transaction against which a
             # partial delivery has been posted. Should this happen, the control link MUST be terminated with
             # the transaction-rollback error."
@@ -226,7 +230,11 @@ class Coordinator:
             err = error(Condition.TRANSACTION_ROLLBACK, "discharged while a transfer posted in it was incomplete")
             self._detach(controller, err)
             return
-        with self.recorder.collecting() as work:
+        if self.recorder.durable:
+            with self.recorder.collecting() as work:
+                failure = txn.failed or self._commit(txn)
+        else:
+            work = []
             failure = txn.failed or self._commit(txn)
         if failure is not None:
             if txn.id in self._open:
@@ -235,8 +243,10 @@ class Coordinator:
             err = error(Condition.TRANSACTION_ROLLBACK, f"transaction rolled back: {failure.description}")
             self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
-        # one journal record for all the durable work; ``accepted`` once it is on disk
-        self.recorder.record_then(work, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+        if work:  # one journal record for all the durable work; ``accepted`` once it is on disk
+            self.recorder.record_then(work, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+        else:
+            self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
 
     def _after(self, held_back: list[OutgoingDelivery], answer: Callable[[], None]) -> None:
         """Answer a discharge that rolled back now, or once the aborted transfers of its acquired deliveries have
@@ -313,7 +323,7 @@ class Coordinator:
     ) -> None:
         """Stage a transactional post and answer with its provisional outcome (``target`` None: unroutable;
         ``refusal``: the post is refused, e.g. not permitted, and so is the commit)."""
-        named = named_transactions(delivery)
+        named = [delivery.state.txn_id] if not delivery.earlier_states else named_transactions(delivery)
         if len(named) > 1:
             # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
             mixed = error(Condition.TRANSACTION_ROLLBACK, "the frames of one transfer named different transactions")
@@ -366,6 +376,8 @@ class Coordinator:
             else:
                 self._acquiring[consumer] = txn
                 txn.consumers.add(consumer)
+                if txn.state is None:
+                    txn.state = TransactionalState(txn_id=txn.id)
         if was_stopped and err is None:
             self.dispatcher.restart(consumer)
         return err
@@ -506,7 +518,7 @@ class Coordinator:
                 node.staged -= 1
             touched.update(self.dispatcher.post(node, post.message, txn.conn))
         settle = _Settlements()
-        for dispatched in txn.held():
+        for dispatched in txn.held() if txn.acquired or txn.outcomes else ():
             consumer = dispatched.consumer
             delivery = dispatched.delivery
             outcome = txn.outcomes.get(dispatched)
@@ -576,7 +588,7 @@ class Coordinator:
                 post.target.staged -= 1
         touched: set[Queue] = set()
         settle = _Settlements()
-        for dispatched in txn.held():
+        for dispatched in txn.held() if txn.acquired or txn.outcomes else ():
             consumer = dispatched.consumer
             delivery = dispatched.delivery
             if dispatched in txn.acquired:
@@ -603,12 +615,14 @@ class Coordinator:
         held = self._by_conn.get(txn.conn)
         if held is not None:
             held.open.pop(txn.id, None)
-        controller_txns = self._by_controller.get(txn.controller)
-        if controller_txns is not None:
-            controller_txns.pop(txn.id, None)
-        for dispatched in txn.held():
-            if self._holder.get(dispatched) is txn:
-                del self._holder[dispatched]
+        if txn.acquired or txn.outcomes:
+            holder = self._holder
+            for work in (txn.acquired, txn.outcomes):
+                for dispatched in work:
+                    if holder.get(dispatched) is txn:
+                        del holder[dispatched]
+        if not txn.consumers:
+            return []
         consumers = list(txn.consumers)
         for consumer in consumers:
             if self._acquiring.get(consumer) is txn:
@@ -660,6 +674,8 @@ def _held_back(txn: Transaction) -> list[OutgoingDelivery]:
 
 class _Settlements:
     """Deliveries to settle, grouped by connection and outcome, sent as ranged dispositions."""
+
+    __slots__ = ("_by_conn",)
 
     def __init__(self) -> None:
         self._by_conn: dict[ServerConnection, dict[int, tuple[Any, list[OutgoingDelivery]]]] = {}

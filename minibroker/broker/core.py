@@ -85,6 +85,8 @@ class Broker:
             self._deadline_moved,
         )
         self.endpoints = Endpoints(self.settings, self.nodes, self.dispatcher, self.coordinator, self.outbox)
+        self.take_dirty = self.outbox.take_dirty
+        """Engines that have bytes to write since the last call."""
         self.on_change: Callable[[], None] | None = None
         """Called after every batch of events (the I/O layer uses it to wake waiters)."""
         self.on_new_deadline: Callable[[], None] | None = None
@@ -121,15 +123,17 @@ class Broker:
         """Apply a batch of events from ``conn``'s engine."""
         self.clock.now = now
         self._apply(conn, events)
-        # commands given to other connections (a link detached because its node went) may have produced
-        # events there too: handle them now rather than at that connection's next read
-        for other in list(self.outbox.dirty):
-            if other is not conn:
-                self._apply(other, other.take_events())
+        dirty = self.outbox.dirty
+        if conn.has_output:
+            dirty.add(conn)
+        if len(dirty) > 1 or (conn not in dirty and dirty):
+            # commands given to other connections (a link detached because its node went) may have produced
+            # events there too: handle them now rather than at that connection's next read
+            for other in list(dirty):
+                if other is not conn:
+                    self._apply(other, other.take_events())
         if self.coordinator.waiting:
             self.coordinator.answer_waiting()
-        if conn.has_output:
-            self.outbox.touch(conn)
         if self.on_change is not None:
             self.on_change()
 
@@ -137,20 +141,19 @@ class Broker:
         """Handle ``events`` in order (taken one at a time: a lazy stream parses the next frame only after
         the handler of the previous event has run), then those our own commands caused."""
         handlers = self._handlers
+        outbox = self.outbox
         pending: Iterable[Event] = events
         while True:
             for event in pending:
                 handler = handlers.get(type(event))
                 if handler is not None:
                     handler(conn, event)
-            self.outbox.flush(conn)
+            if outbox.waiting_answers:
+                outbox.flush(conn)
             pending = conn.take_events()  # caused by our own commands (a detach after a refused attach)
             if not pending:
                 return
 
-    def take_dirty(self) -> set[ServerConnection]:
-        """Engines that have bytes to write since the last call."""
-        return self.outbox.take_dirty()
 
     @property
     def dirty(self) -> set[ServerConnection]:

@@ -73,6 +73,17 @@ def selects(selector: Selector | None, message: Message) -> bool:
     return selector is None or selector.matches(selector_fields(message))
 
 
+def _refusal(targets: list[Queue], message: Message) -> Error | None:
+    """Why one of ``targets`` cannot take ``message`` now (reject-publish at a limit), or None."""
+    for queue in targets:
+        if queue.policy.overflow != DROP_HEAD and not queue.has_room(message):
+            return error(
+                Condition.RESOURCE_LIMIT_EXCEEDED,
+                f"node {queue.node_name!r} is full ({queue.held} messages, {queue.held_bytes} bytes)",
+            )
+    return None
+
+
 class Acquirer(Protocol):
     """Who says whether a consumer's deliveries are acquired under a transaction (§4.4.3): the coordinator."""
 
@@ -142,34 +153,33 @@ class Dispatcher:
 
     def admit(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
-        for queue in self.targets(node, message, origin):
-            if queue.policy.overflow != DROP_HEAD and not queue.has_room(message):
-                return error(
-                    Condition.RESOURCE_LIMIT_EXCEEDED,
-                    f"node {queue.node_name!r} is full ({queue.held} messages, {queue.held_bytes} bytes)",
-                )
-        return None
+        return _refusal(self.targets(node, message, origin), message)
 
     def post(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """Put ``message`` on ``node`` (admission already checked); return the queues that took it."""
         targets = self.targets(node, message, origin)
+        self._enqueue_all(targets, message)
+        return targets
+
+    def _enqueue_all(self, targets: list[Queue], message: Message) -> None:
         for i, queue in enumerate(targets):
             self._enqueue(queue, message if i == 0 else message.copy())
-        return targets
 
     def publish(self, conn: ServerConnection, delivery: IncomingDelivery, node: Node, message: Message) -> None:
         """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch."""
-        refused = self.admit(node, message, conn)
+        targets = self.targets(node, message, conn)
+        refused = _refusal(targets, message)
         if refused is not None:
             self.outbox.answer_now(conn, delivery, Rejected(error=refused))
             return
-        targets = self.post(node, message, conn)
+        self._enqueue_all(targets, message)
         if message.durable and not delivery.settled:
             # durable: ``accepted`` only once its journal record is on disk (group commit)
             self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
         else:
             self.outbox.answer(conn, delivery, ACCEPTED)
-        self.dispatch_all(targets)
+        for queue in targets:
+            self.dispatch(queue)
 
     def _enqueue(self, queue: Queue, message: Message) -> None:
         self._seq += 1

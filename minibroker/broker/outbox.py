@@ -27,6 +27,11 @@ class Outbox:
         self.dirty: set[ServerConnection] = set()
         self._answers: dict[ServerConnection, dict[int, tuple[Any, list[IncomingDelivery]]]] = {}
 
+    @property
+    def waiting_answers(self) -> bool:
+        """Whether answers wait for the end of the batch."""
+        return bool(self._answers)
+
     def touch(self, conn: ServerConnection) -> None:
         """``conn`` was given a command: it has bytes to write."""
         self.dirty.add(conn)

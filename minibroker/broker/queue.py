@@ -64,7 +64,10 @@ class Queue:
 
     def has_room(self, message: Message, extra: int = 0, extra_bytes: int = 0) -> bool:
         """True when ``message`` (after ``extra`` others of ``extra_bytes``) fits the node's limits."""
-        return self.policy.admits(self.held + extra, self.held_bytes + extra_bytes, message.size)
+        policy = self.policy
+        if not policy.max_messages and not policy.max_bytes:
+            return True
+        return policy.admits(self.held + extra, self.held_bytes + extra_bytes, message.size)
 
     def put(self, message: Message) -> None:
         """A message becomes ready (new, or due after being scheduled)."""

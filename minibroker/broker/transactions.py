@@ -85,18 +85,17 @@ class Transaction:
         self.conn = conn
         self.controller = controller
         self.created = created
-        self.state = TransactionalState(txn_id=txn_id)
-        """What transfers acquired under it carry (§4.4.3)."""
+        # state: what transfers acquired under it carry (§4.4.3), made when a link first acquires under it;
+        # accepted_state: the provisional outcome of its posts, one object so their answers merge into ranges
+        self.state: TransactionalState | None = None
         self.accepted_state = TransactionalState(txn_id=txn_id, outcome=Accepted())
-        """The provisional outcome of its posts, one object so their answers merge into ranges."""
         self.posts: list[Post] = []
         self.staged_bytes = 0
+        # acquired: deliveries sent under it, in the order sent (an ordered set); outcomes: deliveries it holds
+        # an outcome for, with the outcome its commit applies; consumers: links whose flow named it
         self.acquired: dict[Dispatched, None] = {}
-        """Deliveries sent under it, in the order sent (an ordered set)."""
         self.outcomes: dict[Dispatched, Any] = {}
-        """Deliveries it holds an outcome for, with the outcome its commit applies."""
         self.consumers: set[Consumer] = set()
-        """Links whose flow named it: what they send from now on is acquired under it."""
         self.failed: Error | None = None
 
     def held(self) -> list[Dispatched]:

@@ -190,6 +190,7 @@ class ServerConnection:
         self._end_sent: set[int] = set()  # peer channels whose session we ended, awaiting the peer's end
         self._in = bytearray()
         self._pos = 0  # where parsing stands in ``_in`` (consumed bytes are dropped once per read)
+        self._partials = 0  # links with a delivery half received
         self.authentication_failed = False
         """SASL failed (the I/O layer delays the answer against password guessing)."""
         self._out = bytearray()
@@ -247,27 +248,46 @@ class ServerConnection:
             return
         if self.phase is Phase.FINISHED:
             return
-        self._in += data
+        buf = self._in
+        buf += data
+        max_frame_size = self.max_frame_size
         try:
             while True:
                 try:
-                    more = self._parse_one()
+                    phase: Phase = self.phase  # (not narrowed: commands run between frames)
+                    pos = self._pos
+                    if len(buf) - pos < 8 or phase is Phase.FINISHED:
+                        return
+                    if phase is Phase.HEADER or phase is Phase.SASL_DONE:
+                        self._pos = pos + 8
+                        self._on_header(bytes(buf[pos : pos + 8]))
+                    else:
+                        size, doff, frame_type, channel = FRAME_HEADER.unpack_from(buf, pos)
+                        if size < 8:
+                            raise FramingError(f"frame size {size} is below the 8-byte minimum")
+                        if size > max_frame_size:
+                            raise FramingError(f"frame size {size} exceeds max-frame-size {max_frame_size}")
+                        if doff < 2 or doff * 4 > size:
+                            raise FramingError(f"data offset {doff} is invalid for a frame of {size} bytes")
+                        if len(buf) - pos < size:
+                            return
+                        self._pos = pos + size
+                        self._on_frame(frame_type, channel, bytes(buf[pos + doff * 4 : pos + size]))
                 except ProtocolError as exc:
                     # Only connection-scope errors reach here; the others are handled where raised.
                     self._close_with(exc.to_error())
                     if isinstance(exc, FramingError):
                         # the byte stream is out of step: the peer's close could never be parsed, so do not wait
-                        self._in.clear()
+                        buf.clear()
                         self._pos = 0
                         self._finish(None, by_peer=False)
-                    # the frames after the bad one may hold the peer's close (§2.4.3): read them now
-                    more = self._pos < len(self._in)
-                if self._events:
-                    yield from self._take_events()
-                if not more:
-                    return
+                    # else the frames after the bad one may hold the peer's close (§2.4.3): read them on
+                events = self._events
+                if events:
+                    self._events = []
+                    yield from events
         finally:
-            del self._in[: self._pos]
+            del buf[: self._pos]
             self._pos = 0
 
     def next_deadline(self) -> float | None:
@@ -326,33 +346,6 @@ class ServerConnection:
         self._write(frame)
 
     # -- parsing ------------------------------------------------------------------------------------
-    def _parse_one(self) -> bool:
-        """Handle the next protocol header or frame of the input if it is all there; False when none is."""
-        if self.phase is Phase.FINISHED:
-            return False
-        buf = self._in
-        pos = self._pos
-        if self.phase in (Phase.HEADER, Phase.SASL_DONE):
-            if len(buf) - pos < 8:
-                return False
-            self._pos = pos + 8
-            self._on_header(bytes(buf[pos : pos + 8]))
-            return True
-        if len(buf) - pos < 8:
-            return False
-        size, doff, frame_type, channel = FRAME_HEADER.unpack_from(buf, pos)
-        if size < 8:
-            raise FramingError(f"frame size {size} is below the 8-byte minimum")
-        if size > self.max_frame_size:
-            raise FramingError(f"frame size {size} exceeds max-frame-size {self.max_frame_size}")
-        if doff < 2 or doff * 4 > size:
-            raise FramingError(f"data offset {doff} is invalid for a frame of {size} bytes")
-        if len(buf) - pos < size:
-            return False
-        self._pos = pos + size
-        self._on_frame(frame_type, channel, bytes(buf[pos + doff * 4 : pos + size]))
-        return not self.finished
-
     def _on_header(self, header: bytes) -> None:
         if self.trace is not None:
             self.trace("<-", 0, header, 0)
@@ -631,8 +624,7 @@ class ServerConnection:
         link.credit = 0
         if link.partial_delivery is not None:  # half received: it will never be whole
             self._events.append(TransferDiscarded(link, _states(link.partial_delivery)))
-        link.partial = None
-        link.partial_delivery = None
+        self._drop_partial(link)
         if not session.ended:
             self._forget_deliveries(link)
         self._events.append(LinkDetached(link, closed, err))
@@ -762,8 +754,7 @@ class ServerConnection:
             delivery.state = transfer.state
         if transfer.aborted:
             # §2.6.14: an aborted delivery is discarded; it needs no settlement (the broker may top up credit)
-            link.partial = None
-            link.partial_delivery = None
+            self._drop_partial(link)
             self._events.append(TransferDiscarded(link, _states(delivery), aborted=True))
             return
         assert link.partial is not None
@@ -771,22 +762,32 @@ class ServerConnection:
         link.partial_size += len(payload)
         limit = link.max_message_size
         if limit and link.partial_size > limit:
-            link.partial = None
-            link.partial_delivery = None
+            self._drop_partial(link)
             self._events.append(TransferDiscarded(link, _states(delivery)))
             raise MessageSizeExceeded(
                 f"message of more than {limit} bytes exceeds max-message-size", handle=link.input_handle
             )
         if transfer.more:
-            link.partial_delivery = delivery
+            if link.partial_delivery is None:
+                link.partial_delivery = delivery
+                self._partials += 1
             return
         parts = link.partial
-        link.partial = None
-        link.partial_delivery = None
+        if link.partial_delivery is not None:
+            self._drop_partial(link)
+        else:
+            link.partial = None
         whole = parts[0] if len(parts) == 1 else b"".join(parts)
         if not delivery.settled:
             session.incoming_unsettled[delivery.delivery_id] = delivery
         self._events.append(TransferReceived(link, delivery, whole, transfer.message_format or 0))
+
+    def _drop_partial(self, link: Link) -> None:
+        """The delivery being reassembled on ``link`` is over (whole, aborted, or discarded)."""
+        if link.partial_delivery is not None:
+            self._partials -= 1
+        link.partial = None
+        link.partial_delivery = None
 
     # -- dispositions in ----------------------------------------------------------------------------
     def _on_disposition(self, session: Session, disposition: Disposition) -> None:
@@ -895,12 +896,18 @@ class ServerConnection:
 
     def take_events(self) -> list[Event]:
         """Events produced by commands (for example a detach after a refused attach)."""
-        return self._take_events()
+        events, self._events = self._events, []
+        return events
 
     def take_throttled(self) -> bool:
         """Whether a delivery was held back since the last call (see ``can_send``); clears the mark."""
         throttled, self.throttled = self.throttled, False
         return throttled
+
+    @property
+    def has_incomplete_transfers(self) -> bool:
+        """Whether the peer is in the middle of sending some delivery in several frames."""
+        return self._partials > 0
 
     def incomplete_transfers(self) -> list[IncomingDelivery]:
         """Deliveries the peer has begun to send in several frames and not finished (§2.6.14)."""

@@ -38,13 +38,13 @@ class IncomingDelivery:
         self.link = link
         self.delivery_id = delivery_id
         self.tag = tag
+        # settled: at our end (the peer sent it settled, we settled it, or its link went away)
         self.settled = settled
-        """True once settled at our end: the peer sent it settled, we settled it, or its link went away."""
+        # state: carried by the last transfer frame that had one; earlier_states: different states carried by
+        # earlier frames of a multi-frame delivery (Part 4 §4.4.1 requires all frames of a transactional post to
+        # name the same transaction; the broker checks)
         self.state = state
-        """The state carried by the last transfer frame that had one."""
         self.earlier_states: list[Any] | None = None
-        """Different states carried by earlier frames of a multi-frame delivery (Part 4 §4.4.1 requires all
-        frames of a transactional post to name the same transaction; the broker checks)."""
 
     def __repr__(self) -> str:
         return f"IncomingDelivery(id={self.delivery_id}, tag={self.tag!r}, settled={self.settled})"
@@ -69,15 +69,13 @@ class OutgoingDelivery:
         self.link = link
         self.delivery_id = delivery_id
         self.tag = tag
+        # settled: at our end (sent settled, settled or aborted by a command, or its link went away)
         self.settled = settled
-        """True once settled at our end: sent settled, settled (or aborted) by a command, or its link went away."""
         self.remote_settled = False
         self.remote_state: Any = None
         self.context = context
-        self.unsent = 0
-        """Transfer frames of it still held back by the peer's session window (§2.5.6)."""
-        self.begun = False
-        """Its first frame has been written."""
+        self.unsent = 0  # transfer frames of it still held back by the peer's session window (§2.5.6)
+        self.begun = False  # its first frame has been written
 
     @property
     def open(self) -> bool:
