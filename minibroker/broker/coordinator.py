@@ -243,10 +243,8 @@ class Coordinator:
             err = error(Condition.TRANSACTION_ROLLBACK, f"transaction rolled back: {failure.description}")
             self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
-        if work:  # one journal record for all the durable work; ``accepted`` once it is on disk
-            self.recorder.record_then(work, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
-        else:
-            self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+        # one journal record for all the durable work; ``accepted`` once it is on disk
+        self.recorder.record_then(work, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
 
     def _after(self, held_back: list[OutgoingDelivery], answer: Callable[[], None]) -> None:
         """Answer a discharge that rolled back now, or once the aborted transfers of its acquired deliveries have
