@@ -1,7 +1,9 @@
 """Regression tests for issue 11: transactions (AMQP 1.0 part 4) frame by frame, one rule at a time.
 
-The behaviour asserted here is the one written down for issue 11 in ``txn-rules.md`` (rules R1..R10,
-decisions D1..D6); every test name starts with the id of the rule it pins. They were written before the
+R1..R10 are the ten deviations issue 11 lists, numbered as there (R1 partial commit ... R10 unbounded memory of
+timed-out ids); D1..D6 are the six cases it asks to decide, in its order (D1 a multi-frame post naming two
+transactions ... D6 an unknown id on an unsettled disposition). README "Transactions" states the behaviour
+chosen for each; every test name starts with the id of the rule it pins. They were written before the
 fix: on the code they were written against (3099981), every R test fails, on the assertion that states
 its rule. The tests use the in-memory harness of
 ``test_transactions_frames.py`` (real broker core, engine and connection tasks under a ``MockClock``) and

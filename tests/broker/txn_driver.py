@@ -1,25 +1,39 @@
 """An in-memory AMQP client for driving the real broker core and engine without sockets or trio.
 
 ``World`` owns one ``Broker`` and any number of ``Peer``s. A peer is a thin client: it encodes frames with
-``minibroker.testing.frames``, pushes them into its ``ServerConnection`` with ``receive_data``, hands the
+``minibroker.testing.frames``, pushes them into its ``ServerConnection`` with ``receive_events``, hands the
 resulting events to ``Broker.handle`` exactly as the trio layer does, then drains the output of *every*
-connection (a commit on one connection can dispatch to consumers of another) and decodes it.
+connection (a commit on one connection can dispatch to consumers of another) and decodes it. Time passes
+only when the test says so (``World.advance``, which calls ``Broker.handle_timeout``).
 
-What a peer learns from the broker's frames is collected in ``Observed``: transfers received by its
-consumers, the broker settling deliveries it sent (disposition role=sender), the broker's answers to the
-peer's own transfers (disposition role=receiver: provisional outcomes, ``declared``), and links the broker
-detached on its own initiative. The peer keeps only the bookkeeping the protocol needs (handles, delivery
-ids, session counters, which of its received deliveries are still unsettled); deciding what *should* have
-happened is the test's model, not this module.
+What a peer learns from the broker's frames is collected in ``Observed``: deliveries its consumers started
+to receive (first frame), completed (last frame) or saw aborted, the broker settling deliveries it sent
+(disposition role=sender), the broker's answers to the peer's own transfers (disposition role=receiver:
+provisional outcomes, ``declared``), the broker's attach replies (the address of a dynamic node), links the
+broker detached on its own initiative, and ``violations``: frames a correct peer of the protocol can never
+receive (a transfer beyond the session window or on a link that is gone, a continuation with no delivery
+in progress, a disposition for a delivery the peer already settled or has not completely received). The
+peer keeps only the bookkeeping the protocol needs (handles, delivery ids, session window, which of its
+received deliveries are still unsettled); deciding what *should* have happened is the test's model.
+
+Messages carry their name in their body as ``<<name>>`` (``payload()``), so a peer can tell which message
+a multi-frame delivery carries from its first frame, and a test can read names back from ``peek()``.
+
+``BrokerView`` reads the broker only through the public inspection API (``minibroker.handles``); ``census``
+turns it into what every queue holds. ``World.event_filter``, ``lose_second_transactional_post`` and
+``deliver_redeliveries_twice`` inject faults at the engine boundary, to prove that a checker can fail.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import (
+    Accepted,
     AmqpValue,
     Attach,
     Close,
@@ -31,26 +45,59 @@ from minibroker.amqp.definitions import (
     Error,
     Flow,
     Header,
+    Properties,
     Source,
+    Target,
+    TransactionalState,
     Transfer,
 )
 from minibroker.amqp.framing import AMQP_HEADER
 from minibroker.amqp.types import Symbol, UInt
 from minibroker.broker.core import Broker
-from minibroker.broker.links import Consumer, Dispatched
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import Link
+from minibroker.engine.events import Event, TransferReceived
+from minibroker.handles import NamespaceView
 from minibroker.testing import frames
 
 TXN_ID = Symbol("txn-id")
-WINDOW = 2048
+WINDOW = 1 << 20  # session window of a peer that never holds the broker back
+ACCEPTED_LIST = Symbol("amqp:accepted:list")
+REJECTED_LIST = Symbol("amqp:rejected:list")
+BIG = 1200  # characters of padding in a "big" message: several frames at max-frame-size 512
+
+_MARK = re.compile(rb"<<([^<>]{1,64})>>")
+_MARK_TEXT = re.compile(r"<<([^<>]{1,64})>>")
 
 
-def decode_message(payload: bytes) -> tuple[Any, int]:
+def payload(name: str, *, big: bool = False, to: str | None = None) -> bytes:
+    """An encoded message named ``name`` (amqp-value body ``<<name>>`` plus padding when ``big``)."""
+    sections = [Properties(to=to)] if to is not None else []
+    return frames.message(f"<<{name}>>" + ("." * BIG if big else ""), *sections)
+
+
+def name_in(data: bytes | str | Any) -> str | None:
+    """The message name in (the start of) an encoded message, or in a decoded body."""
+    if isinstance(data, bytes | bytearray):
+        found = _MARK.search(data)
+        return found.group(1).decode() if found else None
+    if isinstance(data, str):
+        text = _MARK_TEXT.search(data)
+        return text.group(1) if text else None
+    return None
+
+
+def discharge_with_uint_fail(txn_id: bytes) -> bytes:
+    """A coordinator message whose discharge carries ``fail`` as a uint 1 instead of a boolean (D2)."""
+    fields = codec.encode(txn_id) + b"\x52\x01"  # smalluint 1
+    discharge = b"\x00\x53\x32\xc0" + bytes([len(fields) + 1, 2]) + fields  # amqp:discharge:list, list8
+    return b"\x00\x53\x77" + discharge  # in an amqp-value section
+
+
+def decode_message(data: bytes) -> tuple[Any, int]:
     """``(body, delivery_count)`` of an encoded message whose body is an amqp-value."""
     body: Any = None
     count = 0
-    for section in codec.decode_all(payload):
+    for section in codec.decode_all(data):
         if isinstance(section, Header):
             count = section.delivery_count or 0
         elif isinstance(section, AmqpValue):
@@ -59,14 +106,23 @@ def decode_message(payload: bytes) -> tuple[Any, int]:
 
 
 @dataclass
-class Transferred:
-    """A message the broker sent on one of our consumer links."""
+class Started:
+    """The first frame of a delivery the broker sent on one of our consumer links."""
 
     link: str
     delivery_id: int
     settled: bool
     state: Any
-    body: Any
+    name: str | None
+
+
+@dataclass
+class Completed:
+    """The last frame of a delivery arrived: the whole message."""
+
+    link: str
+    delivery_id: int
+    name: str | None
     delivery_count: int
 
 
@@ -74,22 +130,47 @@ class Transferred:
 class Observed:
     """Everything one peer saw in answer to one step."""
 
-    transfers: list[Transferred] = field(default_factory=list)
+    started: list[Started] = field(default_factory=list)
+    completed: list[Completed] = field(default_factory=list)
+    aborted: list[tuple[str, int]] = field(default_factory=list)
+    """(link, delivery id) of deliveries the broker aborted (transfer aborted=true)."""
     settled_by_broker: list[tuple[int, Any]] = field(default_factory=list)
     """(delivery id, state) of deliveries the broker sent us and has now settled."""
     answers: dict[int, tuple[Any, bool]] = field(default_factory=dict)
     """Our delivery id -> (state, settled): the broker's disposition of what we sent."""
+    attached: dict[str, Attach] = field(default_factory=dict)
+    """The broker's attach, by link name."""
     detached: list[tuple[str, Error | None]] = field(default_factory=list)
     """Links the broker detached on its own initiative (not as the answer to our detach)."""
+    violations: list[str] = field(default_factory=list)
     closed: bool = False
 
 
-class Peer:
-    """One client connection, one session (channel 0)."""
+@dataclass
+class _Incoming:
+    link: str
+    delivery_id: int
+    settled: bool
+    parts: list[bytes]
 
-    def __init__(self, world: World, container_id: str) -> None:
+
+EventFilter = Callable[["Peer", list[Event]], list[Event]]
+
+
+class Peer:
+    """One client connection, one session (channel 0).
+
+    ``max_frame_size`` is what the peer's open announces (the broker splits larger deliveries); ``window``
+    is the session incoming window it starts with. A peer with ``window=None`` never holds the broker back;
+    otherwise it accepts transfer frames only up to ``window_limit`` (raised by ``open_window``).
+    """
+
+    def __init__(
+        self, world: World, container_id: str, *, max_frame_size: int | None = None, window: int | None = None
+    ) -> None:
         self.world = world
         self.container_id = container_id
+        self.max_frame_size = max_frame_size
         self.conn = ServerConnection()
         world.broker.connection_made(self.conn)
         self.alive = True
@@ -99,25 +180,41 @@ class Peer:
         self._handles: dict[str, int] = {}  # our handle of each attached link, by name
         self._remote: dict[int, str] = {}  # the broker's handle -> link name
         self._detaching: set[str] = set()
-        self._delivery_counts: dict[str, int] = {}  # transfers received per consumer link
+        self._delivery_counts: dict[str, int] = {}  # deliveries started per consumer link
         self._next_delivery_id = 0
+        self._sending: dict[str, int] = {}  # our link -> delivery id of a multi-frame transfer in progress
         self.transfers_out = 0
-        self.transfers_in = 0
-        self.unsettled: dict[int, str] = {}
-        """Deliveries we received unsettled and nobody has settled yet: delivery id -> link name."""
+        self.frames_in = 0
+        self.limited = window is not None
+        self.window_limit = WINDOW if window is None else window
+        """We accept transfer frames numbered below this (session next-incoming-id + incoming-window)."""
+        self._incoming: dict[str, _Incoming] = {}  # delivery in progress, by link
+        self.unsettled: dict[int, tuple[str, str | None]] = {}
+        """Deliveries we received completely and unsettled, that nobody has settled: id -> (link, name)."""
+        self._settled_by_us: set[int] = set()
+        self.addresses: dict[str, str] = {}  # the address of the node each link is attached to (dynamic ones)
         self.observed = Observed()
 
     # -- sending ------------------------------------------------------------------------------------
     def connect(self) -> None:
-        self._feed(AMQP_HEADER + frames.frame(0, frames.open_(self.container_id)) + frames.frame(0, frames.begin()))
+        fields: dict[str, Any] = {}
+        if self.max_frame_size is not None:
+            fields["max_frame_size"] = UInt(self.max_frame_size)
+        self._feed(
+            AMQP_HEADER
+            + frames.frame(0, frames.open_(self.container_id, **fields))
+            + frames.frame(0, frames.begin(incoming_window=self.window_limit))
+        )
 
-    def send(self, performative: Any, payload: bytes = b"") -> None:
-        self._feed(frames.frame(0, performative, payload))
+    def send(self, performative: Any, data: bytes = b"") -> None:
+        self._feed(frames.frame(0, performative, data))
 
     def _feed(self, data: bytes) -> None:
         assert self.alive, f"{self.container_id} is closed"
         world = self.world
         events = self.conn.receive_events(data, world.now)
+        if world.event_filter is not None:
+            events = world.event_filter(self, events)
         world.broker.handle(self.conn, events, world.now)
 
     def eof(self) -> None:
@@ -129,6 +226,31 @@ class Peer:
         self.send(Close())
         self.alive = False
 
+    # -- session window -----------------------------------------------------------------------------
+    @property
+    def window_room(self) -> int:
+        """Transfer frames the broker may still send us."""
+        return max(0, self.window_limit - self.frames_in)
+
+    @property
+    def receiving(self) -> bool:
+        """True while some delivery to us has started and neither completed nor been aborted."""
+        return bool(self._incoming)
+
+    def open_window(self, frames_more: int) -> None:
+        """Let ``frames_more`` more transfer frames in (a session flow)."""
+        self.window_limit += frames_more
+        self.send(self._flow_frame())
+
+    def _flow_frame(self, **link_fields: Any) -> Flow:
+        return frames.flow(
+            next_incoming_id=self.frames_in,
+            incoming_window=self.window_room,
+            next_outgoing_id=self.transfers_out,
+            outgoing_window=WINDOW,
+            **link_fields,
+        )
+
     # -- links --------------------------------------------------------------------------------------
     def _new_handle(self, name: str) -> int:
         assert name not in self._handles, f"link {name} already attached"
@@ -137,15 +259,25 @@ class Peer:
         self._handles[name] = handle
         return handle
 
-    def attach_producer(self, name: str, address: str) -> None:
-        self.send(frames.attach_sender(address, self._new_handle(name), name))
+    def attach_producer(self, name: str, address: str | None, *, dynamic: bool = False) -> None:
+        """A sender link to ``address`` (None: the anonymous relay; ``dynamic``: a node made for the link)."""
+        target = Target(dynamic=True) if dynamic else Target(address=address)
+        self.send(frames.attach_sender(address, self._new_handle(name), name, target=target))
 
-    def attach_controller(self, name: str) -> None:
+    def attach_controller(self, name: str, *, rejects: bool = True, snd_settle_mode: int | None = None) -> None:
+        """A coordinator link; its source offers rejected (errors come as rejected) or only accepted."""
+        outcomes = [ACCEPTED_LIST, REJECTED_LIST] if rejects else [ACCEPTED_LIST]
         target = Coordinator(capabilities=[Symbol("amqp:local-transactions")])
-        self.send(frames.attach_sender(None, self._new_handle(name), name, target=target, source=Source()))
+        mode = None if snd_settle_mode is None else UInt(snd_settle_mode)
+        attach = frames.attach_sender(
+            None, self._new_handle(name), name, target=target, source=Source(outcomes=outcomes), snd_settle_mode=mode
+        )
+        self.send(attach)
 
-    def attach_consumer(self, name: str, address: str, *, presettled: bool, default_outcome: Any) -> None:
-        source = Source(address=address, default_outcome=default_outcome)
+    def attach_consumer(
+        self, name: str, address: str | None, *, presettled: bool, default_outcome: Any, dynamic: bool = False
+    ) -> None:
+        source = Source(address=address, dynamic=dynamic or None, default_outcome=default_outcome)
         settle_mode = UInt(1) if presettled else None
         self.send(
             frames.attach_receiver(address, self._new_handle(name), name, source=source, snd_settle_mode=settle_mode)
@@ -155,47 +287,61 @@ class Peer:
     def detach(self, name: str) -> None:
         handle = self._handles.pop(name)
         self._detaching.add(name)
-        self._forget_deliveries(name)
+        self._forget_link(name)
         self.send(Detach(handle=UInt(handle), closed=True))
 
-    def _forget_deliveries(self, name: str) -> None:
-        """A detached link's unsettled deliveries are no longer ours to settle."""
-        self.unsettled = {d: link for d, link in self.unsettled.items() if link != name}
+    def _forget_link(self, name: str) -> None:
+        """A detached link's deliveries are no longer ours to settle, nor to receive."""
+        self.unsettled = {d: v for d, v in self.unsettled.items() if v[0] != name}
+        self._incoming.pop(name, None)
+        self._sending.pop(name, None)
 
     def attached(self, name: str) -> bool:
         return name in self._handles
 
-    def broker_link(self, name: str) -> Link | None:
-        """The engine's record of our link ``name``, as the broker sees it (None once detached)."""
-        for session in self.conn.sessions.values():
-            for link in session.links.values():
-                if link.name == name:
-                    return link
-        return None
-
     # -- performatives ------------------------------------------------------------------------------
-    def transfer(self, link: str, payload: bytes, *, settled: bool = False, state: Any = None) -> int:
-        """Send one message on ``link``; returns its delivery id."""
+    def transfer(self, link: str, data: bytes, *, settled: bool = False, state: Any = None) -> int:
+        """Send one message in one frame on ``link``; returns its delivery id."""
         delivery_id = self._next_delivery_id
         self._next_delivery_id += 1
         self.transfers_out += 1
-        perf = frames.transfer(self._handles[link], delivery_id, settled=settled, state=state)
-        self.send(perf, payload)
+        self.send(frames.transfer(self._handles[link], delivery_id, settled=settled, state=state), data)
         return delivery_id
 
-    def declare(self, controller: str) -> int:
-        return self.transfer(controller, frames.message(AmqpValue(Declare())))
+    def begin_transfer(self, link: str, data: bytes, *, settled: bool = False, state: Any = None) -> int:
+        """The first frame of a multi-frame message (more=true); returns its delivery id."""
+        assert link not in self._sending, f"{link} is already sending a message"
+        delivery_id = self._next_delivery_id
+        self._next_delivery_id += 1
+        self.transfers_out += 1
+        self._sending[link] = delivery_id
+        self.send(frames.transfer(self._handles[link], delivery_id, settled=settled, state=state, more=True), data)
+        return delivery_id
 
-    def discharge(self, controller: str, txn_id: bytes, *, fail: bool) -> int:
-        return self.transfer(controller, frames.message(AmqpValue(Discharge(txn_id=txn_id, fail=fail))))
+    def end_transfer(self, link: str, data: bytes, *, state: Any = None) -> int:
+        """The last frame of the message ``link`` is sending (more=false); returns its delivery id."""
+        delivery_id = self._sending.pop(link)
+        self.transfers_out += 1
+        self.send(frames.transfer(self._handles[link], None, state=state, more=False), data)
+        return delivery_id
+
+    def sending(self, link: str) -> bool:
+        return link in self._sending
+
+    def control(self, controller: str, body: bytes, *, settled: bool = False, state: Any = None) -> int:
+        """Send an encoded coordinator message (declare or discharge, perhaps malformed)."""
+        return self.transfer(controller, body, settled=settled, state=state)
+
+    def declare(self, controller: str, *, settled: bool = False, state: Any = None) -> int:
+        return self.transfer(controller, frames.message(AmqpValue(Declare())), settled=settled, state=state)
+
+    def discharge(self, controller: str, txn_id: bytes, *, fail: bool, settled: bool = False) -> int:
+        body = frames.message(AmqpValue(Discharge(txn_id=txn_id, fail=fail)))
+        return self.transfer(controller, body, settled=settled)
 
     def flow(self, link: str, credit: int, properties: dict[Any, Any] | None = None) -> None:
         self.send(
-            frames.flow(
-                next_incoming_id=self.transfers_in,
-                incoming_window=WINDOW,
-                next_outgoing_id=self.transfers_out,
-                outgoing_window=WINDOW,
+            self._flow_frame(
                 handle=self._handles[link],
                 delivery_count=self._delivery_counts[link],
                 link_credit=credit,
@@ -207,6 +353,7 @@ class Peer:
         """Our disposition (as receiver) of a delivery the broker sent."""
         if settled:
             self.unsettled.pop(delivery_id, None)
+            self._settled_by_us.add(delivery_id)
         self.send(frames.disposition(delivery_id, settled=settled, state=state))
 
     # -- receiving ----------------------------------------------------------------------------------
@@ -224,33 +371,28 @@ class Peer:
                 self._on_frame(item.performative, item.payload, replies)
         return replies
 
-    def _on_frame(self, perf: Any, payload: bytes, replies: list[Any]) -> None:
+    def _on_frame(self, perf: Any, data: bytes, replies: list[Any]) -> None:
         obs = self.observed
         if isinstance(perf, Attach):
             assert perf.name is not None
             assert perf.handle is not None
             self._remote[perf.handle] = perf.name
+            obs.attached[perf.name] = perf
+            terminus = perf.source if perf.role == frames.SENDER else perf.target
+            address = getattr(terminus, "address", None)
+            if isinstance(address, str):
+                self.addresses[perf.name] = address
         elif isinstance(perf, Transfer):
-            assert not perf.more, "the test's messages fit in one frame"
-            name = self._remote[perf.handle or 0]
-            assert perf.delivery_id is not None
-            self.transfers_in += 1
-            self._delivery_counts[name] += 1
-            body, count = decode_message(payload)
-            settled = bool(perf.settled)
-            obs.transfers.append(Transferred(name, perf.delivery_id, settled, perf.state, body, count))
-            if not settled:
-                self.unsettled[perf.delivery_id] = name
+            self._on_transfer(perf, data)
         elif isinstance(perf, Disposition):
             first = perf.first or 0
             last = first if perf.last is None else perf.last
             for delivery_id in range(first, last + 1):
                 if perf.role == frames.SENDER:  # the broker, as sender, settles what it sent us
-                    assert perf.settled, f"broker disposition of its own delivery that does not settle: {perf}"
-                    obs.settled_by_broker.append((delivery_id, perf.state))
-                    self.unsettled.pop(delivery_id, None)
+                    self._on_settled(delivery_id, perf)
                 else:
-                    assert delivery_id not in obs.answers, f"two answers for our delivery {delivery_id}"
+                    if delivery_id in obs.answers:
+                        obs.violations.append(f"{self.container_id}: two answers for our delivery {delivery_id}")
                     obs.answers[delivery_id] = (perf.state, bool(perf.settled))
         elif isinstance(perf, Detach):
             name = self._remote.pop(perf.handle or 0)
@@ -259,27 +401,86 @@ class Peer:
             else:
                 obs.detached.append((name, perf.error))
                 handle = self._handles.pop(name)
-                self._forget_deliveries(name)
+                self._forget_link(name)
                 replies.append(Detach(handle=UInt(handle), closed=True))
         elif isinstance(perf, Close):
             obs.closed = True
         elif isinstance(perf, Flow):
             pass  # credit for our producers: the broker keeps them topped up
 
+    def _on_transfer(self, perf: Transfer, data: bytes) -> None:
+        obs = self.observed
+        me = self.container_id
+        self.frames_in += 1
+        if self.frames_in > self.window_limit:
+            obs.violations.append(f"{me}: transfer frame {self.frames_in} beyond our window ({self.window_limit})")
+        name = self._remote.get(perf.handle or 0)
+        if name is None or name not in self._handles:
+            obs.violations.append(f"{me}: transfer on handle {perf.handle}, which is no link of ours (any more)")
+            return
+        current = self._incoming.get(name)
+        if current is None:
+            if perf.delivery_id is None:
+                obs.violations.append(f"{me}: continuation frame on {name} with no delivery in progress")
+                return
+            current = _Incoming(name, perf.delivery_id, bool(perf.settled), [])
+            self._incoming[name] = current
+            self._delivery_counts[name] += 1
+            obs.started.append(Started(name, perf.delivery_id, bool(perf.settled), perf.state, name_in(data)))
+        elif perf.delivery_id is not None and perf.delivery_id != current.delivery_id:
+            obs.violations.append(f"{me}: delivery {perf.delivery_id} began on {name} inside {current.delivery_id}")
+        if perf.aborted:
+            del self._incoming[name]
+            obs.aborted.append((name, current.delivery_id))
+            return
+        current.parts.append(data)
+        if perf.more:
+            return
+        del self._incoming[name]
+        whole = b"".join(current.parts)
+        body, count = decode_message(whole)
+        obs.completed.append(Completed(name, current.delivery_id, name_in(body), count))
+        if not current.settled:
+            self.unsettled[current.delivery_id] = (name, name_in(body))
+
+    def _on_settled(self, delivery_id: int, perf: Disposition) -> None:
+        obs = self.observed
+        me = self.container_id
+        if delivery_id in self._settled_by_us:
+            obs.violations.append(f"{me}: the broker settled delivery {delivery_id}, which we had settled (D5)")
+        elif any(i.delivery_id == delivery_id for i in self._incoming.values()):
+            obs.violations.append(
+                f"{me}: the broker settled delivery {delivery_id} before sending all of it (R3: it must abort it)"
+            )
+        elif delivery_id not in self.unsettled:
+            obs.violations.append(f"{me}: the broker settled delivery {delivery_id}, which we do not hold")
+        else:
+            if not perf.settled:
+                obs.violations.append(f"{me}: broker disposition of its delivery {delivery_id} that does not settle")
+            obs.settled_by_broker.append((delivery_id, perf.state))
+            del self.unsettled[delivery_id]
+
 
 class World:
-    """One broker and its in-memory peers."""
+    """One broker and its in-memory peers, on a clock that moves only when told."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.peers: list[Peer] = []
         self.now = 0.0
+        self.event_filter: EventFilter | None = None
+        """Test-only seam: rewrites a batch of engine events before ``Broker.handle`` sees it."""
 
-    def connect(self, container_id: str) -> Peer:
-        peer = Peer(self, container_id)
+    def connect(self, container_id: str, *, max_frame_size: int | None = None, window: int | None = None) -> Peer:
+        peer = Peer(self, container_id, max_frame_size=max_frame_size, window=window)
         self.peers.append(peer)
         peer.connect()
         return peer
+
+    def advance(self, seconds: float) -> None:
+        """The clock moves; the broker runs its timers (transaction time-outs)."""
+        self.now += seconds
+        self.broker.handle_timeout(self.now)
 
     def settle(self) -> dict[Peer, Observed]:
         """Drain every connection's output (answering broker-initiated detaches); what each peer saw."""
@@ -297,30 +498,94 @@ class World:
         return seen
 
 
-def broker_census(broker: Broker) -> list[Any]:
-    """Bodies of every message the broker holds (ready or acquired), one entry per message held.
+# -- faults for proving that a checker can fail (engine boundary only: the broker core is left alone) -------------
+def lose_second_transactional_post() -> EventFilter:
+    """An event filter under which the second transactional post of every transaction never reaches the broker
+    core, while its client still gets the provisional ``transactional-state(accepted)`` the core would have
+    given (§4.4.1). A commit then applies the rest: seen from outside, a partial commit."""
+    seen: dict[Any, int] = {}
 
-    Acquired messages are found through the consumers of each queue and through open transactions (a
-    transaction keeps the deliveries of a detached consumer until it is discharged).
-    """
-    held: dict[int, Dispatched] = {}
-    consumers: list[Consumer] = [c for q in broker.queues.values() for c in q.consumers]
-    for txn in broker._txns.values():
-        consumers.extend(d.consumer for d in [*txn.acquisitions, *txn.retirements])
-    for consumer in consumers:
-        for dispatched in consumer.unsettled.values():
-            held[id(dispatched)] = dispatched
-    bodies = [decode_message(m.payload)[0] for q in broker.queues.values() for m in q.ready]
-    bodies += [decode_message(d.message.payload)[0] for d in held.values()]
-    return bodies
+    def lose(peer: Peer, events: list[Event]) -> list[Event]:
+        kept: list[Event] = []
+        for e in events:
+            state = e.delivery.state if isinstance(e, TransferReceived) else None
+            if isinstance(state, TransactionalState) and not isinstance(e.link.target, Coordinator):
+                seen[state.txn_id] = seen.get(state.txn_id, 0) + 1
+                if seen[state.txn_id] == 2:
+                    accepted = TransactionalState(txn_id=state.txn_id, outcome=Accepted())
+                    peer.conn.dispose_incoming([e.delivery], accepted)
+                    continue
+            kept.append(e)
+        return kept
+
+    return lose
+
+
+def deliver_redeliveries_twice(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A replacement for ``ServerConnection.deliver`` that sends a message it has sent before (a redelivery)
+    twice: a released message reaches a consumer on two deliveries at once."""
+    sent: set[str | None] = set()
+
+    def deliver(self: ServerConnection, link: Any, data: bytes, **fields: Any) -> Any:
+        delivery = original(self, link, data, **fields)
+        name = name_in(data)
+        if name in sent and link.credit > 0:  # (a duplicate with no credit for it would be refused)
+            original(self, link, data, **fields)
+        sent.add(name)
+        return delivery
+
+    return deliver
+
+
+class BrokerView(NamespaceView):
+    """The broker's default namespace through the public inspection handles (peek, stats, transactions)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def _call(self, fn: Callable[[Broker], Any]) -> Any:
+        return fn(self.world.broker)
+
+    def _now(self) -> float:
+        return self.world.now
+
+
+@dataclass(frozen=True)
+class QueueCensus:
+    """One queue as the inspection API shows it: ready messages in order, and counts."""
+
+    ready: tuple[tuple[str | None, int], ...]
+    """(name, delivery-count) of each ready message, in delivery order."""
+    acquired: int
+    staged: int
+
+
+def census(view: BrokerView) -> dict[str, QueueCensus]:
+    """Every queue of the namespace, read through ``peek()`` and ``stats()``."""
+    found: dict[str, QueueCensus] = {}
+    for name in view.queues:
+        handle = view.queue(name)
+        stats = handle.stats()
+        ready = tuple((name_in(m.body), m.delivery_count) for m in handle.peek())
+        found[name] = QueueCensus(ready, stats.acquired, stats.staged)
+    return found
 
 
 __all__ = [
+    "BIG",
     "TXN_ID",
+    "BrokerView",
+    "Completed",
     "Observed",
     "Peer",
-    "Transferred",
+    "QueueCensus",
+    "Started",
     "World",
-    "broker_census",
+    "census",
     "decode_message",
+    "deliver_redeliveries_twice",
+    "discharge_with_uint_fail",
+    "lose_second_transactional_post",
+    "name_in",
+    "payload",
 ]

@@ -3,7 +3,7 @@
 Issue 11 (deviation 3) and README "Acquiring": "A delivery not completely sent (its last frames held back
 by the consumer's session window) is aborted instead: its unsent frames become one transfer with
 `aborted=true`, so the consumer never gets the whole message while another consumer gets it again".
-txn-rules R3: "No consumer ever receives the complete message twice; the first consumer never receives
+README (issue 11, R3): "No consumer ever receives the complete message twice; the first consumer never receives
 the rest."
 
 Part 2 §2.6.14 / transfer.aborted: "Aborted messages should be discarded by the recipient ... An aborted

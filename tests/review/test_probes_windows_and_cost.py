@@ -4,7 +4,7 @@ README/settings: ``link_credit``: "Credit granted to each producer link, topped 
 Part 2 §2.6.14 (transfer.aborted): "An aborted Message is implicitly settled"; an aborted delivery still
 used one unit of link-credit (the delivery-count advanced when its first transfer arrived).
 
-issue 11 (R9, deviation 9): cost must not grow with what the peer can pile up; txn-rules D1: "Frames carrying
+issue 11 (R9, deviation 9): cost must not grow with what the peer can pile up; README (issue 11, D1): "Frames carrying
 no state inherit the state of the earlier frames" (the engine keeps every earlier state of a delivery).
 """
 
