@@ -183,7 +183,9 @@ class Endpoints:
         producer = Producer(conn, link, node)
         if decision.dynamic:
             producer.owned_node = node
-        conn.accept_attach(link, source=link.source, target=reply, context=producer)
+        # what a plain transfer makes the broker do (post, answer, top up credit) never changes how the next
+        # frame reads: the engine may parse the rest of a read of plain transfers in one go
+        conn.accept_attach(link, source=link.source, target=reply, context=producer, read_ahead=True)
         if node is not None:
             self._producers.setdefault(node, set()).add(producer)
         conn.grant_credit(link, self.settings.link_credit)

@@ -251,13 +251,14 @@ class ServerConnection:
         buf = self._in
         buf += data
         max_frame_size = self.max_frame_size
+        ahead: list[Event] = []  # plain transfers read ahead of their handling (``accept_attach(read_ahead=)``)
         try:
             while True:
                 try:
                     phase: Phase = self.phase  # (not narrowed: commands run between frames)
                     pos = self._pos
                     if len(buf) - pos < 8 or phase is Phase.FINISHED:
-                        return
+                        break
                     if phase is Phase.HEADER or phase is Phase.SASL_DONE:
                         self._pos = pos + 8
                         self._on_header(bytes(buf[pos : pos + 8]))
@@ -270,7 +271,7 @@ class ServerConnection:
                         if doff < 2 or doff * 4 > size:
                             raise FramingError(f"data offset {doff} is invalid for a frame of {size} bytes")
                         if len(buf) - pos < size:
-                            return
+                            break
                         self._pos = pos + size
                         self._on_frame(frame_type, channel, bytes(buf[pos + doff * 4 : pos + size]))
                 except ProtocolError as exc:
@@ -283,9 +284,30 @@ class ServerConnection:
                         self._finish(None, by_peer=False)
                     # else the frames after the bad one may hold the peer's close (§2.4.3): read them on
                 events = self._events
-                if events:
+                if not events:
+                    continue
+                if len(events) == 1:  # the common case: one frame, one event
+                    event = events[0]
+                    events.clear()
+                    if (
+                        type(event) is TransferReceived
+                        and event.link.read_ahead
+                        and event.delivery.state is None
+                        and event.link.credit > 0
+                    ):
+                        ahead.append(event)  # its handling cannot change how the next frame reads: read on
+                        continue
+                    if ahead:
+                        yield from ahead
+                        ahead = []
+                    yield event
+                else:
                     self._events = []
+                    if ahead:
+                        yield from ahead
+                        ahead = []
                     yield from events
+            yield from ahead
         finally:
             del buf[: self._pos]
             self._pos = 0
@@ -831,15 +853,21 @@ class ServerConnection:
         properties: dict[Any, Any] | None = None,
         offered_capabilities: list[str] | None = None,
         context: Any = None,
+        read_ahead: bool = False,
     ) -> None:
         """Answer the peer's attach with ours, naming the terminus we really provide (§2.6.3).
 
-        ``context`` is the caller's own object for the link, read back from ``link.context``.
+        ``context`` is the caller's own object for the link, read back from ``link.context``. ``read_ahead``
+        promises that handling a plain transfer (no delivery state) on this link gives no command that changes
+        how a later frame is read (no detach, end or close; credit may be granted): ``receive_events`` may then
+        parse on past such transfers before they are handled, as long as the link has credit left, and the
+        events come in bulk (in order still).
         """
         if link.state is not LinkState.ATTACHING:
             raise LocalProtocolError(f"{link!r} is {link.state.value}: only an attach not yet answered can be accepted")
         link.state = LinkState.ATTACHED
         link.context = context
+        link.read_ahead = read_ahead
         link.source = source
         link.target = target
         link.max_message_size = max_message_size or self.max_message_size

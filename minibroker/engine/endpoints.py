@@ -109,6 +109,7 @@ class Link:
         "partial_delivery",
         "partial_size",
         "rcv_settle_mode",
+        "read_ahead",
         "role",
         "session",
         "snd_settle_mode",
@@ -144,6 +145,7 @@ class Link:
         self.tag_counter = 0
         self.context: Any = None
         """The broker core's object for this link, given with ``accept_attach``."""
+        self.read_ahead = False  # see ``accept_attach``
 
     @property
     def is_sender(self) -> bool:

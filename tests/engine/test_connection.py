@@ -684,6 +684,36 @@ def test_frames_held_back_for_a_detached_link_are_never_sent() -> None:
     assert h.out() == []
 
 
+@pytest.mark.parametrize("read_ahead", [False, True])
+def test_events_come_frame_by_frame_unless_the_link_reads_ahead(read_ahead: bool) -> None:
+    """The next frame is parsed only once the event before has been taken, so a command given in between is in
+    force for it; plain transfers on a link accepted with ``read_ahead`` are parsed in one go (while it has
+    credit), the events still in order."""
+    h = Harness().opened().session()
+    (attached,) = h.send(frames.attach_sender("q", 0))
+    link = attached.link
+    h.conn.accept_attach(link, source=link.source, target=link.target, read_ahead=read_ahead)
+    h.conn.grant_credit(link, 10)
+    h.out()
+    data = b"".join(frames.frame(0, frames.transfer(0, i), b"m%d" % i) for i in range(3))
+    events = h.conn.receive_events(data, 0.0)
+    first = next(events)
+    assert isinstance(first, TransferReceived)
+    assert link.credit == (7 if read_ahead else 9)
+    assert [type(e) for e in events] == [TransferReceived, TransferReceived]
+
+
+def test_a_command_between_frames_is_in_force_for_the_next() -> None:
+    """A transfer in the same read after a detach we give while handling the frame before is dropped (§2.6.2)."""
+    h = Harness().opened().session()
+    link = h.receiving_link(0)
+    data = b"".join(frames.frame(0, frames.transfer(0, i), b"m%d" % i) for i in range(2))
+    events = h.conn.receive_events(data, 0.0)
+    assert isinstance(next(events), TransferReceived)
+    h.conn.detach(link, error(Condition.NOT_ALLOWED, "enough"))
+    assert [type(e) for e in events] == [LinkDetached]  # the second transfer was read after the detach
+
+
 def test_throttling_is_reported_once() -> None:
     h = Harness().opened().session()
     link = h.sending_link(0, credit=100)
