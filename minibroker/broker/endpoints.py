@@ -183,8 +183,9 @@ class Endpoints:
         producer = Producer(conn, link, node)
         if decision.dynamic:
             producer.owned_node = node
-        # what a plain transfer makes the broker do (post, answer, top up credit) never changes how the next
-        # frame reads: the engine may parse the rest of a read of plain transfers in one go
+        # what a transfer naming at most one state makes the broker do (post or stage it, answer, top up credit)
+        # never changes how the next frame reads: the engine may parse a read's run of them in one go (one whose
+        # frames name two transactions detaches controllers, so it is handled before the next frame is read)
         conn.accept_attach(link, source=link.source, target=reply, context=producer, read_ahead=True)
         if node is not None:
             self._producers.setdefault(node, set()).add(producer)

@@ -292,7 +292,7 @@ class ServerConnection:
                     if (
                         type(event) is TransferReceived
                         and event.link.read_ahead
-                        and event.delivery.state is None
+                        and event.delivery.earlier_states is None
                         and event.link.credit > 0
                     ):
                         ahead.append(event)  # its handling cannot change how the next frame reads: read on
@@ -858,10 +858,10 @@ class ServerConnection:
         """Answer the peer's attach with ours, naming the terminus we really provide (§2.6.3).
 
         ``context`` is the caller's own object for the link, read back from ``link.context``. ``read_ahead``
-        promises that handling a plain transfer (no delivery state) on this link gives no command that changes
-        how a later frame is read (no detach, end or close; credit may be granted): ``receive_events`` may then
-        parse on past such transfers before they are handled, as long as the link has credit left, and the
-        events come in bulk (in order still).
+        promises that handling a transfer on this link whose frames carried at most one delivery state gives
+        no command that changes how a later frame is read (no detach, end or close; credit may be granted):
+        ``receive_events`` may then parse on past such transfers before they are handled, as long as the link
+        has credit left, and the events come in bulk (in order still).
         """
         if link.state is not LinkState.ATTACHING:
             raise LocalProtocolError(f"{link!r} is {link.state.value}: only an attach not yet answered can be accepted")

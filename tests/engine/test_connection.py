@@ -687,8 +687,8 @@ def test_frames_held_back_for_a_detached_link_are_never_sent() -> None:
 @pytest.mark.parametrize("read_ahead", [False, True])
 def test_events_come_frame_by_frame_unless_the_link_reads_ahead(read_ahead: bool) -> None:
     """The next frame is parsed only once the event before has been taken, so a command given in between is in
-    force for it; plain transfers on a link accepted with ``read_ahead`` are parsed in one go (while it has
-    credit), the events still in order."""
+    force for it; transfers on a link accepted with ``read_ahead`` are parsed in one go (while it has credit),
+    the events still in order."""
     h = Harness().opened().session()
     (attached,) = h.send(frames.attach_sender("q", 0))
     link = attached.link

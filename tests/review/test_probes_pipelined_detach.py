@@ -39,7 +39,9 @@ mb = frame_tests.mb
 settings = frame_tests.settings
 
 
-@pytest.mark.parametrize("offence", ["unknown-id", "failed-commit", "settled-declare", "partial-post"])
+@pytest.mark.parametrize(
+    "offence", ["unknown-id", "failed-commit", "settled-declare", "partial-post", "post-naming-two-transactions"]
+)
 async def test_discharge_pipelined_behind_a_detaching_frame_must_not_commit(
     mb: MemoryBroker, autojump_clock: MockClock, offence: str
 ) -> None:
@@ -63,6 +65,11 @@ async def test_discharge_pipelined_behind_a_detaching_frame_must_not_commit(
     elif offence == "settled-declare":
         _, data = control_frame(c, Declare(), settled=True)
         batch += data
+    elif offence == "post-naming-two-transactions":  # D1: both roll back, and their controller goes
+        one, two = await c.declare(), await c.declare()
+        _, first = post_frame(c, 1, BIG[:1000], txn=one, more=True)
+        last = frames.frame(0, frames.transfer(1, None, state=TransactionalState(txn_id=two)), BIG[1000:])
+        batch += first + last  # (producer links read ahead: not past a transfer naming two transactions)
     else:  # a partial post under another transaction, then its discharge: §4.4.1 terminates the control link
         doomed = await c.declare()
         _, data = post_frame(c, 1, BIG[:1000], txn=doomed, more=True)
