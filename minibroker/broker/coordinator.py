@@ -81,6 +81,17 @@ def named_transactions(delivery: IncomingDelivery) -> list[Any]:
     return named
 
 
+class _Waiting:
+    """A discharge's answer, and the aborted transfers it waits for."""
+
+    __slots__ = ("answer", "answered", "held_back")
+
+    def __init__(self, held_back: list[OutgoingDelivery], answer: Callable[[], None]) -> None:
+        self.held_back = held_back
+        self.answer = answer
+        self.answered = False
+
+
 class _Held:
     """The transactions of one connection: open ones, and timed-out ones not yet discharged."""
 
@@ -123,8 +134,9 @@ class Coordinator:
         self._stopped: dict[Consumer, bytes] = {}
         """Links bound to a transaction that ended without being discharged (timed out, or its controller went):
         they send nothing until told what comes next (§4.4.3; §4: further work on it "will lead to failure")."""
-        self.waiting: list[tuple[list[OutgoingDelivery], Callable[[], None]]] = []
-        """Answers to discharges that rolled back, sent once the aborted transfers are out (``answer_waiting``)."""
+        self._waiting: dict[ServerConnection, list[_Waiting]] = {}
+        """Answers to discharges that rolled back, sent once the aborted transfers are out, by the connection of
+        those transfers (only a read of that connection can let them out: ``answer_waiting``)."""
         dispatcher.acquirer = self
 
     # -- the Acquirer seam of the dispatcher (§4.4.3) ---------------------------------------------------
@@ -142,9 +154,7 @@ class Coordinator:
         """A declare or discharge arrived on a coordinator link."""
         # §4.4.1: the provisional outcomes of posts go out before any declare or discharge is answered
         self.outbox.flush(conn)
-        link = controller.link
-        if link.credit < CONTROLLER_CREDIT // 2:
-            conn.grant_credit(link, CONTROLLER_CREDIT)
+        self.replenish(conn, controller)
         delivery = event.delivery
         if delivery.settled:
             # §4.3: declare and discharge "MUST NOT be sent settled", the controller needs their outcome;
@@ -168,6 +178,13 @@ class Coordinator:
         else:
             err = error(Condition.DECODE_ERROR, "a coordinator message must carry declare or discharge")
             self._control_error(conn, controller, delivery, err)
+
+    def replenish(self, conn: ServerConnection, controller: Controller) -> None:
+        """Keep the controller's credit topped up, so declares and discharges can be pipelined."""
+        link = controller.link
+        if link.credit < CONTROLLER_CREDIT // 2:
+            conn.grant_credit(link, CONTROLLER_CREDIT)
+            self.outbox.touch(conn)
 
     def controller_gone(self, controller: Controller) -> None:
         """§4 intro: a control link that closes rolls back the transactions it created."""
@@ -250,16 +267,31 @@ class Coordinator:
         """Answer a discharge that rolled back now, or once the aborted transfers of its acquired deliveries have
         left (§4.4.3: abort the remainder of a partly sent message "before completing the discharge"): the
         consumer's session window may hold them back."""
-        if any(not d.complete for d in held_back):
-            self.waiting.append((held_back, answer))
-        else:
+        pending = [d for d in held_back if not d.complete]
+        if not pending:
             answer()
+            return
+        entry = _Waiting(pending, answer)
+        for conn in {d.link.context.conn for d in pending}:
+            self._waiting.setdefault(conn, []).append(entry)
 
-    def answer_waiting(self) -> None:
-        """Send the answers whose aborted transfers have gone out (or never will: their link is gone)."""
-        waiting, self.waiting = self.waiting, []
-        for held_back, answer in waiting:
-            self._after(held_back, answer)
+    def answer_waiting(self, conn: ServerConnection) -> None:
+        """Send the answers that waited for aborted transfers of ``conn`` once they have gone out (or never will:
+        their link is gone)."""
+        entries = self._waiting.pop(conn, None)
+        if entries is None:
+            return
+        still = []
+        for entry in entries:
+            if entry.answered:
+                continue
+            if all(d.complete for d in entry.held_back):
+                entry.answered = True
+                entry.answer()
+            else:
+                still.append(entry)
+        if still:
+            self._waiting[conn] = still
 
     def _control_error(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, err: Error
@@ -432,12 +464,19 @@ class Coordinator:
             holder = self._holder.get(dispatched)
             if isinstance(state, TransactionalState):
                 self._retire(conn, dispatched, holder, state, settled, touched)
-            elif holder is not None:
+            elif holder is not None and dispatched in holder.acquired:
                 if is_outcome(state) and dispatched not in holder.outcomes:
                     # a plain outcome for a delivery acquired under a transaction: staged in that transaction
                     holder.outcomes[dispatched] = state
                 # else its transaction decides, and the engine keeps whether the client settled it
+            elif holder is not None and not is_outcome(state):
+                pass  # settled, or a non-terminal state, while an outcome waits in a transaction: it decides
             else:
+                if holder is not None:
+                    # acquired outside any transaction, with an outcome staged in one: the client's latest word, a
+                    # plain outcome, takes it out of the transaction (as a later one moves it to another)
+                    del holder.outcomes[dispatched]
+                    del self._holder[dispatched]
                 plain.append(dispatched)
         # a browsed copy is settled with the outcome it was given, never as work of a transaction
         self.outbox.settle(conn, browsed, state.outcome if isinstance(state, TransactionalState) else state)
@@ -548,10 +587,11 @@ class Coordinator:
                     configured, policy = self.settings.policy_for(target.name)
                     if (configured or target.kind) == TOPIC or policy.overflow == DROP_HEAD:
                         continue  # a new topic has no subscription yet
-                    count, size = extra.get(target, (0, 0))
+                    key = (id(target.namespace), target.name)  # ``x`` and ``queue://x`` are one node
+                    count, size = extra.get(key, (0, 0))
                     if not policy.admits(count, size, message.size):
                         return error(Condition.RESOURCE_LIMIT_EXCEEDED, f"node {target.name!r} is full")
-                    extra[target] = (count + 1, size + message.size)
+                    extra[key] = (count + 1, size + message.size)
                     continue
             else:
                 node = target

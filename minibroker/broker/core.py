@@ -131,9 +131,11 @@ class Broker:
             # events there too: handle them now rather than at that connection's next read
             for other in list(dirty):
                 if other is not conn:
-                    self._apply(other, other.take_events())
-        if self.coordinator.waiting:
-            self.coordinator.answer_waiting()
+                    caused = other.take_events()
+                    if caused:
+                        self._apply(other, caused)
+                        self.coordinator.answer_waiting(other)
+        self.coordinator.answer_waiting(conn)
         if self.on_change is not None:
             self.on_change()
 
@@ -153,7 +155,6 @@ class Broker:
             pending = conn.take_events()  # caused by our own commands (a detach after a refused attach)
             if not pending:
                 return
-
 
     @property
     def dirty(self) -> set[ServerConnection]:

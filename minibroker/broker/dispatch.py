@@ -121,6 +121,7 @@ class Dispatcher:
         self.acquirer: Acquirer = _NoTransactions()
         self._new_deadline = new_deadline
         self._groups: dict[Queue, ConsumerGroup] = {}
+        self._stopped: dict[Queue, set[Consumer]] = {}  # attached, but out of their group until restarted
         self._by_conn: dict[ServerConnection, set[Consumer]] = {}
         self._seq = 0
 
@@ -217,7 +218,8 @@ class Dispatcher:
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """``consumer`` is gone (its unsettled deliveries are someone else's to finish)."""
-        self.stop(consumer)
+        self._leave_group(consumer)
+        self._unstop(consumer)
         consumers = self._by_conn.get(consumer.conn)
         if consumers is not None:
             consumers.discard(consumer)
@@ -226,17 +228,31 @@ class Dispatcher:
 
     def stop(self, consumer: Consumer) -> None:
         """``consumer`` gets nothing more until ``restart`` (it stays attached, with its credit)."""
+        self._leave_group(consumer)
+        self._stopped.setdefault(consumer.queue, set()).add(consumer)
+
+    def restart(self, consumer: Consumer) -> None:
+        """A stopped consumer takes messages again."""
+        if self._unstop(consumer) and consumer.attached:
+            self._groups.setdefault(consumer.queue, ConsumerGroup()).add(consumer)
+            self.dispatch(consumer.queue)
+
+    def _leave_group(self, consumer: Consumer) -> None:
         group = self._groups.get(consumer.queue)
         if group is not None:
             group.remove(consumer)
             if not group:
                 del self._groups[consumer.queue]
 
-    def restart(self, consumer: Consumer) -> None:
-        """A stopped consumer takes messages again."""
-        if consumer.attached:
-            self._groups.setdefault(consumer.queue, ConsumerGroup()).add(consumer)
-            self.dispatch(consumer.queue)
+    def _unstop(self, consumer: Consumer) -> bool:
+        """Take ``consumer`` off the stopped ones; whether it was stopped."""
+        stopped = self._stopped.get(consumer.queue)
+        if stopped is None or consumer not in stopped:
+            return False
+        stopped.discard(consumer)
+        if not stopped:
+            del self._stopped[consumer.queue]
+        return True
 
     def consumers(self, queue: Queue) -> list[Consumer]:
         """The consumers taking from ``queue`` now: acquiring ones, then browsers."""
@@ -256,12 +272,12 @@ class Dispatcher:
         self.dispatch_all({consumer.queue for consumer in self.consumers_of(conn)})
 
     def queue_deleted(self, queue: Queue) -> None:
-        """``queue`` is gone: its consumers are detached with ``amqp:resource-deleted``."""
+        """``queue`` is gone: its consumers, stopped ones included, are detached with ``amqp:resource-deleted``."""
         group = self._groups.pop(queue, None)
-        if group is None:
-            return
+        consumers = [*group.consumers, *group.browsers] if group is not None else []
+        consumers += self._stopped.pop(queue, ())
         err = error(Condition.RESOURCE_DELETED, f"{queue.node_name!r} was deleted")
-        for consumer in [*group.consumers, *group.browsers]:
+        for consumer in consumers:
             consumer.conn.detach(consumer.link, err)
             self.outbox.touch(consumer.conn)
 

@@ -301,8 +301,12 @@ class Endpoints:
         if not event.aborted:
             self.coordinator.discarded(conn, event.states)
         link = event.link
-        if link is not None and isinstance(link.context, Producer) and link.state is LinkState.ATTACHED:
+        if link is None or link.state is not LinkState.ATTACHED:
+            return
+        if isinstance(link.context, Producer):
             self._top_up(conn, link)
+        elif isinstance(link.context, Controller):
+            self.coordinator.replenish(conn, link.context)
 
     def _relay_target(self, conn: ServerConnection, to: object, transactional: bool) -> Node | Deferred | None:
         """The node the anonymous relay routes ``to`` to; a transactional post to an address with no node

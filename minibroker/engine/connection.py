@@ -272,8 +272,15 @@ class ServerConnection:
                             raise FramingError(f"data offset {doff} is invalid for a frame of {size} bytes")
                         if len(buf) - pos < size:
                             break
+                        start = pos + doff * 4
+                        if ahead and buf[start : start + 3] != TRANSFER_PREFIX:
+                            # only transfers are read ahead of transfers: anything else (a flow granting credit,
+                            # say) waits until they are handled, so none of them sees a frame that came after
+                            yield from self._release(ahead)
+                            ahead = []
+                            continue
                         self._pos = pos + size
-                        self._on_frame(frame_type, channel, bytes(buf[pos + doff * 4 : pos + size]))
+                        self._on_frame(frame_type, channel, bytes(buf[start : pos + size]))
                 except ProtocolError as exc:
                     # Only connection-scope errors reach here; the others are handled where raised.
                     self._close_with(exc.to_error())
@@ -298,19 +305,27 @@ class ServerConnection:
                         ahead.append(event)  # its handling cannot change how the next frame reads: read on
                         continue
                     if ahead:
-                        yield from ahead
+                        yield from self._release(ahead)
                         ahead = []
                     yield event
                 else:
                     self._events = []
                     if ahead:
-                        yield from ahead
+                        yield from self._release(ahead)
                         ahead = []
                     yield from events
-            yield from ahead
+            yield from self._release(ahead)
         finally:
             del buf[: self._pos]
             self._pos = 0
+
+    def _release(self, ahead: list[Event]) -> Iterator[Event]:
+        """The transfers read ahead, one at a time, unless the connection was closed meanwhile (§2.4.3: after
+        our close nothing the peer sent is acted on)."""
+        for event in ahead:
+            if self.phase is Phase.CLOSE_SENT or self.phase is Phase.FINISHED:
+                return
+            yield event
 
     def next_deadline(self) -> float | None:
         """When ``handle_timeout`` must next be called, or None."""
@@ -357,6 +372,13 @@ class ServerConnection:
         if self.phase in (Phase.CLOSE_SENT, Phase.FINISHED):
             return  # §2.4.3: nothing follows our close
         frame = encode_frame(channel, performative, payload, frame_type)
+        if len(frame) > self.remote_max_frame_size:
+            # an error's description is ours to word: cut it to fit rather than fail (it may quote what the peer
+            # sent: a long address, a long txn-id)
+            shorter = _with_short_error(performative, len(frame) - self.remote_max_frame_size)
+            if shorter is not None:
+                performative = shorter
+                frame = encode_frame(channel, performative, payload, frame_type)
         if len(frame) > self.remote_max_frame_size and not isinstance(performative, Close):
             # §2.8.15 frame-size-too-small: e.g. an attach echoing a long address to a peer taking 512 bytes
             size = f"a {len(frame)}-byte {type(performative).__name__} frame"
@@ -1151,6 +1173,24 @@ class ServerConnection:
     def set_available(self, link: Link, available: int) -> None:
         """Record how many messages the node holds for this link (reported in our flows)."""
         link.available = available
+
+
+def _with_short_error(performative: Any, excess: int) -> Any:
+    """``performative`` with the description of the error it carries cut by at least ``excess`` bytes (and its
+    info dropped), or None when it carries no error worth cutting."""
+    state: Any = getattr(performative, "state", None)
+    outcome: Any = getattr(state, "outcome", state)  # a rejected outcome, maybe inside a transactional-state
+    err = getattr(performative, "error", None) or getattr(outcome, "error", None)
+    if not isinstance(err, Error) or not (err.description or err.info):
+        return None
+    text = (err.description or "").encode()
+    keep = max(0, len(text) - excess - 16) if not err.info else max(0, len(text) - excess)
+    short = Error(condition=err.condition, description=text[:keep].decode(errors="ignore") + "...")
+    if getattr(performative, "error", None) is err:
+        return type(performative)(*[short if v is err else v for v in performative.field_values()])
+    cut = type(outcome)(error=short)
+    new_state = cut if state is outcome else type(state)(txn_id=state.txn_id, outcome=cut)
+    return type(performative)(*[new_state if v is state else v for v in performative.field_values()])
 
 
 _MAX_STATES = 8  # distinct states remembered per incoming delivery: enough to see that they disagree

@@ -1018,11 +1018,15 @@ class TransactionsModel(RuleBasedStateMachine):
         if settled:
             d.client_settled = True
         if named is None:
-            if holder is not None:  # the transaction holding it decides; a plain outcome is staged in it
-                if outcome is not None and d.acquired_in is holder and d.outcome_in is None:
+            if holder is not None and (d.acquired_in is holder or outcome is None):
+                # the transaction holding it decides; a plain outcome is staged in the acquiring transaction
+                if outcome is not None and d.outcome_in is None:
                     d.outcome_in, d.outcome = holder, outcome
                     event("plain outcome staged in the acquiring transaction")
             elif outcome is not None:
+                if holder is not None:  # acquired outside any: the latest outcome takes it out of the transaction
+                    event("a plain outcome takes a staged one out of its transaction")
+                    d.outcome_in, d.outcome = None, None
                 self._finish(d, outcome, tell=outcome)
             elif settled:
                 self._finish(d, d.consumer.default, tell=None)
@@ -1212,6 +1216,9 @@ class TransactionsModel(RuleBasedStateMachine):
                     partial = conn.sending.pop(link, None)
                     if partial is not None:
                         self._gone(partial.msg)
+                        if partial.named is not None and partial.named.live:
+                            event("a post discarded before it was whole fails its transaction (§4.4.4)")
+                            partial.named.refused_post = True
                     conn.peer.detach(link)
                     self._delete_node(node)
                     self._step()

@@ -703,6 +703,32 @@ def test_events_come_frame_by_frame_unless_the_link_reads_ahead(read_ahead: bool
     assert [type(e) for e in events] == [TransferReceived, TransferReceived]
 
 
+def test_nothing_read_ahead_is_handed_over_after_our_close() -> None:
+    h = Harness().opened().session()
+    (attached,) = h.send(frames.attach_sender("q", 0))
+    link = attached.link
+    h.conn.accept_attach(link, source=link.source, target=link.target, read_ahead=True)
+    h.conn.grant_credit(link, 10)
+    h.out()
+    data = b"".join(frames.frame(0, frames.transfer(0, i), b"m%d" % i) for i in range(3))
+    events = h.conn.receive_events(data, 0.0)
+    assert isinstance(next(events), TransferReceived)
+    h.conn.close(error(Condition.INTERNAL_ERROR, "enough"))  # while handling the first of three read ahead
+    assert not any(isinstance(e, TransferReceived) for e in events)
+
+
+def test_an_error_too_long_for_the_peer_frame_size_is_cut_not_fatal() -> None:
+    h = Harness().opened(max_frame_size=512).session()
+    link = h.receiving_link(0)
+    h.conn.detach(link, error(Condition.NOT_FOUND, "x" * 2000))
+    (frame,) = h.out()
+    assert isinstance(frame.performative, Detach)
+    description = frame.performative.error.description
+    assert description.endswith("...")
+    assert 0 < len(description) < 512
+    assert h.conn.phase is Phase.OPENED
+
+
 def test_a_command_between_frames_is_in_force_for_the_next() -> None:
     """A transfer in the same read after a detach we give while handling the frame before is dropped (§2.6.2)."""
     h = Harness().opened().session()
