@@ -149,6 +149,14 @@ async def post_ok_to(c: Client, handle: int, text: str, address: str) -> None:
     assert (answer.first, answer.state) == (delivery_id, Accepted())
 
 
+async def take_unchanged(c: Client, payload: bytes, handle: int = 2) -> None:
+    """The message is back on its queue as it was (delivery-count unchanged): take it again and accept it."""
+    await c.credit(handle, 1)
+    (again,) = await c.take(1)
+    assert again.payload == payload
+    await c.peer.disposition(again.performative.delivery_id, state=Accepted())
+
+
 async def watcher(mb: MemoryBroker, address: str) -> Client:
     """A consumer on another connection with plenty of credit: it must see only what becomes visible."""
     w = await client(mb, f"watcher-{address}")
@@ -609,10 +617,7 @@ async def test_r8_settled_txn_state_without_outcome_on_a_delivery_acquired_under
     assert state == Accepted()
     assert others == []
     assert (queue.depth, queue.acquired) == (1, 0), "settled without outcome: the default outcome (released) applies"
-    await c.credit(2, 1)
-    (again,) = await c.take(1)
-    assert again.payload == payloads[0]
-    await c.peer.disposition(again.performative.delivery_id, state=Accepted())
+    await take_unchanged(c, payloads[0])
 
 
 async def test_r8_txn_state_without_outcome_on_a_delivery_held_by_no_transaction(
@@ -637,10 +642,7 @@ async def test_r8_txn_state_without_outcome_on_a_delivery_held_by_no_transaction
     await c.peer.expect_nothing()
     assert (queue.depth, queue.acquired) == (1, 0), "a settlement without outcome must release the message at once"
     assert await c.discharge(txn) == Accepted()
-    await c.credit(2, 1)
-    (again,) = await c.take(1)
-    assert again.payload == payloads[0]
-    await c.peer.disposition(again.performative.delivery_id, state=Accepted())
+    await take_unchanged(c, payloads[0])
 
 
 @pytest.mark.parametrize("settings", [BrokerSettings(transaction_timeout=10)], ids=["timeout-10s"])

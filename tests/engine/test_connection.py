@@ -6,6 +6,7 @@ tables whose ids name the rule they pin. Time is a plain number handed to the en
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import proton
@@ -684,11 +685,8 @@ def test_frames_held_back_for_a_detached_link_are_never_sent() -> None:
     assert h.out() == []
 
 
-@pytest.mark.parametrize("read_ahead", [False, True])
-def test_events_come_frame_by_frame_unless_the_link_reads_ahead(read_ahead: bool) -> None:
-    """The next frame is parsed only once the event before has been taken, so a command given in between is in
-    force for it; transfers on a link accepted with ``read_ahead`` are parsed in one go (while it has credit),
-    the events still in order."""
+def _three_transfers(read_ahead: bool) -> tuple[Harness, Link, Iterator[Event]]:
+    """A producer link with credit, and the events of three transfers on it arriving in one read."""
     h = Harness().opened().session()
     (attached,) = h.send(frames.attach_sender("q", 0))
     link = attached.link
@@ -696,7 +694,15 @@ def test_events_come_frame_by_frame_unless_the_link_reads_ahead(read_ahead: bool
     h.conn.grant_credit(link, 10)
     h.out()
     data = b"".join(frames.frame(0, frames.transfer(0, i), b"m%d" % i) for i in range(3))
-    events = h.conn.receive_events(data, 0.0)
+    return h, link, h.conn.receive_events(data, 0.0)
+
+
+@pytest.mark.parametrize("read_ahead", [False, True])
+def test_events_come_frame_by_frame_unless_the_link_reads_ahead(read_ahead: bool) -> None:
+    """The next frame is parsed only once the event before has been taken, so a command given in between is in
+    force for it; transfers on a link accepted with ``read_ahead`` are parsed in one go (while it has credit),
+    the events still in order."""
+    _, link, events = _three_transfers(read_ahead)
     first = next(events)
     assert isinstance(first, TransferReceived)
     assert link.credit == (7 if read_ahead else 9)
@@ -704,14 +710,7 @@ def test_events_come_frame_by_frame_unless_the_link_reads_ahead(read_ahead: bool
 
 
 def test_nothing_read_ahead_is_handed_over_after_our_close() -> None:
-    h = Harness().opened().session()
-    (attached,) = h.send(frames.attach_sender("q", 0))
-    link = attached.link
-    h.conn.accept_attach(link, source=link.source, target=link.target, read_ahead=True)
-    h.conn.grant_credit(link, 10)
-    h.out()
-    data = b"".join(frames.frame(0, frames.transfer(0, i), b"m%d" % i) for i in range(3))
-    events = h.conn.receive_events(data, 0.0)
+    h, _, events = _three_transfers(read_ahead=True)
     assert isinstance(next(events), TransferReceived)
     h.conn.close(error(Condition.INTERNAL_ERROR, "enough"))  # while handling the first of three read ahead
     assert not any(isinstance(e, TransferReceived) for e in events)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
-from minibroker.amqp.definitions import AmqpValue, Disposition, TransactionalState
+from minibroker.amqp.definitions import AmqpValue, TransactionalState
 from minibroker.testing import frames
-from minibroker.testing.frames import Frame
-from minibroker.testing.memory import MemoryPeer
+from tests.broker.test_transactions_adversarial import answers_to, gather
 from tests.broker.test_transactions_frames import Client
+
+__all__ = ["answers_to", "control_frame", "gather", "post_frame"]
 
 
 def control_frame(
@@ -45,23 +44,3 @@ def post_frame(
     performative = frames.transfer(handle, delivery_id, state=state, settled=settled or None, **fields)
     c.peer._transfers_out[channel] = c.peer._transfers_out.get(channel, 0) + 1
     return delivery_id, frames.frame(channel, performative, payload)
-
-
-async def gather(peer: MemoryPeer, seconds: float = 1.0) -> list[Frame]:
-    """Every frame that arrives within ``seconds`` (virtual time)."""
-    got: list[Frame] = []
-    with trio.move_on_after(seconds):
-        while True:
-            got.append(await peer.receive())
-    return got
-
-
-def answers_to(got: list[Frame], delivery_id: int) -> list[Disposition]:
-    found = []
-    for f in got:
-        p = f.performative
-        if isinstance(p, Disposition) and p.role is frames.RECEIVER:
-            last = p.first if p.last is None else p.last
-            if p.first <= delivery_id <= last:
-                found.append(p)
-    return found

@@ -40,7 +40,7 @@ from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker
 from tests.broker import test_transactions_frames as frame_tests
 from tests.broker.test_transactions_frames import TXN_ID, client
-from tests.review.helpers import gather, post_frame
+from tests.review.helpers import answers_to, gather, post_frame
 
 mb = frame_tests.mb
 settings = frame_tests.settings
@@ -95,9 +95,7 @@ async def post_then_txn_flow(mb: MemoryBroker, *, presettled: bool, separately: 
     # the client rolls back T: what it acquired under T goes back to q
     discharge_id = await c.control(Discharge(txn_id=txn, fail=True))
     got = await gather(c.peer)
-    answers = [
-        f.performative for f in got if isinstance(f.performative, Disposition) and f.performative.first == discharge_id
-    ]
+    answers = answers_to(got, discharge_id)
     assert [a.state for a in answers] == [Accepted()], got
     depth = mb.broker.queues["q"].depth
     await c.peer.send(Detach(handle=UInt(2), closed=True))  # (cleanup: a delivery still acquired goes back)
@@ -133,9 +131,7 @@ async def test_credit_of_a_flow_ending_acquisition_is_not_spent_inside_the_trans
     await gather(c.peer)
     discharge_id = await c.control(Discharge(txn_id=txn, fail=True))
     got = await gather(c.peer)
-    answers = [
-        f.performative for f in got if isinstance(f.performative, Disposition) and f.performative.first == discharge_id
-    ]
+    answers = answers_to(got, discharge_id)
     assert [a.state for a in answers] == [Accepted()], got
     depth = mb.broker.queues["q"].depth
     if depth:
