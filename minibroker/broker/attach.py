@@ -135,6 +135,7 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
         return ResumeSubscription(link.name)
     name = kind = None
     if source.dynamic:
+        # the permission is checked against the generated address, when the node is made (endpoints.py)
         _, kind = parse_address("", source.capabilities)
     else:
         refusal = denied(context, "receive", source.address, source.capabilities)
@@ -202,6 +203,7 @@ def _subscription(link: Link, source: Source, context: AttachContext) -> Subscri
 def decide_producer(link: Link, context: AttachContext) -> AttachDecision:
     target = link.target
     if isinstance(target, Target) and target.dynamic:
+        # the permission is checked against the generated address, when the node is made (endpoints.py)
         _, kind = parse_address("", target.capabilities)
         return AttachProducer(target, None, kind, dynamic=True)
     if isinstance(target, Target) and target.address is not None:

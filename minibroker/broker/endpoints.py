@@ -20,6 +20,7 @@ takes with it the dynamic node it created; deleting a node detaches every link s
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from minibroker.amqp.definitions import Rejected, Source, Target, TransactionalState
 from minibroker.amqp.errors import Condition, error
@@ -106,7 +107,9 @@ class Endpoints:
         source = decision.source
         node: Node | None
         if decision.name is None:
-            node = self.nodes.dynamic(conn, source.capabilities)
+            node = self._dynamic_node(conn, link, "receive", source.capabilities)
+            if node is None:
+                return
         else:
             node = self.nodes.lookup(conn, decision.name, decision.kind)
             if node is None:
@@ -138,6 +141,16 @@ class Endpoints:
         self.dispatcher.add_consumer(consumer)
         self.dispatcher.dispatch(consumer.queue)
 
+    def _dynamic_node(self, conn: ServerConnection, link: Link, action: str, capabilities: Any) -> Node | None:
+        """A dynamic node for ``link``, when its user may ``action`` ("receive" for a dynamic source, "send" for
+        a dynamic target) on the address generated for it; else the attach is refused (unauthorized-access)."""
+        name = self.nodes.dynamic_name(conn)
+        refusal = denied(self._context(conn), action, name)
+        if refusal is not None:
+            conn.refuse_attach(link, refusal)
+            return None
+        return self.nodes.dynamic(conn, capabilities, name)
+
     def _resume_subscription(self, conn: ServerConnection, link: Link, decision: ResumeSubscription) -> None:
         subscription = self.nodes.durable_subscription(conn, decision.link_name)
         if subscription is None:
@@ -165,7 +178,9 @@ class Endpoints:
         reply = target
         node: Node | None = None
         if decision.dynamic:
-            node = self.nodes.dynamic(conn, target.capabilities)
+            node = self._dynamic_node(conn, link, "send", target.capabilities)
+            if node is None:
+                return
             reply = Target(
                 address=node.name,
                 durable=target.durable,

@@ -115,10 +115,15 @@ class Nodes:
             node = self.create(namespace, name, kind)
         return node
 
-    def dynamic(self, conn: ServerConnection, capabilities: Any) -> Node:
-        """A node with a generated address for a dynamic terminus (§3.5.3), deleted with its link."""
+    def dynamic_name(self, conn: ServerConnection) -> str:
+        """A fresh generated address for a dynamic node of ``conn``: ``dynamic.<connection>.<n>``."""
+        return f"dynamic.{conn.conn_id}.{next(self._dynamic_ids)}"
+
+    def dynamic(self, conn: ServerConnection, capabilities: Any, name: str | None = None) -> Node:
+        """A node with a generated address (``name``, or a fresh one) for a dynamic terminus (§3.5.3), deleted
+        with its link."""
         _, kind = parse_address("", capabilities)
-        name = f"dynamic.{conn.conn_id}.{next(self._dynamic_ids)}"
+        name = name if name is not None else self.dynamic_name(conn)
         node = self.create(self.namespace_of(conn), name, kind)
         node.dynamic = True
         return node

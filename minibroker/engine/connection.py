@@ -13,6 +13,11 @@ is the broker core's job, done through the commands at the bottom of the class (
 ``deliver``, ``settle``, ``abort`` ...), each of which only queues frames, and each of which raises
 ``LocalProtocolError`` when given where it makes no sense.
 
+SASL: the engine decides the outcome itself, unless the policy defers PLAIN checks (``SaslPolicy.deferred``,
+for checks too slow to make while the caller waits): then it reports ``CredentialsReceived``, hands the
+credentials over once (``take_credentials``) and parses nothing more until the embedder's ``sasl_verdict``;
+``resume_events`` then yields the verdict's events and reads on through what the peer sent meanwhile.
+
 Errors: a peer that breaks the protocol raises a ``ProtocolError`` inside the engine; it never escapes
 ``receive_data``. Its scope picks the answer: close the connection, end the session, or detach the
 link, each with the error's condition. A connection-level error is final: after our close frame the
@@ -97,6 +102,7 @@ from minibroker.engine.events import (
     AuthenticationFailed,
     ConnectionClosed,
     ConnectionOpened,
+    CredentialsReceived,
     DeliveryUpdated,
     Event,
     IncomingSettled,
@@ -109,7 +115,7 @@ from minibroker.engine.events import (
     TransferDiscarded,
     TransferReceived,
 )
-from minibroker.engine.sasl import SASL_AUTH, SASL_OK, SaslPolicy, outcome_for
+from minibroker.engine.sasl import PLAIN, SASL_AUTH, SASL_OK, SaslPolicy, deferred_credentials, outcome_for
 
 Trace = Callable[[str, int, Any, int], None]
 """trace(direction "<-" or "->", channel, performative or header bytes, payload length)."""
@@ -125,6 +131,7 @@ class Phase(Enum):
 
     HEADER = "header"  # waiting for the peer's protocol header
     SASL = "sasl"  # mechanisms sent, waiting for sasl-init
+    SASL_CHECKING = "sasl-checking"  # credentials handed to the embedder, waiting for its ``sasl_verdict``
     SASL_DONE = "sasl-done"  # outcome ok sent, waiting for the AMQP header
     OPEN = "open"  # AMQP header exchanged, waiting for open
     OPENED = "opened"
@@ -132,7 +139,7 @@ class Phase(Enum):
     FINISHED = "finished"  # nothing more to read or write but what is buffered
 
 
-_HANDSHAKE_PHASES = (Phase.HEADER, Phase.SASL, Phase.SASL_DONE, Phase.OPEN)
+_HANDSHAKE_PHASES = (Phase.HEADER, Phase.SASL, Phase.SASL_CHECKING, Phase.SASL_DONE, Phase.OPEN)
 _OUTPUT_LIMIT = 1 << 20  # bytes queued for a peer beyond which no more deliveries are started
 
 
@@ -157,6 +164,7 @@ class ServerConnection:
         now: float = 0.0,
         refuse: Error | None = None,
         external_identity: str | None = None,
+        admit: Callable[[], Error | None] | None = None,
     ) -> None:
         self.conn_id = conn_id
         """A number the embedder gives this connection (logs, traces, introspection)."""
@@ -176,6 +184,9 @@ class ServerConnection:
         """Seconds from connect to open; a peer that sends nothing, or stalls in SASL, is dropped."""
         self.refuse = refuse
         """When set, the connection is refused: its open is answered with open and close(refuse)."""
+        self.admit = admit
+        """Asked once, when the peer's open arrives (unless ``refuse`` is set): an error refuses the connection
+        like ``refuse``, None lets it in. The embedder counts open connections with it."""
         self.external_identity = external_identity
         """The TLS client certificate's identity, offered as SASL EXTERNAL (Part 5 §5.3.3.1)."""
         self.throttled = False
@@ -193,6 +204,8 @@ class ServerConnection:
         self._partials = 0  # links with a delivery half received
         self.authentication_failed = False
         """SASL failed (the I/O layer delays the answer against password guessing)."""
+        self._credentials: tuple[str, str] | None = None  # PLAIN credentials until the embedder takes them
+        self._checking_user = ""  # whose credentials await the embedder's verdict
         self._out = bytearray()
         self._events: list[Event] = []
         self._now = now
@@ -248,8 +261,20 @@ class ServerConnection:
             return
         if self.phase is Phase.FINISHED:
             return
+        self._in += data
+        yield from self._parse()
+
+    def resume_events(self, now: float) -> Iterator[Event]:
+        """After ``sasl_verdict``: the events it caused, then those of the input that arrived meanwhile (none is
+        parsed while a verdict is awaited)."""
+        self._now = now
+        yield from self._take_events()
+        if self._in and self.phase is not Phase.FINISHED:
+            yield from self._parse()
+
+    def _parse(self) -> Iterator[Event]:
+        """Parse the buffered input frame by frame, yielding the events of each (see ``receive_events``)."""
         buf = self._in
-        buf += data
         max_frame_size = self.max_frame_size
         ahead: list[Event] = []  # plain transfers read ahead of their handling (``accept_attach(read_ahead=)``)
         try:
@@ -257,7 +282,7 @@ class ServerConnection:
                 try:
                     phase: Phase = self.phase  # (not narrowed: commands run between frames)
                     pos = self._pos
-                    if len(buf) - pos < 8 or phase is Phase.FINISHED:
+                    if len(buf) - pos < 8 or phase is Phase.FINISHED or phase is Phase.SASL_CHECKING:
                         break
                     if phase is Phase.HEADER or phase is Phase.SASL_DONE:
                         self._pos = pos + 8
@@ -485,17 +510,51 @@ class ServerConnection:
 
     # -- SASL -----------------------------------------------------------------------------------------
     def _on_sasl_init(self, init: SaslInit) -> None:
+        credentials = deferred_credentials(self.sasl, init, self.external_identity)
+        if credentials is not None:
+            # the embedder checks them (slowly, elsewhere): nothing more is parsed until its verdict
+            self._credentials = credentials
+            self._checking_user = credentials[0]
+            self.phase = Phase.SASL_CHECKING
+            self._events.append(CredentialsReceived(str(init.mechanism), credentials[0]))
+            return
         code, user = outcome_for(self.sasl, init, self.external_identity)
+        self._sasl_outcome(str(init.mechanism), code, user)
+
+    def _sasl_outcome(self, mechanism: str, code: int, user: str | None) -> None:
         self._send(0, SaslOutcome(code=code), frame_type=SASL_FRAME)
         if code == SASL_OK:
             self.user = user
             self.phase = Phase.SASL_DONE
-            self._events.append(Authenticated(str(init.mechanism), user))
+            self._events.append(Authenticated(mechanism, user))
         else:
             assert code == SASL_AUTH
             self.authentication_failed = True
-            self._events.append(AuthenticationFailed(str(init.mechanism)))
+            self._events.append(AuthenticationFailed(mechanism))
             self._finish(None, by_peer=False)
+
+    @property
+    def awaiting_verdict(self) -> bool:
+        """True while PLAIN credentials wait for ``sasl_verdict`` (see ``SaslPolicy.deferred``)."""
+        return self.phase is Phase.SASL_CHECKING
+
+    def take_credentials(self) -> tuple[str, str]:
+        """The user and password to check, once; answer with ``sasl_verdict``."""
+        if self._credentials is None:
+            raise LocalProtocolError("no credentials are waiting to be checked")
+        credentials, self._credentials = self._credentials, None
+        return credentials
+
+    def sasl_verdict(self, ok: bool) -> None:
+        """Answer the credentials taken with ``take_credentials``: sasl-outcome ok, or auth and the end of the
+        connection. Then ``resume_events`` parses what the peer sent meanwhile. Ignored once the connection is
+        over (it may time out or be dropped while its password is checked)."""
+        if self.phase is Phase.FINISHED:
+            return
+        if self.phase is not Phase.SASL_CHECKING:
+            raise LocalProtocolError(f"no SASL verdict is awaited in phase {self.phase.value}")
+        self._credentials = None
+        self._sasl_outcome(PLAIN, SASL_OK if ok else SASL_AUTH, self._checking_user if ok else None)
 
     # -- connection ---------------------------------------------------------------------------------
     def _on_open(self, open_: Open) -> None:
@@ -520,9 +579,12 @@ class ServerConnection:
             ),
         )
         self.phase = Phase.OPENED
-        if self.refuse is not None:
+        refusal = self.refuse
+        if refusal is None and self.admit is not None:
+            refusal = self.admit()
+        if refusal is not None:
             # e.g. too many connections: a clear AMQP error rather than a dropped socket
-            self._close_with(self.refuse)
+            self._close_with(refusal)
             return
         self._events.append(ConnectionOpened(open_))
 

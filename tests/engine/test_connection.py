@@ -36,8 +36,10 @@ from minibroker.engine.connection import Phase, ServerConnection
 from minibroker.engine.endpoints import Link, OutgoingDelivery
 from minibroker.engine.events import (
     Authenticated,
+    AuthenticationFailed,
     ConnectionClosed,
     ConnectionOpened,
+    CredentialsReceived,
     DeliveryUpdated,
     Event,
     IncomingSettled,
@@ -250,6 +252,83 @@ def test_sasl_required_accepts_a_peer_that_authenticates() -> None:
     assert sasl_out[1].performative.code == 0
     assert rest.endswith(AMQP_HEADER)
     assert h.conn.phase is Phase.OPEN
+
+
+def _never(user: str, password: str) -> bool:
+    raise AssertionError("a deferred check must not be made by the engine")
+
+
+def test_deferred_plain_waits_for_the_verdict_and_then_reads_on() -> None:
+    """Issue 12 item 3: the engine hands PLAIN credentials over and reads nothing more until the verdict (the
+    server hashes in a worker thread); what the peer pipelined meanwhile is parsed after it."""
+    h = Harness(sasl=SaslPolicy(required=True, anonymous=False, authenticate=_never, deferred=True))
+    h.feed(SASL_HEADER)
+    h.conn.data_to_send()
+    events = h.feed(
+        frames.sasl_frame(frames.sasl_plain("alice", "secret")), AMQP_HEADER, frames.frame(0, frames.open_())
+    )
+    assert events == [CredentialsReceived("PLAIN", "alice")]
+    assert "secret" not in repr(events)
+    assert h.conn.awaiting_verdict
+    assert h.conn.data_to_send() == b""  # no outcome yet, and the pipelined header is not answered
+    assert h.conn.next_deadline() is None  # (no handshake time-out configured here)
+    assert h.conn.take_credentials() == ("alice", "secret")
+    with pytest.raises(LocalProtocolError):
+        h.conn.take_credentials()  # handed over once
+    h.conn.sasl_verdict(True)
+    events = list(h.conn.resume_events(h.now))
+    assert [type(e) for e in events] == [Authenticated, ConnectionOpened]
+    assert h.conn.user == "alice"
+    sasl, _, amqp = h.conn.data_to_send().partition(AMQP_HEADER)
+    assert [f.performative for f in parse_frames(sasl)] == [SaslOutcome(code=0)]
+    assert [type(f.performative) for f in parse_frames(amqp)] == [Open]
+
+
+def test_deferred_plain_verdict_refused_ends_the_connection() -> None:
+    h = Harness(sasl=SaslPolicy(required=True, anonymous=False, authenticate=_never, deferred=True))
+    h.feed(SASL_HEADER)
+    h.conn.data_to_send()
+    h.feed(frames.sasl_frame(frames.sasl_plain("alice", "wrong")))
+    h.conn.take_credentials()
+    h.conn.sasl_verdict(False)
+    events = list(h.conn.resume_events(h.now))
+    assert [type(e) for e in events] == [AuthenticationFailed, ConnectionClosed]
+    assert [f.performative for f in h.out()] == [SaslOutcome(code=1)]
+    assert h.conn.finished
+    assert h.conn.authentication_failed
+    h.conn.sasl_verdict(True)  # a verdict for a connection that is over is ignored
+    assert h.conn.user is None
+
+
+def test_deferred_plain_is_dropped_at_the_handshake_timeout() -> None:
+    h = Harness(sasl=SaslPolicy(deferred=True), handshake_timeout=5.0)
+    h.feed(SASL_HEADER)
+    h.feed(frames.sasl_frame(frames.sasl_plain("alice", "secret")))
+    assert h.conn.next_deadline() == 5.0
+    h.conn.handle_timeout(5.0)
+    assert h.conn.finished
+    h.conn.sasl_verdict(True)  # too late: ignored
+    assert h.conn.user is None
+
+
+def test_a_verdict_nobody_waits_for_is_a_local_error() -> None:
+    h = Harness()
+    with pytest.raises(LocalProtocolError):
+        h.conn.sasl_verdict(True)
+
+
+@pytest.mark.parametrize(("accepted", "offered"), [(True, ["EXTERNAL", "PLAIN"]), (False, ["PLAIN"])])
+def test_external_offered_only_to_identities_the_policy_accepts(accepted: bool, offered: list[str]) -> None:
+    """Issue 12 item 23: EXTERNAL for a certificate whose name the embedder does not accept is neither offered
+    nor, when chosen anyway, successful."""
+    policy = SaslPolicy(anonymous=False, external=True, external_accepts=lambda cn: accepted)
+    h = Harness(sasl=policy, external_identity="client-7")
+    h.feed(SASL_HEADER)
+    _header, out = h.out_after_header()
+    assert [str(m) for m in out[0].performative.sasl_server_mechanisms] == offered
+    h.feed(frames.sasl_frame(frames.SaslInit(mechanism=Symbol("EXTERNAL"))))
+    assert h.one(SaslOutcome).code == (0 if accepted else 1)
+    assert h.conn.user == ("client-7" if accepted else None)
 
 
 def test_amqp_frame_instead_of_sasl_init_ends_the_connection() -> None:
