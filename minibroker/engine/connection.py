@@ -578,6 +578,8 @@ class ServerConnection:
         session = Session(local, channel, begin.next_outgoing_id or 0, _INCOMING_WINDOW)
         session.remote_incoming_window = begin.incoming_window or 0
         session.remote_outgoing_window = begin.outgoing_window or 0
+        # the peer may attach no more links than our handles can name (its handle-max): so ours stay in its range
+        session.handle_max = min(self.max_links - 1, 0xFFFFFFFF if begin.handle_max is None else begin.handle_max)
         self.sessions[channel] = session
         self._local_channels[local] = session
         self._send(
@@ -587,7 +589,7 @@ class ServerConnection:
                 next_outgoing_id=UInt(0),
                 incoming_window=UInt(_INCOMING_WINDOW),
                 outgoing_window=UInt(0xFFFFFFFF),
-                handle_max=UInt(min(self.max_links - 1, 0xFFFFFFFF if begin.handle_max is None else begin.handle_max)),
+                handle_max=UInt(session.handle_max),
             ),
         )
         if refused:
@@ -628,16 +630,18 @@ class ServerConnection:
 
     # -- links --------------------------------------------------------------------------------------
     def _on_attach(self, session: Session, attach: Attach) -> None:
-        if attach.handle in session.links:
-            raise HandleInUse(f"handle {attach.handle} is already attached")
+        handle = int(attach.handle or 0)
+        if handle > session.handle_max:
+            # §2.7.2 begin: "A peer that receives a handle outside the supported range MUST close the connection
+            # with the framing-error error-code" (this is also what bounds the links of a session: max_links)
+            raise FramingError(f"attach with handle {handle}, above the session's handle-max {session.handle_max}")
+        if handle in session.links or handle in session.detach_sent:
+            # §2.7.3: a handle stays in use until both ends have sent their detach; ours is out, the peer's is not
+            raise HandleInUse(f"handle {handle} is already attached")
         output = next(h for h in range(len(session.links_by_output) + 1) if h not in session.links_by_output)
         link = Link(session, attach, output)
         session.links[link.input_handle] = link
         session.links_by_output[output] = link
-        if len(session.links) > self.max_links:
-            limit = f"at most {self.max_links} links per session"
-            self.refuse_attach(link, error(Condition.RESOURCE_LIMIT_EXCEEDED, limit))
-            return
         self._events.append(LinkAttached(link))
 
     def _on_detach(self, session: Session, detach: Detach) -> None:

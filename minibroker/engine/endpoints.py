@@ -165,6 +165,7 @@ class Session:
         "context",
         "detach_sent",
         "ended",
+        "handle_max",
         "incoming_unsettled",
         "incoming_window",
         "links",
@@ -196,6 +197,7 @@ class Session:
         self.pending: deque[tuple[OutgoingDelivery, bytes]] = deque()
         # §2.6.2: input handles we detached; in use until the peer's detach answers ours.
         self.detach_sent: set[int] = set()
+        self.handle_max = 0xFFFFFFFF  # the highest handle the peer may attach with: what our begin announced
         self.ended = False
         self.context: Any = None
 

@@ -405,6 +405,39 @@ def test_refuse_attach_answers_null_terminus_then_detach() -> None:
     assert isinstance(again, LinkAttached)
 
 
+def test_refused_handle_is_in_use_until_the_peer_answers_our_detach() -> None:
+    h = Harness().opened().session()
+    (event,) = h.send(frames.attach_sender("nowhere", 0))
+    h.conn.refuse_attach(event.link, error(Condition.NOT_FOUND, "no such node"))
+    h.out()
+    h.conn.take_events()
+    # §2.7.3: the peer's handle is released by its own detach only; an attach before it names a handle in use
+    events = h.send(frames.attach_sender("q", 0))
+    assert condition(h.one(End)) == Condition.HANDLE_IN_USE
+    assert [type(e) for e in events] == [SessionEnded]
+
+
+@pytest.mark.parametrize("peer_handle_max", [None, 1, 7])
+def test_attach_above_our_handle_max_closes_the_connection_with_framing_error(peer_handle_max: int | None) -> None:
+    h = Harness(max_links=4).opened()
+    fields = {} if peer_handle_max is None else {"handle_max": UInt(peer_handle_max)}
+    h.send(frames.begin(**fields))
+    handle_max = h.one(Begin).handle_max
+    assert handle_max == min(3, 0xFFFFFFFF if peer_handle_max is None else peer_handle_max)
+    for handle in range(handle_max + 1):  # every handle up to handle-max names a link
+        (event,) = h.send(frames.attach_sender("q", handle))
+        assert isinstance(event, LinkAttached)
+        h.conn.accept_attach(event.link)
+        assert h.one(Attach).handle <= handle_max  # and ours stay within the peer's range
+    # §2.7.2: "A peer that receives a handle outside the supported range MUST close the connection with the
+    # framing-error error-code"
+    events = h.send(frames.attach_sender("q", handle_max + 1))
+    close = h.out()[-1].performative
+    assert isinstance(close, Close)
+    assert condition(close) == Condition.FRAMING_ERROR
+    assert closed_event(events).error == close.error
+
+
 def test_peer_detach() -> None:
     h = Harness().opened().session()
     link = h.receiving_link(0)
