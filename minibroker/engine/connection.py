@@ -118,6 +118,9 @@ _TAG = struct.Struct(">Q")
 _INCOMING_WINDOW = 2048  # transfer frames we accept before the peer needs a session flow from us
 _PENDING_LIMIT = 64  # outgoing transfer frames held back by the peer's window before we stop sending
 _CLOSE_GRACE = 2.0  # seconds we wait for the peer's close after sending ours with an error
+# What a transfer frame with more=true counts toward max-message-size at least. Half the smallest max-frame-size
+# (512): a sender filling frames of any size AMQP allows always carries more, so it is never charged extra.
+_FRAME_CHARGE = 256
 
 
 class Phase(Enum):
@@ -806,14 +809,19 @@ class ServerConnection:
             self._events.append(TransferDiscarded(link, _states(delivery), aborted=True))
             return
         assert link.partial is not None
-        link.partial.append(payload)
-        link.partial_size += len(payload)
+        if payload:
+            link.partial.append(payload)
+        # every frame but the last counts at least _FRAME_CHARGE bytes: a peer sending a message in endless empty
+        # or tiny frames meets max-message-size as soon as one filling its frames would
+        link.partial_size += max(len(payload), _FRAME_CHARGE) if transfer.more else len(payload)
         limit = link.max_message_size
         if limit and link.partial_size > limit:
             self._drop_partial(link)
             self._events.append(TransferDiscarded(link, _states(delivery)))
             raise MessageSizeExceeded(
-                f"message of more than {limit} bytes exceeds max-message-size", handle=link.input_handle
+                f"message of more than {limit} bytes exceeds max-message-size "
+                f"(every frame but the last counts at least {_FRAME_CHARGE})",
+                handle=link.input_handle,
             )
         if transfer.more:
             if link.partial_delivery is None:

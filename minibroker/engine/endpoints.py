@@ -138,7 +138,8 @@ class Link:
         self.drain = False
         self.available = 0
         self.max_message_size: int | None = None
-        # Incoming multi-frame transfer being reassembled (§2.6.14).
+        # Incoming multi-frame transfer being reassembled (§2.6.14): its non-empty payloads, joined once at the end,
+        # and what it counts toward max-message-size so far (bytes, and a minimum per frame).
         self.partial: list[bytes] | None = None
         self.partial_delivery: IncomingDelivery | None = None
         self.partial_size = 0

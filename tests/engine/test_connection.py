@@ -6,6 +6,7 @@ tables whose ids name the rule they pin. Time is a plain number handed to the en
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -982,6 +983,56 @@ def test_message_above_max_message_size_detaches_the_link() -> None:
     h.send(frames.transfer(0, 0, more=True), payload=bytes(60))
     h.send(frames.transfer(0, None), payload=bytes(60))
     assert condition(h.one(Detach)) == Condition.MESSAGE_SIZE_EXCEEDED
+
+
+def test_endless_empty_continuation_frames_meet_max_message_size() -> None:
+    # issue 12: empty frames with more=true were free, so a 1 kB limit let 4M frames grow the broker's memory
+    h = Harness(max_message_size=1000).opened().session()
+    h.receiving_link(0)
+    h.send(frames.transfer(0, 0, more=True), payload=b"x")
+    sent = 1
+    while not (out := h.out()) and sent < 100:
+        h.send(frames.transfer(0, None, more=True))
+        sent += 1
+    assert [type(f.performative) for f in out] == [Detach]
+    assert condition(out[0].performative) == Condition.MESSAGE_SIZE_EXCEEDED
+    assert sent == 4  # each frame but the last counts at least 256 bytes: the fourth crosses 1000
+
+
+@pytest.mark.parametrize("frame_payload", [256, 300, 999])
+def test_a_message_of_exactly_max_message_size_in_frames_of_256_bytes_or_more_is_taken(frame_payload: int) -> None:
+    h = Harness(max_message_size=1000).opened().session()
+    h.receiving_link(0)
+    message = bytes(range(250)) * 4
+    chunks = [message[i : i + frame_payload] for i in range(0, len(message), frame_payload)]
+    events = []
+    for i, chunk in enumerate(chunks):
+        more = i < len(chunks) - 1
+        events += h.send(frames.transfer(0, 0 if i == 0 else None, more=more), payload=chunk)
+    assert [type(e) for e in events] == [TransferReceived]
+    assert events[0].payload == message
+    assert h.out() == []
+
+
+def test_empty_continuation_frames_cost_no_memory_even_without_a_size_limit() -> None:
+    h = Harness().opened().session()  # no max-message-size: bytes are not limited, empty frames cost nothing
+    h.receiving_link(0)
+    h.send(frames.transfer(0, 0, more=True), payload=b"abc")
+    empties = frames.frame(0, frames.transfer(0, None, more=True)) * 1000
+    tracemalloc.start()
+    try:
+        h.feed(empties)
+        h.out()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(10):
+            h.feed(empties)
+            h.out()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 16 * 1024, f"10,000 empty frames held {grown} bytes"  # a reference each would be 80 kB
+    (event,) = h.send(frames.transfer(0, None), payload=b"def")
+    assert event.payload == b"abcdef"
 
 
 # -- proton's sans-IO engine as a second, real peer -------------------------------------------------------
