@@ -150,6 +150,7 @@ class ServerConnection:
         max_frame_size: int = 65536,
         channel_max: int = 255,
         idle_time_out: float | None = None,
+        min_heartbeat_interval: float = 0.5,
         max_message_size: int | None = None,
         offered_capabilities: list[str] | None = None,
         trace: Trace | None = None,
@@ -168,6 +169,8 @@ class ServerConnection:
         self.max_frame_size = max(MIN_MAX_FRAME_SIZE, max_frame_size)
         self.channel_max = channel_max
         self.idle_time_out = idle_time_out
+        self.min_heartbeat_interval = min_heartbeat_interval
+        """Seconds: heartbeats never go out more often; a peer whose idle-time-out is shorter is refused."""
         self.max_message_size = max_message_size
         self.offered_capabilities = offered_capabilities
         self.trace = trace
@@ -188,6 +191,7 @@ class ServerConnection:
         self.remote_open: Open | None = None
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
         self.remote_idle_time_out: float | None = None
+        self._heartbeat_interval: float | None = None  # how often we must send something, from the peer's open
         self.sessions: dict[int, Session] = {}  # by the peer's channel
         self._local_channels: dict[int, Session] = {}
         self._end_sent: set[int] = set()  # peer channels whose session we ended, awaiting the peer's end
@@ -338,8 +342,8 @@ class ServerConnection:
         if self.handshake_timeout and self.phase in _HANDSHAKE_PHASES:
             deadlines.append(self._started + self.handshake_timeout)
         if self.phase is Phase.OPENED:
-            if self.remote_idle_time_out:
-                deadlines.append(self._last_sent + self.remote_idle_time_out / 2)
+            if self._heartbeat_interval:
+                deadlines.append(self._last_sent + self._heartbeat_interval)
             if self.idle_time_out:
                 deadlines.append(self._last_received + self.idle_time_out)
         return min(deadlines) if deadlines else None
@@ -359,7 +363,7 @@ class ServerConnection:
             if self.idle_time_out and now >= self._last_received + self.idle_time_out:
                 # §2.4.5: a peer silent past our idle time-out is gone
                 self._close_with(error(Condition.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired"))
-            elif self.remote_idle_time_out and now >= self._last_sent + self.remote_idle_time_out / 2:
+            elif self._heartbeat_interval and now >= self._last_sent + self._heartbeat_interval:
                 self._write(EMPTY_FRAME)
         return self._take_events()
 
@@ -508,8 +512,19 @@ class ServerConnection:
         )
         if open_.channel_max is not None:
             self.channel_max = min(self.channel_max, open_.channel_max)
+        refusal = self.refuse
         if open_.idle_time_out:
             self.remote_idle_time_out = open_.idle_time_out / 1000
+            # §2.4.5: heartbeats at half the peer's idle-time-out, but never more often than our floor; a peer that
+            # needs them more often than that is refused ("If a peer can not, for any reason support a proposed idle
+            # timeout, then it SHOULD close the connection using a close frame with an error explaining why")
+            self._heartbeat_interval = max(self.remote_idle_time_out / 2, self.min_heartbeat_interval)
+            if self.remote_idle_time_out < self.min_heartbeat_interval and refusal is None:
+                floor = f"{self.min_heartbeat_interval * 1000:g} ms"
+                refusal = error(
+                    Condition.RESOURCE_LIMIT_EXCEEDED,
+                    f"idle-time-out of {int(open_.idle_time_out)} ms is below the broker's minimum of {floor}",
+                )
         self._send(
             0,
             Open(
@@ -523,9 +538,9 @@ class ServerConnection:
             ),
         )
         self.phase = Phase.OPENED
-        if self.refuse is not None:
+        if refusal is not None:
             # e.g. too many connections: a clear AMQP error rather than a dropped socket
-            self._close_with(self.refuse)
+            self._close_with(refusal)
             return
         self._events.append(ConnectionOpened(open_))
 

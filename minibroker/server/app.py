@@ -98,6 +98,7 @@ def engine_factory(config: Config, tracer: FrameTracer | None = None) -> EngineF
             max_frame_size=server.max_frame_size,
             channel_max=server.channel_max,
             idle_time_out=server.idle_timeout or None,
+            min_heartbeat_interval=server.min_heartbeat_interval,
             max_message_size=server.max_message_size or None,
             offered_capabilities=["ANONYMOUS-RELAY"],
             trace=tracer.bind(conn_id) if tracer is not None else None,

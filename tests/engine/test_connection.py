@@ -6,6 +6,7 @@ tables whose ids name the rule they pin. Time is a plain number handed to the en
 
 from __future__ import annotations
 
+import itertools
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
@@ -310,6 +311,53 @@ def test_heartbeat_is_sent_at_half_the_peer_idle_time_out() -> None:
     h.now = 7.0
     h.session()  # sending the begin counts as traffic
     assert h.conn.next_deadline() == pytest.approx(12.0)
+
+
+@pytest.mark.parametrize(
+    ("idle_time_out_ms", "interval"),
+    [
+        pytest.param(1000, 0.5, id="half-the-peer-s"),
+        pytest.param(150, 0.1, id="never-more-often-than-the-floor"),
+        pytest.param(100, 0.1, id="at-the-floor"),
+    ],
+)
+def test_heartbeats_never_go_out_more_often_than_the_floor(idle_time_out_ms: int, interval: float) -> None:
+    h = Harness(min_heartbeat_interval=0.1).opened(idle_time_out=UInt(idle_time_out_ms))
+    sent = []
+    now = 0.0
+    while now < 10.0:
+        deadline = h.conn.next_deadline()
+        assert deadline is not None
+        now = deadline
+        h.conn.handle_timeout(now)
+        if h.conn.data_to_send() == frames.heartbeat():
+            sent.append(now)
+    assert sent[0] == pytest.approx(interval)
+    assert min(b - a for a, b in itertools.pairwise(sent)) == pytest.approx(interval)
+    assert interval <= idle_time_out_ms / 1000  # always within what the peer asked for
+
+
+@pytest.mark.parametrize("idle_time_out_ms", [1, 99])
+def test_an_idle_time_out_below_the_floor_is_refused(idle_time_out_ms: int) -> None:
+    # §2.4.5: "If a peer can not, for any reason support a proposed idle timeout, then it SHOULD close the
+    # connection using a close frame with an error explaining why"
+    h = Harness(min_heartbeat_interval=0.1)
+    events = h.feed(AMQP_HEADER, frames.frame(0, frames.open_(idle_time_out=UInt(idle_time_out_ms))))
+    _, out = h.out_after_header()
+    assert [type(f.performative) for f in out] == [Open, Close]
+    close = out[1].performative
+    assert condition(close) == Condition.RESOURCE_LIMIT_EXCEEDED
+    assert close.error.description == f"idle-time-out of {idle_time_out_ms} ms is below the broker's minimum of 100 ms"
+    assert [type(e) for e in events] == [ConnectionClosed]
+    # no heartbeat follows our close: the only deadline is the wait for the peer's close
+    assert h.conn.next_deadline() == pytest.approx(2.0)
+    h.conn.handle_timeout(1.0)
+    assert h.conn.data_to_send() == b""
+
+
+def test_no_floor_serves_any_idle_time_out() -> None:
+    h = Harness(min_heartbeat_interval=0.0).opened(idle_time_out=UInt(1))
+    assert h.conn.next_deadline() == pytest.approx(0.0005)
 
 
 def test_no_deadline_without_idle_time_outs() -> None:

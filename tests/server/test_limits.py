@@ -48,7 +48,7 @@ from minibroker.amqp.framing import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER
 from minibroker.amqp.types import Symbol, UInt
 from minibroker.config import Config
 from minibroker.engine.connection import ServerConnection
-from minibroker.server.app import warn_if_exposed
+from minibroker.server.app import engine_factory, warn_if_exposed
 from minibroker.testing import frames
 from minibroker.testing.memory import memory_broker
 from minibroker.testing.peer import ScriptedPeer
@@ -339,6 +339,36 @@ async def test_heartbeats_at_half_the_peers_idle_timeout(autojump_clock: MockClo
         data = await peer.stream.receive_some(65536)
         assert data == EMPTY_FRAME
         assert trio.current_time() - opened == pytest.approx(answered + 0.5)
+
+
+async def test_a_peer_announcing_a_1_ms_idle_timeout_is_refused(autojump_clock: MockClock) -> None:
+    # issue 12: 50 peers announcing 1 ms took a core (heartbeats every 0.5 ms each); the floor refuses them
+    make_engine = engine_factory(Config())  # the default configuration
+    async with memory_broker(make_engine=make_engine) as mb:
+        peer = await mb.connect()
+        await peer.open(idle_time_out=UInt(1))
+        close = await peer.expect(Close)
+        assert condition(close) == LIMIT_EXCEEDED
+        assert "below the broker's minimum of 500 ms" in str(close.error.description)
+        await trio.sleep(1.0)  # not one heartbeat in a second, then the broker gives up waiting for our close
+        assert [f for f in peer.received if f.is_heartbeat] == []
+        await peer.expect_closed()
+
+
+async def test_heartbeats_no_more_often_than_the_floor(autojump_clock: MockClock) -> None:
+    make_engine = engine_factory(Config.from_dict({"server": {"min_heartbeat_interval": 0.25}}))
+    async with memory_broker(make_engine=make_engine) as mb:
+        peer = await mb.connect()
+        await peer.open(idle_time_out=UInt(300))  # half would be 150 ms: below the floor of 250 ms
+        opened = trio.current_time()
+        arrivals = []
+        with trio.move_on_after(2.1):  # count the heartbeats over a window of 2.1 s
+            while True:
+                data = await peer.stream.receive_some(65536)
+                assert data == EMPTY_FRAME
+                arrivals.append(trio.current_time() - opened)
+        assert len(arrivals) == 8
+        assert arrivals == pytest.approx([0.25 * n for n in range(1, 9)])
 
 
 # -- transactions --------------------------------------------------------------------------------------------
