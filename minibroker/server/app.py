@@ -24,7 +24,7 @@ import trio
 from minibroker.amqp.errors import Condition, error
 from minibroker.auth import check_password
 from minibroker.broker.clock import WallClock
-from minibroker.broker.core import Broker, BrokerSettings
+from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.transactions import counter_ids
 from minibroker.config import Config, TlsConfig
@@ -100,7 +100,7 @@ def engine_factory(config: Config, tracer: FrameTracer | None = None) -> EngineF
             idle_time_out=server.idle_timeout or None,
             min_heartbeat_interval=server.min_heartbeat_interval,
             max_message_size=server.max_message_size or None,
-            offered_capabilities=["ANONYMOUS-RELAY"],
+            offered_capabilities=list(OFFERED_CAPABILITIES),
             trace=tracer.bind(conn_id) if tracer is not None else None,
             conn_id=conn_id,
             max_sessions=server.max_sessions,
