@@ -177,7 +177,8 @@ class ServerConnection:
         self.max_sessions = max_sessions
         """Sessions open at once; a begin beyond is answered and ended with amqp:resource-limit-exceeded."""
         self.max_links = max_links
-        """Links attached at once on one session (handle-max is one less); more are refused."""
+        """Links attached at once on one session: our begin announces a handle-max one less, and an attach above it
+        closes the connection with framing-error (§2.7.2)."""
         self.handshake_timeout = handshake_timeout
         """Seconds from connect to open; a peer that sends nothing, or stalls in SASL, is dropped."""
         self.refuse = refuse
