@@ -33,6 +33,8 @@ class ServerConfig:
     channel_max: int = 255
     idle_timeout: float = 0.0
     """Seconds of silence after which a peer is dropped; 0 disables (heartbeats to the peer still go out)."""
+    min_heartbeat_interval: float = 0.5
+    """Seconds: heartbeats never go out more often; a peer announcing a shorter idle-time-out is refused."""
     max_message_size: int = 100 * 1024 * 1024
     """Largest message accepted, in bytes; 0 means no limit (then a peer can grow memory without bound)."""
     max_connections: int = 1000
@@ -279,6 +281,8 @@ def _validate(config: Any, source: str, prefix: str) -> None:
             raise bad("channel_max", f"{config.channel_max} is not in 0-65535")
         if config.idle_timeout < 0:
             raise bad("idle_timeout", "must not be negative")
+        if config.min_heartbeat_interval < 0:
+            raise bad("min_heartbeat_interval", "must not be negative")
         if config.max_message_size < 0:
             raise bad("max_message_size", "must not be negative")
         for key in ("max_connections", "max_pending_handshakes", "max_sessions", "max_links_per_session"):

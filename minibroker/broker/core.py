@@ -56,6 +56,11 @@ from minibroker.engine.events import (
 )
 from minibroker.store.journal import DurableState
 
+OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "SHARED-SUBS", "DELAYED_DELIVERY")
+"""What the broker's open offers (Qpid JMS checks each before using the feature): the anonymous relay (a null target
+routes each message by its ``to``), shared subscriptions (source capability ``shared``, see ``topic.py``) and delayed
+delivery (``x-opt-delivery-time`` and the other scheduling annotations, see ``dispatch.py``)."""
+
 
 class Broker:
     """All broker state; one instance per running server."""
@@ -290,4 +295,4 @@ class Broker:
         return sorted(infos, key=lambda i: i.id)
 
 
-__all__ = ["Broker", "BrokerSettings"]
+__all__ = ["OFFERED_CAPABILITIES", "Broker", "BrokerSettings"]

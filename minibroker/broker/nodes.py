@@ -17,7 +17,7 @@ from minibroker.broker.namespace import DEFAULT_NAMESPACE, QUEUE, TOPIC, Namespa
 from minibroker.broker.queue import Queue
 from minibroker.broker.recorder import Recorder
 from minibroker.broker.settings import BrokerSettings
-from minibroker.broker.topic import Subscription, Topic
+from minibroker.broker.topic import Subscription, Topic, shared_subscription_name
 from minibroker.engine.connection import ServerConnection
 
 if TYPE_CHECKING:  # the selector module is imported only by brokers that see a selector
@@ -173,13 +173,14 @@ class Nodes:
 
     def durable_subscription(self, conn: ServerConnection, link_name: str) -> Subscription | None:
         """The durable subscription a link name designates (an attach without a source, as JMS unsubscribe
-        sends): named by this container, or global."""
+        sends): named by this container, or global; or the shared one the name is a link of (``sub|global``)."""
         remote = conn.remote_open
         container = str(remote.container_id if remote else "")
+        shared = shared_subscription_name(link_name)
         for topic in self.namespace_of(conn).topics.values():
-            for key in ((container, link_name), ("", link_name)):
+            for key in ((container, link_name), ("", link_name), (container, shared), ("", shared)):
                 subscription = topic.subscriptions.get(key)
-                if subscription is not None and subscription.durable:
+                if subscription is not None and subscription.durable and (key[1] == link_name or subscription.shared):
                     return subscription
         return None
 

@@ -124,6 +124,9 @@ _TAG = struct.Struct(">Q")
 _INCOMING_WINDOW = 2048  # transfer frames we accept before the peer needs a session flow from us
 _PENDING_LIMIT = 64  # outgoing transfer frames held back by the peer's window before we stop sending
 _CLOSE_GRACE = 2.0  # seconds we wait for the peer's close after sending ours with an error
+# What a transfer frame with more=true counts toward max-message-size at least. Half the smallest max-frame-size
+# (512): a sender filling frames of any size AMQP allows always carries more, so it is never charged extra.
+_FRAME_CHARGE = 256
 
 
 class Phase(Enum):
@@ -154,6 +157,7 @@ class ServerConnection:
         max_frame_size: int = 65536,
         channel_max: int = 255,
         idle_time_out: float | None = None,
+        min_heartbeat_interval: float = 0.5,
         max_message_size: int | None = None,
         offered_capabilities: list[str] | None = None,
         trace: Trace | None = None,
@@ -173,13 +177,16 @@ class ServerConnection:
         self.max_frame_size = max(MIN_MAX_FRAME_SIZE, max_frame_size)
         self.channel_max = channel_max
         self.idle_time_out = idle_time_out
+        self.min_heartbeat_interval = min_heartbeat_interval
+        """Seconds: heartbeats never go out more often; a peer whose idle-time-out is shorter is refused."""
         self.max_message_size = max_message_size
         self.offered_capabilities = offered_capabilities
         self.trace = trace
         self.max_sessions = max_sessions
         """Sessions open at once; a begin beyond is answered and ended with amqp:resource-limit-exceeded."""
         self.max_links = max_links
-        """Links attached at once on one session (handle-max is one less); more are refused."""
+        """Links attached at once on one session: our begin announces a handle-max one less, and an attach above it
+        closes the connection with framing-error (§2.7.2)."""
         self.handshake_timeout = handshake_timeout
         """Seconds from connect to open; a peer that sends nothing, or stalls in SASL, is dropped."""
         self.refuse = refuse
@@ -196,6 +203,7 @@ class ServerConnection:
         self.remote_open: Open | None = None
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
         self.remote_idle_time_out: float | None = None
+        self._heartbeat_interval: float | None = None  # how often we must send something, from the peer's open
         self.sessions: dict[int, Session] = {}  # by the peer's channel
         self._local_channels: dict[int, Session] = {}
         self._end_sent: set[int] = set()  # peer channels whose session we ended, awaiting the peer's end
@@ -360,8 +368,8 @@ class ServerConnection:
         if self.handshake_timeout and self.phase in _HANDSHAKE_PHASES:
             deadlines.append(self._started + self.handshake_timeout)
         if self.phase is Phase.OPENED:
-            if self.remote_idle_time_out:
-                deadlines.append(self._last_sent + self.remote_idle_time_out / 2)
+            if self._heartbeat_interval:
+                deadlines.append(self._last_sent + self._heartbeat_interval)
             if self.idle_time_out:
                 deadlines.append(self._last_received + self.idle_time_out)
         return min(deadlines) if deadlines else None
@@ -381,7 +389,7 @@ class ServerConnection:
             if self.idle_time_out and now >= self._last_received + self.idle_time_out:
                 # §2.4.5: a peer silent past our idle time-out is gone
                 self._close_with(error(Condition.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired"))
-            elif self.remote_idle_time_out and now >= self._last_sent + self.remote_idle_time_out / 2:
+            elif self._heartbeat_interval and now >= self._last_sent + self._heartbeat_interval:
                 self._write(EMPTY_FRAME)
         return self._take_events()
 
@@ -564,8 +572,19 @@ class ServerConnection:
         )
         if open_.channel_max is not None:
             self.channel_max = min(self.channel_max, open_.channel_max)
+        refusal = self.refuse
         if open_.idle_time_out:
             self.remote_idle_time_out = open_.idle_time_out / 1000
+            # §2.4.5: heartbeats at half the peer's idle-time-out, but never more often than our floor; a peer that
+            # needs them more often than that is refused ("If a peer can not, for any reason support a proposed idle
+            # timeout, then it SHOULD close the connection using a close frame with an error explaining why")
+            self._heartbeat_interval = max(self.remote_idle_time_out / 2, self.min_heartbeat_interval)
+            if self.remote_idle_time_out < self.min_heartbeat_interval and refusal is None:
+                floor = f"{self.min_heartbeat_interval * 1000:g} ms"
+                refusal = error(
+                    Condition.RESOURCE_LIMIT_EXCEEDED,
+                    f"idle-time-out of {int(open_.idle_time_out)} ms is below the broker's minimum of {floor}",
+                )
         self._send(
             0,
             Open(
@@ -579,7 +598,6 @@ class ServerConnection:
             ),
         )
         self.phase = Phase.OPENED
-        refusal = self.refuse
         if refusal is None and self.admit is not None:
             refusal = self.admit()
         if refusal is not None:
@@ -640,6 +658,8 @@ class ServerConnection:
         session = Session(local, channel, begin.next_outgoing_id or 0, _INCOMING_WINDOW)
         session.remote_incoming_window = begin.incoming_window or 0
         session.remote_outgoing_window = begin.outgoing_window or 0
+        # the peer may attach no more links than our handles can name (its handle-max): so ours stay in its range
+        session.handle_max = min(self.max_links - 1, 0xFFFFFFFF if begin.handle_max is None else begin.handle_max)
         self.sessions[channel] = session
         self._local_channels[local] = session
         self._send(
@@ -649,7 +669,7 @@ class ServerConnection:
                 next_outgoing_id=UInt(0),
                 incoming_window=UInt(_INCOMING_WINDOW),
                 outgoing_window=UInt(0xFFFFFFFF),
-                handle_max=UInt(min(self.max_links - 1, 0xFFFFFFFF if begin.handle_max is None else begin.handle_max)),
+                handle_max=UInt(session.handle_max),
             ),
         )
         if refused:
@@ -690,16 +710,18 @@ class ServerConnection:
 
     # -- links --------------------------------------------------------------------------------------
     def _on_attach(self, session: Session, attach: Attach) -> None:
-        if attach.handle in session.links:
-            raise HandleInUse(f"handle {attach.handle} is already attached")
+        handle = int(attach.handle or 0)
+        if handle > session.handle_max:
+            # §2.7.2 begin: "A peer that receives a handle outside the supported range MUST close the connection
+            # with the framing-error error-code" (this is also what bounds the links of a session: max_links)
+            raise FramingError(f"attach with handle {handle}, above the session's handle-max {session.handle_max}")
+        if handle in session.links or handle in session.detach_sent:
+            # §2.7.3: a handle stays in use until both ends have sent their detach; ours is out, the peer's is not
+            raise HandleInUse(f"handle {handle} is already attached")
         output = next(h for h in range(len(session.links_by_output) + 1) if h not in session.links_by_output)
         link = Link(session, attach, output)
         session.links[link.input_handle] = link
         session.links_by_output[output] = link
-        if len(session.links) > self.max_links:
-            limit = f"at most {self.max_links} links per session"
-            self.refuse_attach(link, error(Condition.RESOURCE_LIMIT_EXCEEDED, limit))
-            return
         self._events.append(LinkAttached(link))
 
     def _on_detach(self, session: Session, detach: Detach) -> None:
@@ -864,14 +886,19 @@ class ServerConnection:
             self._events.append(TransferDiscarded(link, _states(delivery), aborted=True))
             return
         assert link.partial is not None
-        link.partial.append(payload)
-        link.partial_size += len(payload)
+        if payload:
+            link.partial.append(payload)
+        # every frame but the last counts at least _FRAME_CHARGE bytes: a peer sending a message in endless empty
+        # or tiny frames meets max-message-size as soon as one filling its frames would
+        link.partial_size += max(len(payload), _FRAME_CHARGE) if transfer.more else len(payload)
         limit = link.max_message_size
         if limit and link.partial_size > limit:
             self._drop_partial(link)
             self._events.append(TransferDiscarded(link, _states(delivery)))
             raise MessageSizeExceeded(
-                f"message of more than {limit} bytes exceeds max-message-size", handle=link.input_handle
+                f"message of more than {limit} bytes exceeds max-message-size "
+                f"(every frame but the last counts at least {_FRAME_CHARGE})",
+                handle=link.input_handle,
             )
         if transfer.more:
             if link.partial_delivery is None:

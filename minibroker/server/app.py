@@ -25,7 +25,7 @@ from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
 from minibroker.auth import LoginThrottle, PasswordBook
 from minibroker.broker.clock import WallClock
-from minibroker.broker.core import Broker, BrokerSettings
+from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.transactions import counter_ids
 from minibroker.config import Config, TlsConfig
@@ -141,8 +141,9 @@ def engine_factory(
             max_frame_size=server.max_frame_size,
             channel_max=server.channel_max,
             idle_time_out=server.idle_timeout or None,
+            min_heartbeat_interval=server.min_heartbeat_interval,
             max_message_size=server.max_message_size or None,
-            offered_capabilities=["ANONYMOUS-RELAY"],
+            offered_capabilities=list(OFFERED_CAPABILITIES),
             trace=tracer.bind(conn_id) if tracer is not None else None,
             conn_id=conn_id,
             max_sessions=server.max_sessions,
