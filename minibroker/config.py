@@ -106,6 +106,11 @@ class BrokerConfig:
     is rejected."""
     max_staged_bytes: int = 64 * 1024 * 1024
     """Bytes of messages one transaction may post; past it, posts are rejected and the commit fails."""
+    max_selector_length: int = 4096
+    """Characters of a JMS selector; a longer one is refused on attach with amqp:invalid-field. 0: no limit."""
+    max_selector_properties_size: int = 64 * 1024
+    """Bytes of a message's header, properties or application-properties section a selector reads; a message with a
+    larger one is not selected by a selector that reads a field of that section. 0: no limit."""
 
 
 @dataclass(frozen=True)
@@ -324,6 +329,9 @@ def _validate(config: Any, source: str, prefix: str) -> None:
             raise bad("max_transactions_per_connection", "must be at least 1")
         if config.max_staged_bytes < 1:
             raise bad("max_staged_bytes", "must be at least 1")
+        for key in ("max_selector_length", "max_selector_properties_size"):
+            if getattr(config, key) < 0:
+                raise bad(key, "must not be negative")
     elif isinstance(config, NodePolicy):
         for key in ("max_messages", "max_bytes", "max_delivery_attempts"):
             if getattr(config, key) < 0:

@@ -148,8 +148,13 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
     if source.filter:
         from minibroker.broker.selector import SelectorError, selector_from_filter  # imported only when used
 
+        settings = context.settings
         try:
-            found = selector_from_filter(source.filter)
+            found = selector_from_filter(
+                source.filter,
+                max_length=settings.max_selector_length or None,
+                max_properties_size=settings.max_selector_properties_size or None,
+            )
         except SelectorError as exc:
             return Refuse(error(Condition.INVALID_FIELD, f"invalid selector: {exc}"))
         if found is not None:

@@ -31,6 +31,11 @@ class BrokerSettings:
     """Transactions one connection may hold at once: open ones, and timed-out ones not yet discharged."""
     max_staged_bytes: int = 64 * 1024 * 1024
     """Bytes of messages one transaction may post."""
+    max_selector_length: int = 4096
+    """Characters of a JMS selector; a longer one is refused on attach (amqp:invalid-field). 0: no limit."""
+    max_selector_properties_size: int = 64 * 1024
+    """Bytes of a message's header, properties or application-properties section a selector reads; a message
+    with a larger one is not selected by a selector that reads a field of it. 0: no limit."""
 
     def permits(self, user: str | None, action: str, address: str) -> bool:
         """Whether ``user`` may ``action`` ("send", "receive", "transactions") on ``address``."""

@@ -431,6 +431,8 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
             permissions=dict(config.auth.permissions),
             max_transactions_per_connection=config.broker.max_transactions_per_connection,
             max_staged_bytes=config.broker.max_staged_bytes,
+            max_selector_length=config.broker.max_selector_length,
+            max_selector_properties_size=config.broker.max_selector_properties_size,
         ),
         txn_ids=counter_ids(secrets.token_bytes(8)),
         clock=WallClock(time.time() - trio.current_time()),
