@@ -1,8 +1,10 @@
 """The ``minibroker`` command (DESIGN §2).
 
 Precedence of settings: command line, then environment (``MINIBROKER_HOST``, ``MINIBROKER_PORT``,
-``MINIBROKER_CONFIG``), then the config file, then defaults. Exit codes: 0 after SIGINT/SIGTERM,
-2 for bad arguments or a bad config file (the message names the file, the key and the problem).
+``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``), then the config file, then defaults. Exit codes: 0 after
+SIGINT/SIGTERM, 2 for bad arguments or a bad config file (the message names the file, the key and the
+problem) and for a data dir that cannot be used (not a directory, not writable, held by another broker, a
+corrupt journal: the message says which), 1 when the listener cannot be bound.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import trio
 from minibroker import auth, health
 from minibroker.config import Config, ConfigError
 from minibroker.server.app import serve
+from minibroker.store.journal import RECOVER_MODES, JournalError
 
 CONTAINER_CONFIG = Path("/etc/minibroker/minibroker.toml")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -48,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=_port, help="TCP port (default 5672; 0 picks a free port)")
     parser.add_argument("--config", metavar="PATH", help="TOML configuration file")
     parser.add_argument("--data-dir", metavar="PATH", help="directory for durable storage (default: memory)")
+    parser.add_argument(
+        "--recover",
+        choices=RECOVER_MODES,
+        help="on a corrupt journal: strict (default) refuses to start, skip-corrupt skips the corrupt records "
+        "(a copy is kept in DATA_DIR/quarantine)",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="logging threshold (default info)")
     parser.add_argument(
         "--trace-frames", action="store_true", default=None, help="print every frame, decoded, to stderr"
@@ -80,6 +89,11 @@ def resolve_config(args: argparse.Namespace, environ: dict[str, str]) -> Config:
         changes["trace_frames"] = True
     if args.data_dir:
         changes["data_dir"] = args.data_dir
+    recover = args.recover or environ.get("MINIBROKER_RECOVER")
+    if recover is not None:
+        if recover not in RECOVER_MODES:
+            raise ConfigError(f"environment: MINIBROKER_RECOVER: {recover!r} is not one of {', '.join(RECOVER_MODES)}")
+        changes["data_recover"] = recover
     return config.replace(**changes) if changes else config
 
 
@@ -114,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         trio.run(_run, config)
+    except JournalError as exc:  # the data dir: not a directory, not writable, locked, corrupt
+        print(f"minibroker: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"minibroker: cannot listen on {config.server.host}:{config.server.port}: {exc}", file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ from typing import Any
 from minibroker.auth import is_hashed, valid_hash
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.policy import OVERFLOW_POLICIES, NodePolicy
+from minibroker.store.journal import RECOVER_MODES
 
 
 class ConfigError(Exception):
@@ -133,6 +134,9 @@ class Config:
     """Directory of the journal that keeps durable messages and committed transactions; unset: memory only."""
     data_sync: str = "always"
     """With a data_dir: "always" fsyncs before answering accepted (group commit); "never" does not wait."""
+    data_recover: str = "strict"
+    """With a data_dir: "strict" refuses to start on a corrupt journal (exit 2, naming segment and offset);
+    "skip-corrupt" skips the corrupt records (a copy of the segment is kept in ``quarantine/``)."""
 
     @classmethod
     def load(cls, path: str | Path) -> Config:
@@ -344,3 +348,5 @@ def _validate(config: Any, source: str, prefix: str) -> None:
         raise bad("log_level", f"{config.log_level!r} is not one of {', '.join(_LOG_LEVELS)}")
     elif isinstance(config, Config) and config.data_sync not in ("always", "never"):
         raise bad("data_sync", f"{config.data_sync!r} is not one of always, never")
+    elif isinstance(config, Config) and config.data_recover not in RECOVER_MODES:
+        raise bad("data_recover", f"{config.data_recover!r} is not one of {', '.join(RECOVER_MODES)}")

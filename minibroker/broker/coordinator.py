@@ -49,7 +49,7 @@ from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue
-from minibroker.broker.recorder import Recorder
+from minibroker.broker.recorder import Recorder, journal_full_error
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.transactions import (
     MAX_TXN_ID,
@@ -249,7 +249,7 @@ class Coordinator:
             return
         if self.recorder.durable:
             with self.recorder.collecting() as work:
-                failure = txn.failed or self._commit(txn)
+                failure = txn.failed or self._journal_refusal(txn) or self._commit(txn)
         else:
             work = []
             failure = txn.failed or self._commit(txn)
@@ -262,6 +262,14 @@ class Coordinator:
             return
         # one journal record for all the durable work; ``accepted`` once it is on disk
         self.recorder.record_then(work, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+
+    def _journal_refusal(self, txn: Transaction) -> Error | None:
+        """While the journal cannot write (disk full), a commit with durable work fails (nothing is applied)."""
+        if self.recorder.accepting:
+            return None
+        if any(post.message.durable for post in txn.posts) or any(d.message.durable_id for d in txn.held()):
+            return journal_full_error()
+        return None
 
     def _after(self, held_back: list[OutgoingDelivery], answer: Callable[[], None]) -> None:
         """Answer a discharge that rolled back now, or once the aborted transfers of its acquired deliveries have
@@ -370,9 +378,10 @@ class Coordinator:
         elif target is None:
             err = error(Condition.NOT_FOUND, f"no node at address {message.to!r}")
         elif isinstance(target, Deferred):
-            err = None  # created by the commit, which checks its limits
+            # created by the commit, which checks its limits; a new queue journals durable messages
+            err = journal_full_error() if message.durable and not self.recorder.accepting else None
         else:
-            err = self.dispatcher.admit(target, message, conn)
+            err = self.dispatcher.admit(target, message, conn) or self.dispatcher.journal_refusal(target, message, conn)
         limit = self.settings.max_staged_bytes
         if err is None and txn.staged_bytes + message.size > limit:
             err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"a transaction may post at most {limit} bytes")

@@ -76,7 +76,7 @@ class Broker:
         self.settings = settings or BrokerSettings()
         self.clock = BrokerClock(clock)
         self.outbox = Outbox()
-        self.recorder = Recorder(durable, DEFAULT_NAMESPACE)
+        self.recorder = Recorder(durable, DEFAULT_NAMESPACE, self.clock)
         self.nodes = Nodes(self.settings, self.recorder)
         self.dispatcher = Dispatcher(self.clock, self.nodes, self.recorder, self.outbox, self._deadline_moved)
         self.coordinator = Coordinator(
@@ -97,7 +97,8 @@ class Broker:
         self.on_new_deadline: Callable[[], None] | None = None
         """Called when ``next_deadline`` may have moved earlier (the I/O layer re-arms its timer)."""
         self.journal_sink: Any = None
-        """Set by the I/O layer: the object that writes ``take_journal()``'s records (see server/journal.py)."""
+        """Set by the I/O layer: the journal writer, told after every batch (see server/journal.py); records go
+        to it as they are made (``recorder.sink``)."""
         self._handlers: dict[type[Event], Callable[[ServerConnection, Any], None]] = {
             ConnectionOpened: lambda conn, event: self.nodes.connection_opened(conn, event.open.hostname),
             ConnectionClosed: self._connection_closed,
@@ -189,7 +190,7 @@ class Broker:
         return self.recorder.durable
 
     def take_journal(self) -> list[JournalEntry]:
-        """Records to write, in order (the I/O layer calls this after every batch of events)."""
+        """Records made while no journal writer was connected (recovery's), in order."""
         return self.recorder.take_journal()
 
     def run_durable(self, actions: list[Action], now: float) -> None:
@@ -201,9 +202,14 @@ class Broker:
         if self.on_change is not None:
             self.on_change()
 
-    def restore(self, state: DurableState) -> int:
-        """Recreate durable nodes, subscriptions and messages from a recovered journal; how many messages."""
-        return restore(state, self.nodes, self.dispatcher, self.recorder)
+    def restore(self, state: DurableState, now: float = 0.0) -> int:
+        """Recreate durable nodes, subscriptions and messages from a recovered journal, at broker time ``now``;
+        how many messages. Messages that expired meanwhile go at once (to the expiry address, or away, and out
+        of the journal); scheduled ones wait for their delivery time."""
+        self.clock.now = now
+        restored = restore(state, self.nodes, self.dispatcher, self.recorder)
+        self.dispatcher.handle_timeout(now)
+        return restored
 
     # -- nodes and namespaces -------------------------------------------------------------------------
     @property

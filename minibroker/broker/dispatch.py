@@ -40,7 +40,7 @@ from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
-from minibroker.broker.recorder import Recorder
+from minibroker.broker.recorder import Recorder, journal_full_error
 from minibroker.broker.timers import Timer, TimerKind, Timers
 from minibroker.broker.topic import Topic
 from minibroker.engine.connection import ServerConnection
@@ -157,6 +157,13 @@ class Dispatcher:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
         return _refusal(self.targets(node, message, origin), message)
 
+    def journal_refusal(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
+        """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on ``node`` while the journal
+        cannot write (disk full); None otherwise (at once while the journal writes)."""
+        if self.recorder.accepting or not message.durable:
+            return None
+        return self.recorder.refusal(self.targets(node, message, origin), message)
+
     def post(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """Put ``message`` on ``node`` (admission already checked); return the queues that took it."""
         targets = self.targets(node, message, origin)
@@ -170,13 +177,23 @@ class Dispatcher:
     def publish(self, conn: ServerConnection, delivery: IncomingDelivery, node: Node, message: Message) -> None:
         """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch."""
         targets = self.targets(node, message, conn)
-        refused = _refusal(targets, message)
+        refused = _refusal(targets, message) or self.recorder.refusal(targets, message)
         if refused is not None:
             self.outbox.answer_now(conn, delivery, Rejected(error=refused))
             return
-        self._enqueue_all(targets, message)
-        if message.durable and not delivery.settled:
-            # durable: ``accepted`` only once its journal record is on disk (group commit)
+        if self.recorder.durable:
+            with self.recorder.refusable() as written:  # its journal record is written before anyone sees it
+                self._enqueue_all(targets, message)
+            if not written.ok:  # the journal did not take it (disk full): take it back, refuse it
+                self._take_back(written.enqueued)
+                self.outbox.answer_now(conn, delivery, Rejected(error=journal_full_error()))
+                return
+            journaled = bool(written.enqueued)
+        else:
+            self._enqueue_all(targets, message)
+            journaled = message.durable
+        if journaled and not delivery.settled:
+            # journaled: ``accepted`` only once its journal record is on disk (group commit)
             self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
         else:
             self.outbox.answer(conn, delivery, ACCEPTED)
@@ -205,10 +222,33 @@ class Dispatcher:
         if message.expires_at is not None:
             self._new_deadline()
 
+    def _take_back(self, enqueued: list[tuple[Queue, Message]]) -> None:
+        """Remove messages just enqueued (not yet dispatched) whose journal record was refused."""
+        now = self.clock.now
+        for queue, message in enqueued:
+            if queue.remove_ready(message):
+                pass
+            elif message.deliver_at is not None and message.deliver_at > now:
+                queue.release_scheduled(message)
+            else:
+                continue  # already delivered (a forward within the publish): it stays, not journaled
+            self.timers.discard_message(message)
+
     def restore(self, queue: Queue, message: Message) -> None:
-        """A message recovered from the journal takes its place in ``queue``."""
+        """A message recovered from the journal takes its place in ``queue``, with its times (``expires_at``,
+        ``deliver_at``, already on the broker clock): a scheduled one waits for its delivery time; one that
+        has expired is put back only to be expired by the next ``handle_timeout`` (which recovery runs)."""
         self._seq += 1
         message.seq = self._seq
+        now = self.clock.now
+        expired = message.expires_at is not None and message.expires_at <= now
+        if message.expires_at is not None:
+            self.timers.add(message.expires_at, TimerKind.EXPIRE, queue, message)
+        if not expired and message.deliver_at is not None and message.deliver_at > now:
+            queue.hold_scheduled(message)
+            self.timers.add(message.deliver_at, TimerKind.DUE, queue, message)
+            return
+        message.deliver_at = None
         queue.put(message)
 
     # -- consumers ------------------------------------------------------------------------------------
@@ -525,10 +565,12 @@ class Dispatcher:
     def _on_timer(self, timer: Timer) -> None:
         queue, message = timer.queue, timer.message
         if timer.kind is TimerKind.DUE:
-            queue.release_scheduled(message)
             if message.expires_at is not None and message.expires_at <= self.clock.now:
-                self._expire(queue, message)
+                with self.recorder.together():  # gone from the journal too
+                    queue.drop_scheduled(message)
+                    self._expire(queue, message)
                 return
+            queue.release_scheduled(message)
             message.deliver_at = None
             queue.put(message)
             self.dispatch(queue)

@@ -176,6 +176,12 @@ class Queue:
         self.scheduled -= 1
         self.held_bytes -= message.size
 
+    def drop_scheduled(self, message: Message) -> None:
+        """A scheduled message is gone for good before it became visible (it expired while it waited)."""
+        self.release_scheduled(message)
+        if message.durable_id and self.journal is not None:
+            self.journal.removed(self, message)
+
     def remove_ready(self, message: Message) -> bool:
         """Take ``message`` out of the ready messages (expired, dropped); False if it is not there."""
         try:

@@ -1,24 +1,34 @@
 """The journal recorder: what the broker core writes to the journal, and answers that wait for it (DESIGN §4).
 
 With a data directory, every durable message (header.durable) on a queue or durable subscription is
-journaled: its arrival (ENQUEUE), its departure (SETTLE: accepted, rejected, expired, dead-lettered,
-dropped), failed deliveries (COUNT), and durable subscriptions themselves. A committed transaction is one
-TXN record holding all of its durable work, so after a crash it is there entirely or not at all.
+journaled: its arrival (ENQUEUE, with its expiry and delivery time as wall-clock instants), its departure
+(SETTLE: accepted, rejected, expired, dead-lettered, dropped), failed deliveries (COUNT), and durable
+subscriptions themselves. A committed transaction is one TXN record holding all of its durable work, so
+after a crash it is there entirely or not at all; so is a publish to several durable nodes (the journal
+writes its payload once).
 
-The core stays pure: the recorder only *produces* records (``take_journal``), each with an optional action
-to run once the record is on disk. The I/O layer writes them, fsyncs (sharing one fsync among all waiting
-records), and then runs the actions: that is how ``accepted`` for an unsettled durable transfer, and for a
-commit, is sent only after its record is durable. Without a data directory every method here is a no-op
-and actions run at once.
+Records go to a *sink*, the I/O layer's journal writer (``server/journal.py``), the moment they are made, in
+order: the write itself is synchronous (into the operating system's cache), so a publish learns before its
+message is visible whether the journal took it; the fsync is not, and an action (``accepted`` for an
+unsettled durable transfer, or for a commit) runs once the fsync covering its record is done. While the
+journal cannot write (disk full), ``accepting`` is False: new durable work is refused with
+``amqp:resource-limit-exceeded`` (``refusal``), and records that must still be kept (a consumer's settlement,
+a dead-letter) wait in the writer's backlog, in order, until the disk takes them. Without a sink (a broker core
+driven by tests) records pile up for ``take_journal``. Without a data directory every method here is a
+no-op and actions run at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from itertools import count
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
+from minibroker.amqp.definitions import Error
+from minibroker.amqp.errors import Condition, error
+from minibroker.broker.clock import BrokerClock
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE
 from minibroker.broker.queue import Queue
@@ -26,6 +36,7 @@ from minibroker.broker.topic import Subscription
 from minibroker.store.journal import Kind, NodeKey, Op
 
 Action = Callable[[], None]
+SUBSCRIPTION = "subscription"
 
 
 class JournalEntry(NamedTuple):
@@ -35,18 +46,53 @@ class JournalEntry(NamedTuple):
     then: Action | None
 
 
+class JournalSink(Protocol):
+    """Where records go as they are made (the I/O layer's journal writer)."""
+
+    @property
+    def accepting(self) -> bool:
+        """False while the journal cannot write (disk full): durable work is refused."""
+
+    def append(self, ops: list[Op], then: Action | None) -> None:
+        """Write ``ops`` (one record; none: a marker), then run ``then`` once it is durable. If the journal
+        cannot write now, both wait, in order, until it can."""
+
+    def try_append(self, ops: list[Op]) -> bool:
+        """Write ``ops`` now; False (nothing written, nothing kept) if the journal does not take them."""
+
+
+@dataclass
+class Written:
+    """The outcome of a ``refusable`` block: ``ok`` False when the journal refused its record; ``enqueued``: the
+    messages the block journaled, which the caller then takes back."""
+
+    ok: bool = True
+    enqueued: list[tuple[Queue, Message]] = field(default_factory=list)
+
+
+def journal_full_error() -> Error:
+    return error(
+        Condition.RESOURCE_LIMIT_EXCEEDED,
+        "the journal cannot write (disk full or failing): durable messages are refused until it can",
+    )
+
+
 class Recorder:
     """Journal records of the broker core (``durable`` False: nothing is recorded)."""
 
-    def __init__(self, durable: bool, default_namespace: str) -> None:
+    def __init__(self, durable: bool, default_namespace: str, clock: BrokerClock | None = None) -> None:
         self.durable = durable
         self._default_namespace = default_namespace
+        self._clock = clock or BrokerClock()
         self._out: list[JournalEntry] = []
         self._collecting: list[Op] | None = None
+        self._watch: list[tuple[Queue, Message]] | None = None
         self._ids = count(1)
+        self.sink: JournalSink | None = None
+        """Set by the I/O layer: records are written to it as they are made (else kept for ``take_journal``)."""
 
     def take_journal(self) -> list[JournalEntry]:
-        """Records to write, in order (the I/O layer calls this after every batch of events)."""
+        """Records made while no sink was connected, in order (recovery's, or all of them in core tests)."""
         out, self._out = self._out, []
         return out
 
@@ -54,18 +100,24 @@ class Recorder:
         """Number new journaled messages after ``after`` (the largest id recovered)."""
         self._ids = count(after + 1)
 
+    def _emit(self, ops: list[Op], then: Action | None) -> None:
+        if self.sink is None:
+            self._out.append(JournalEntry(ops, then))
+        else:
+            self.sink.append(ops, then)
+
     def _record(self, op: Op) -> None:
         if self._collecting is not None:
             self._collecting.append(op)
         else:
-            self._out.append(JournalEntry([op], None))
+            self._emit([op], None)
 
     def after_durable(self, action: Action) -> None:
         """Run ``action`` once everything journaled so far is on disk (at once without a journal)."""
         if not self.durable:
             action()
         else:
-            self._out.append(JournalEntry([], action))
+            self._emit([], action)
 
     @contextmanager
     def together(self) -> Iterator[None]:
@@ -79,7 +131,47 @@ class Recorder:
         finally:
             ops, self._collecting = self._collecting, None
             if ops:
-                self._out.append(JournalEntry(ops, None))
+                self._emit(ops, None)
+
+    @contextmanager
+    def refusable(self) -> Iterator[Written]:
+        """Like ``together`` (a publish: its message on every node, one record), except that the journal may
+        refuse the record (disk full): then ``ok`` is False, nothing of the messages enqueued inside is kept
+        (the caller takes them back from their queues: ``enqueued``), and the block's other records (messages a
+        drop-head policy removed) still go to the journal, in order."""
+        written = Written()
+        if not self.durable:
+            yield written
+            return
+        outer_watch, self._watch = self._watch, written.enqueued
+        nested = self._collecting is not None
+        if not nested:
+            self._collecting = []
+        try:
+            yield written
+        except BaseException:
+            if not nested:
+                ops, self._collecting = self._collecting, None
+                if ops:
+                    self._emit(ops, None)
+            raise
+        finally:
+            self._watch = outer_watch
+        if nested:
+            return
+        ops, self._collecting = self._collecting or [], None
+        if not ops:
+            return
+        if self.sink is None:
+            self._out.append(JournalEntry(ops, None))
+        elif not self.sink.try_append(ops):
+            written.ok = False
+            taken = {message.durable_id for _, message in written.enqueued}  # ids are unique: one ENQUEUE each
+            rest = [op for op in ops if not (op.kind is Kind.ENQUEUE and op.message_id in taken)]
+            for _, message in written.enqueued:
+                message.durable_id = 0
+            if rest:
+                self.sink.append(rest, None)
 
     @contextmanager
     def collecting(self) -> Iterator[list[Op]]:
@@ -94,9 +186,30 @@ class Recorder:
     def record_then(self, ops: list[Op], then: Action) -> None:
         """Write ``ops`` as one record (a transaction's work), then run ``then`` once it is durable."""
         if ops:
-            self._out.append(JournalEntry(ops, then))
+            self._emit(ops, then)
+        elif not self.accepting:
+            then()  # nothing of it is journaled: it waits for nothing while the journal cannot write
         else:
             self.after_durable(then)
+
+    # -- refusing durable work while the journal cannot write -----------------------------------------------
+    @property
+    def accepting(self) -> bool:
+        """False while the journal cannot write (disk full): new durable work is refused."""
+        return not self.durable or self.sink is None or self.sink.accepting
+
+    def journals(self, queue: Queue, message: Message) -> bool:
+        """True when ``message`` on ``queue`` goes to the journal."""
+        return self.durable and message.durable and queue.journal is not None and self.node_key(queue) is not None
+
+    def refusal(self, targets: list[Queue], message: Message) -> Error | None:
+        """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on one of ``targets`` while the
+        journal cannot write; else None (non-durable messages and nodes are served as ever)."""
+        if self.accepting or not message.durable:
+            return None
+        if any(self.journals(queue, message) for queue in targets):
+            return journal_full_error()
+        return None
 
     # -- what is journaled --------------------------------------------------------------------------
     def node_key(self, queue: Queue) -> NodeKey | None:
@@ -107,7 +220,7 @@ class Recorder:
             if not queue.durable:
                 return None
             container, link = queue.key
-            return (namespace, "subscription", f"{queue.topic.name}\x00{container}\x00{link}")
+            return (namespace, SUBSCRIPTION, queue.topic.name, str(container), str(link))
         if queue.dynamic:
             return None
         return (namespace, QUEUE, queue.name)
@@ -117,6 +230,12 @@ class Recorder:
         if self.durable and self.node_key(queue) is not None:
             queue.journal = self
 
+    def _wall_ms(self, instant: float | None) -> int | None:
+        """A broker-clock instant as wall-clock milliseconds (what the journal keeps: the clock restarts)."""
+        if instant is None:
+            return None
+        return round((instant + self._clock.wall.offset) * 1000)
+
     def enqueued(self, queue: Queue, message: Message) -> None:
         if queue.journal is None or not message.durable:
             return
@@ -124,7 +243,19 @@ class Recorder:
         if key is None:
             return
         message.durable_id = next(self._ids)
-        self._record(Op(Kind.ENQUEUE, key, message.durable_id, message.delivery_count, message.payload))
+        if self._watch is not None:
+            self._watch.append((queue, message))
+        self._record(
+            Op(
+                Kind.ENQUEUE,
+                key,
+                message.durable_id,
+                message.delivery_count,
+                message.payload,
+                expires_at=self._wall_ms(message.expires_at),
+                deliver_at=self._wall_ms(message.deliver_at),
+            )
+        )
 
     def removed(self, queue: Queue, message: Message) -> None:
         """A journaled message left ``queue`` for good (called by the queue)."""

@@ -1,28 +1,37 @@
 """Recovery: the broker's durable state rebuilt from a recovered journal (DESIGN §4, ``store/journal.py``).
 
-Durable queues and durable topic subscriptions come back with their messages in their original order and
-with their delivery-counts; nothing from an uncommitted or rolled-back transaction was ever recorded, and
-nothing accepted is left.
+Durable queues and durable topic subscriptions come back with their messages in their original order, with
+their delivery-counts, their expiry and their delivery time; nothing from an uncommitted or rolled-back
+transaction was ever recorded, and nothing accepted is left. The journal keeps times as wall-clock instants:
+they are mapped onto the new broker clock here, so a message that expired while the broker was down is
+expired at once (``Broker.restore``) and a scheduled one waits for its time. A subscription is named by its
+topic, container-id and link name, whatever characters they hold.
 """
 
 from __future__ import annotations
+
+import logging
 
 from minibroker.broker.dispatch import Dispatcher
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.queue import Queue
-from minibroker.broker.recorder import Recorder
+from minibroker.broker.recorder import SUBSCRIPTION, Recorder
 from minibroker.broker.topic import Topic
-from minibroker.store.journal import DurableState, NodeKey
+from minibroker.store.journal import DurableState, NodeKey, StoredMessage
+
+log = logging.getLogger("minibroker.store")
 
 
 def restore(state: DurableState, nodes: Nodes, dispatcher: Dispatcher, recorder: Recorder) -> int:
     """Recreate durable nodes, subscriptions and messages (in their order); return how many messages."""
     recorder.restart_ids(state.max_message_id)
     for key, selector_text in state.subscriptions.items():
-        namespace_name, _, name = key
-        topic_name, container, link = name.split("\x00")
+        if len(key) != 5 or key[1] != SUBSCRIPTION:
+            log.warning("journal: ignored a subscription with an unexpected name %r", key)
+            continue
+        namespace_name, _, topic_name, container, link = key
         topic = _topic(nodes, namespace_name, topic_name)
         selector = None
         if selector_text:
@@ -42,14 +51,26 @@ def restore(state: DurableState, nodes: Nodes, dispatcher: Dispatcher, recorder:
     for key, messages in state.messages.items():
         queue = _queue(nodes, key)
         if queue is None:
+            if messages:
+                log.warning("journal: %d messages of an unknown node %r ignored", len(messages), key)
             continue
         for stored in sorted(messages.values(), key=lambda m: m.message_id):
-            message = Message(stored.payload)
-            message.delivery_count = stored.delivery_count
-            message.durable_id = stored.message_id
-            dispatcher.restore(queue, message)
+            dispatcher.restore(queue, _message(stored, dispatcher))
             restored += 1
     return restored
+
+
+def _message(stored: StoredMessage, dispatcher: Dispatcher) -> Message:
+    message = Message(stored.payload)  # the bytes are shared by every message of one publish
+    message.delivery_count = stored.delivery_count
+    message.durable_id = stored.message_id
+    if stored.timed:
+        clock = dispatcher.clock
+        message.expires_at = clock.from_wall_ms(stored.expires_at) if stored.expires_at is not None else None
+        message.deliver_at = clock.from_wall_ms(stored.deliver_at) if stored.deliver_at is not None else None
+    else:
+        dispatcher.arrive(message)  # the first journal format kept no times: read them from the message
+    return message
 
 
 def _topic(nodes: Nodes, namespace_name: str, name: str) -> Topic:
@@ -63,9 +84,9 @@ def _topic(nodes: Nodes, namespace_name: str, name: str) -> Topic:
 
 
 def _queue(nodes: Nodes, key: NodeKey) -> Queue | None:
-    namespace_name, kind, name = key
-    namespace = nodes.namespace(namespace_name)
-    if kind == QUEUE:
+    if len(key) == 3 and key[1] == QUEUE:
+        namespace_name, _, name = key
+        namespace = nodes.namespace(namespace_name)
         queue = namespace.queues.get(name)
         if queue is None:
             node = nodes.create(namespace, name, QUEUE)
@@ -73,6 +94,8 @@ def _queue(nodes: Nodes, key: NodeKey) -> Queue | None:
                 return None
             queue = node
         return queue
-    topic_name, container, link = name.split("\x00")
-    topic = namespace.topics.get(topic_name)
-    return topic.subscriptions.get((container, link)) if topic is not None else None
+    if len(key) == 5 and key[1] == SUBSCRIPTION:
+        namespace_name, _, topic_name, container, link = key
+        topic = nodes.namespace(namespace_name).topics.get(topic_name)
+        return topic.subscriptions.get((container, link)) if topic is not None else None
+    return None

@@ -53,6 +53,12 @@ class Timers:
             due.append(heapq.heappop(heap))
         return due
 
+    def discard_message(self, message: Message) -> None:
+        """Forget the timers of ``message`` (taken back from its queue: a publish the journal refused). O(timers):
+        only for that rare case."""
+        self._heap = [t for t in self._heap if t.message is not message]
+        heapq.heapify(self._heap)
+
     def discard_queue(self, queue: Queue) -> None:
         """Forget the timers of a deleted queue."""
         self._heap = [t for t in self._heap if t.queue is not queue]

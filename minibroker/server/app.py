@@ -446,31 +446,39 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
     cfg = as_config(config)
     journal = None
     if cfg.data_dir:
-        journal = Journal(cfg.data_dir, sync=cfg.data_sync == "always")
+        # raises JournalError (DataDirError, JournalCorrupt) when the data dir cannot be used as it is
+        journal = Journal(cfg.data_dir, sync=cfg.data_sync == "always", recover=cfg.data_recover)
         state = journal.recover()
-    broker = make_broker(cfg, durable=journal is not None)
-    if journal is not None:
-        restored = broker.restore(state)
-        log.info("recovered %d durable messages from %s", restored, cfg.data_dir)
-    warn_if_exposed(cfg)
-    async with trio.open_nursery() as nursery:
+    writer = None
+    try:
+        broker = make_broker(cfg, durable=journal is not None)
         if journal is not None:
-            nursery.start_soon(JournalWriter(journal, broker).run)
-        server = _Server(cfg, broker, nursery)
-        port = await server.listen(cfg.server.host, cfg.server.port, broker.default)
-        tls_port = None
-        if cfg.tls.enabled:
-            tls_port = await server.listen(cfg.server.host, cfg.tls.port, broker.default, tls=True)
-        nursery.start_soon(run_broker_timer, broker)
-        try:
-            yield RunningBroker(server, cfg.server.host, port, tls_port=tls_port)
-        finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(2.0):
-                await server.shutdown()
-            nursery.cancel_scope.cancel()
-            if journal is not None:
-                wake_writers(broker)
-                journal.close()
+            restored = broker.restore(state, trio.current_time())
+            log.info("recovered %d durable messages from %s", restored, cfg.data_dir)
+            writer = JournalWriter(journal, broker)
+        warn_if_exposed(cfg)
+        async with trio.open_nursery() as nursery:
+            if writer is not None:
+                nursery.start_soon(writer.run)
+            server = _Server(cfg, broker, nursery)
+            port = await server.listen(cfg.server.host, cfg.server.port, broker.default)
+            tls_port = None
+            if cfg.tls.enabled:
+                tls_port = await server.listen(cfg.server.host, cfg.tls.port, broker.default, tls=True)
+            nursery.start_soon(run_broker_timer, broker)
+            try:
+                yield RunningBroker(server, cfg.server.host, port, tls_port=tls_port)
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+                    await server.shutdown()
+                nursery.cancel_scope.cancel()
+                if writer is not None:
+                    wake_writers(broker)
+    finally:
+        if writer is not None:
+            writer.close()
+        elif journal is not None:
+            journal.close()
 
 
 def warn_if_exposed(config: Config) -> None:

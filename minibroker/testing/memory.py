@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
@@ -38,6 +39,8 @@ from minibroker.broker.clock import WallClock
 from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.engine.connection import ServerConnection
 from minibroker.server.connection import ConnectionTask, run_broker_timer
+from minibroker.server.journal import JournalWriter
+from minibroker.store.journal import Journal
 from minibroker.testing import frames
 from minibroker.testing.frames import Frame, FrameBuffer
 
@@ -233,9 +236,16 @@ class MemoryBroker:
     """A broker running in the test's trio loop; ``connect()`` gives a new client end."""
 
     def __init__(
-        self, broker: Broker, nursery: trio.Nursery, make_engine: Callable[[int], ServerConnection], timeout: float
+        self,
+        broker: Broker,
+        nursery: trio.Nursery,
+        make_engine: Callable[[int], ServerConnection],
+        timeout: float,
+        writer: JournalWriter | None = None,
     ) -> None:
         self.broker = broker
+        self.writer = writer
+        """With a ``data_dir``: the journal writer (``writer.journal.ops`` is the file I/O a test may fail)."""
         self.tasks: list[ConnectionTask] = []
         self._nursery = nursery
         self._make_engine = make_engine
@@ -269,18 +279,37 @@ async def memory_broker(
     make_engine: Callable[[int], ServerConnection] = _default_engine,
     receive_timeout: float = 5.0,
     clock: WallClock | None = None,
+    data_dir: str | Path | None = None,
+    data_recover: str = "strict",
+    data_sync: bool = True,
 ) -> AsyncIterator[MemoryBroker]:
     """Run a broker, its timer and its connections in a nursery for the duration of the block.
 
     ``receive_timeout`` bounds each receive of every ``MemoryPeer``; ``clock`` maps wall-clock message fields
-    onto trio's clock. Leaving the block cancels everything; connections get no closing handshake (close them
-    in the test if that matters).
+    onto trio's clock. With ``data_dir`` the broker journals there (recovering what is there first), as
+    ``serve`` does (``data_sync=False``: no fsync, so no thread: what a ``MockClock`` test wants). Leaving the
+    block cancels everything; connections get no closing handshake (close them in the test if that matters).
     """
-    broker = Broker(settings, txn_ids=txn_ids, clock=clock)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run_broker_timer, broker)
-        yield MemoryBroker(broker, nursery, make_engine, receive_timeout)
-        nursery.cancel_scope.cancel()
+    journal = writer = None
+    if data_dir is not None:
+        journal = Journal(data_dir, sync=data_sync, recover=data_recover)
+        state = journal.recover()
+    broker = Broker(settings, txn_ids=txn_ids, clock=clock, durable=journal is not None)
+    try:
+        if journal is not None:
+            broker.restore(state, trio.current_time())
+            writer = JournalWriter(journal, broker)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_broker_timer, broker)
+            if writer is not None:
+                nursery.start_soon(writer.run)
+            yield MemoryBroker(broker, nursery, make_engine, receive_timeout, writer)
+            nursery.cancel_scope.cancel()
+    finally:
+        if writer is not None:
+            writer.close()
+        elif journal is not None:
+            journal.close()
 
 
 __all__ = ["MemoryBroker", "MemoryPeer", "memory_broker"]

@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from minibroker.store.journal import (
     DurableState,
     Journal,
+    JournalCorrupt,
     Kind,
     Op,
     decode_ops,
     encode_ops,
     encode_record,
+    record_offsets,
 )
 
 KEY = ("default", "queue", "orders")
@@ -92,39 +94,43 @@ def test_transaction_is_all_or_nothing_when_torn(tmp_path: Path, caplog: pytest.
             state = _journal(copy).state
         assert set(state.messages) == {KEY}, cut  # the transaction is absent entirely
         assert list(state.messages[KEY]) == [1]
-        assert any("torn or corrupt tail" in r.message for r in caplog.records)
+        assert any("torn tail" in r.message for r in caplog.records)
         assert (copy / segment.name).stat().st_size == _first_record_end(segment)
 
 
 def _first_record_end(segment: Path) -> int:
-    data = segment.read_bytes()
-    return 4 + int.from_bytes(data[:4], "big")
+    return record_offsets(segment)[0][1]
 
 
-def test_corrupt_record_is_cut_with_everything_after(tmp_path: Path) -> None:
+def test_corrupt_record_mid_journal_refuses_then_skip_corrupt_skips_it(tmp_path: Path) -> None:
+    """A flipped byte with valid records after it is corruption, not a torn tail: recovery refuses and changes
+    nothing; with skip-corrupt only that record is skipped (a copy of the segment kept), and appending goes on."""
     journal = _journal(tmp_path)
     for i in range(1, 6):
         journal.append([enqueue(i)])
     journal.close()
     segment = journal.segments()[-1]
-    data = bytearray(segment.read_bytes())
-    third = sum(4 + int.from_bytes(data[p : p + 4], "big") for p in _offsets(data)[:2])
-    data[third + 12] ^= 0xFF  # flip a byte inside the third record
+    original = segment.read_bytes()
+    data = bytearray(original)
+    third, third_end, _ = record_offsets(segment)[2]
+    data[third + 16] ^= 0xFF  # flip a byte inside the third record
     segment.write_bytes(bytes(data))
-    recovered = _journal(tmp_path)
-    assert list(recovered.state.messages[KEY]) == [1, 2]
-    assert recovered.dropped_bytes == len(data) - third
-    recovered.append([enqueue(9)])  # appending goes on after the cut
+    with pytest.raises(JournalCorrupt) as refused:
+        _journal(tmp_path)
+    assert refused.value.offset == third
+    assert refused.value.path == segment
+    assert f"at byte {third}" in str(refused.value)
+    assert segment.read_bytes() == bytes(data)  # nothing changed, nothing copied
+    assert not (tmp_path / "quarantine").exists()
+    recovered = _journal(tmp_path, recover="skip-corrupt")
+    assert list(recovered.state.messages[KEY]) == [1, 2, 4, 5]
+    assert recovered.dropped_bytes == third_end - third
+    (kept,) = recovered.quarantined
+    assert kept.parent == tmp_path / "quarantine"
+    assert kept.read_bytes() == bytes(data)
+    recovered.append([enqueue(9)])  # appending goes on
     recovered.close()
-    assert list(_journal(tmp_path).state.messages[KEY]) == [1, 2, 9]
-
-
-def _offsets(data: bytes | bytearray) -> list[int]:
-    offsets, pos = [], 0
-    while pos < len(data):
-        offsets.append(pos)
-        pos += 4 + int.from_bytes(data[pos : pos + 4], "big")
-    return offsets
+    assert list(_journal(tmp_path).state.messages[KEY]) == [1, 2, 4, 5, 9]  # and the next start is clean
 
 
 def test_compaction_keeps_live_state_and_shrinks(tmp_path: Path) -> None:
