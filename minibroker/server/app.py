@@ -185,7 +185,13 @@ class _Server:
                 log.info("TLS handshake failed: %s", exc)
                 await trio.aclose_forcefully(stream)
                 return
-            await self.serve_stream(secure, namespace, external_identity=certificate_identity(secure))
+            try:
+                identity = certificate_identity(secure)
+            except Exception:  # a certificate we cannot read costs this connection, never the listener
+                log.exception("reading the client certificate failed")
+                await trio.aclose_forcefully(secure)
+                return
+            await self.serve_stream(secure, namespace, external_identity=identity)
 
         async def accept() -> None:
             with scope:
@@ -326,6 +332,12 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
             permissions=dict(config.auth.permissions),
             max_transactions_per_connection=config.broker.max_transactions_per_connection,
             max_staged_bytes=config.broker.max_staged_bytes,
+            max_total_staged_bytes=config.broker.max_total_staged_bytes,
+            max_nodes=config.broker.max_nodes,
+            max_links=config.broker.max_links,
+            max_subscriptions_per_topic=config.broker.max_subscriptions_per_topic,
+            max_subscriptions_per_connection=config.broker.max_subscriptions_per_connection,
+            auto_delete_idle=config.broker.auto_delete_idle,
         ),
         txn_ids=counter_ids(secrets.token_bytes(8)),
         clock=WallClock(time.time() - trio.current_time()),
