@@ -1,7 +1,8 @@
 """Configuration: TOML (stdlib ``tomllib``) into frozen dataclasses.
 
 Every key has a default, documented in ``conf/minibroker.toml``. A bad file raises ``ConfigError`` naming
-the file, the dotted key and what is wrong; an unknown key is an error, never silently ignored.
+the file, the dotted key and what is wrong; an unknown key is an error, never silently ignored. The value of a
+secret key (a password in ``[auth.users]``) is never shown in an error: only its type.
 """
 
 from __future__ import annotations
@@ -32,10 +33,17 @@ class ServerConfig:
     channel_max: int = 255
     idle_timeout: float = 0.0
     """Seconds of silence after which a peer is dropped; 0 disables (heartbeats to the peer still go out)."""
+    min_heartbeat_interval: float = 0.5
+    """Seconds: heartbeats never go out more often; a peer announcing a shorter idle-time-out is refused."""
     max_message_size: int = 100 * 1024 * 1024
     """Largest message accepted, in bytes; 0 means no limit (then a peer can grow memory without bound)."""
     max_connections: int = 1000
-    """Connections at once; one more gets its open answered with close(amqp:resource-limit-exceeded)."""
+    """Open connections at once (past SASL and open); one more gets its open answered with
+    close(amqp:resource-limit-exceeded). Connections still in their handshake count against
+    ``max_pending_handshakes`` instead."""
+    max_pending_handshakes: int = 256
+    """Connections at once still in their handshake (TLS, protocol header, SASL, open); a new socket beyond
+    closes the oldest of them."""
     max_sessions: int = 256
     """Sessions at once on one connection."""
     max_links_per_session: int = 1024
@@ -65,10 +73,22 @@ class AuthConfig:
     """``[auth]``: SASL. With users configured, PLAIN is checked and ANONYMOUS refused."""
 
     anonymous: bool = True
-    users: dict[str, str] = field(default_factory=dict)
-    """Users and their passwords, plain or hashed with ``minibroker hash-password``."""
+    users: dict[str, str] = field(default_factory=dict, repr=False)
+    """Users and their passwords, plain or hashed with ``minibroker hash-password`` (not in the repr); an empty
+    password matches nothing: a user who logs in with a client certificate only."""
     failure_delay: float = 1.0
     """Seconds a failed SASL authentication waits before its answer (slows password guessing)."""
+    hash_threads: int = 2
+    """Password hashes checked at once, each in a worker thread (never on the event loop)."""
+    max_failures_per_address: int = 10
+    """Failed logins a peer address may make at once, and again each ``failure_window``; beyond, its
+    attempts are refused unchecked, after a growing delay. 0: no limit."""
+    max_failures_per_user: int = 30
+    """The same per user name, whatever the addresses the attempts come from. 0: no limit."""
+    failure_window: float = 60.0
+    """Seconds in which the failure allowances above refill."""
+    external_any: bool = False
+    """SASL EXTERNAL for any certificate the CA signed; false: only for a common name in ``users``."""
     permissions: dict[str, Permissions] = field(default_factory=dict)
     """``[auth.permissions.USER]``: address patterns the user may send to and receive from."""
 
@@ -100,6 +120,11 @@ class BrokerConfig:
     auto_delete_idle: float = 300.0
     """Seconds after which a node created on demand that is empty, without links and without transactional work is
     deleted; 0 means never."""
+    max_selector_length: int = 4096
+    """Characters of a JMS selector; a longer one is refused on attach with amqp:invalid-field. 0: no limit."""
+    max_selector_properties_size: int = 64 * 1024
+    """Bytes of a message's header, properties or application-properties section a selector reads; a message with a
+    larger one is not selected by a selector that reads a field of that section. 0: no limit."""
 
 
 @dataclass(frozen=True)
@@ -168,39 +193,62 @@ _SECTIONS: dict[str, type] = {
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def _table(value: Any, where: str) -> dict[str, Any]:
+_KINDS: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "a list"),
+    (dict, "a table"),
+)
+
+
+def _shown(value: Any, secret: bool) -> str:
+    """``value`` as an error message may show it: only its kind when it is secret."""
+    if not secret:
+        return repr(value)
+    kind = next((name for cls, name in _KINDS if isinstance(value, cls)), "a value")
+    return f"{kind} (not shown: the key is secret)"
+
+
+def _is_secret(cls: type, key: str) -> bool:
+    """Keys whose values are never shown: passwords (``[auth.users]``) and anything named like key material."""
+    return (cls is AuthConfig and key == "users") or any(w in key for w in ("password", "secret", "private"))
+
+
+def _table(value: Any, where: str, secret: bool = False) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a table, got {value!r}")
+        raise ConfigError(f"{where}: expected a table, got {_shown(value, secret)}")
     return value
 
 
-def _check_type(value: Any, expected: Any, where: str) -> Any:
+def _check_type(value: Any, expected: Any, where: str, secret: bool = False) -> Any:
+    got = f"got {_shown(value, secret)}"
     if expected in ("float", float):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
+        raise ConfigError(f"{where}: expected a number, {got}")
     if expected in ("int", int):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        raise ConfigError(f"{where}: expected an integer, {got}")
     if expected in ("bool", bool):
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        raise ConfigError(f"{where}: expected true or false, {got}")
     if expected in ("str", str):
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+        raise ConfigError(f"{where}: expected a string, {got}")
     if expected == "str | None":
-        return None if value is None else _check_type(value, str, where)
+        return None if value is None else _check_type(value, str, where, secret)
     if expected == "tuple[str, ...]":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+            raise ConfigError(f"{where}: expected a list of strings, {got}")
         return tuple(value)
     if expected == "dict[str, str]":
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a table, got {value!r}")
-        return {k: _check_type(v, str, f"{where}.{k}") for k, v in value.items()}
+        _table(value, where, secret)
+        return {k: _check_type(v, str, f"{where}.{k}", secret) for k, v in value.items()}
     raise ConfigError(f"{where}: unsupported setting type {expected}")  # pragma: no cover
 
 
@@ -233,7 +281,7 @@ def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
                 for name, node in value.items()
             }
         else:
-            values[key] = _check_type(value, spec.type, where)
+            values[key] = _check_type(value, spec.type, where, _is_secret(cls, key))
     config = cls(**values)
     _validate(config, source, prefix)
     return config
@@ -252,9 +300,11 @@ def _validate(config: Any, source: str, prefix: str) -> None:
             raise bad("channel_max", f"{config.channel_max} is not in 0-65535")
         if config.idle_timeout < 0:
             raise bad("idle_timeout", "must not be negative")
+        if config.min_heartbeat_interval < 0:
+            raise bad("min_heartbeat_interval", "must not be negative")
         if config.max_message_size < 0:
             raise bad("max_message_size", "must not be negative")
-        for key in ("max_connections", "max_sessions", "max_links_per_session"):
+        for key in ("max_connections", "max_pending_handshakes", "max_sessions", "max_links_per_session"):
             if getattr(config, key) < 1:
                 raise bad(key, "must be at least 1")
         if config.handshake_timeout < 0:
@@ -265,6 +315,13 @@ def _validate(config: Any, source: str, prefix: str) -> None:
                 raise bad(f"users.{user}", "is not a valid hash (make one with `minibroker hash-password`)")
         if config.failure_delay < 0:
             raise bad("failure_delay", "must not be negative")
+        if config.hash_threads < 1:
+            raise bad("hash_threads", "must be at least 1")
+        for key in ("max_failures_per_address", "max_failures_per_user"):
+            if getattr(config, key) < 0:
+                raise bad(key, "must not be negative")
+        if config.failure_window <= 0:
+            raise bad("failure_window", "must be positive")
     elif isinstance(config, TlsConfig):
         if config.client_auth not in ("none", "optional", "required"):
             raise bad("client_auth", f"{config.client_auth!r} is not one of none, optional, required")
@@ -296,6 +353,9 @@ def _validate(config: Any, source: str, prefix: str) -> None:
                 raise bad(key, "must be at least 1")
         if config.auto_delete_idle < 0:
             raise bad("auto_delete_idle", "must not be negative")
+        for key in ("max_selector_length", "max_selector_properties_size"):
+            if getattr(config, key) < 0:
+                raise bad(key, "must not be negative")
     elif isinstance(config, NodePolicy):
         for key in ("max_messages", "max_bytes", "max_delivery_attempts"):
             if getattr(config, key) < 0:

@@ -1,18 +1,21 @@
 """``minibroker check``: is a broker answering AMQP at this URL? (Docker HEALTHCHECK, CI wait step)
 
-It connects, does SASL ANONYMOUS when the broker asks for SASL, sends ``open`` and waits for the broker's
-``open``: exit 0 when it arrives within the time limit (one second by default), 1 otherwise. It needs no
-client library: the frames come from our own codec.
+It connects, does SASL when the broker asks for it, sends ``open`` and waits for the broker's ``open``: exit 0
+when it arrives within the time limit (one second by default), 1 otherwise. SASL is PLAIN when credentials are
+given (in the URL, ``amqp://USER:PASSWORD@HOST:PORT``, percent-encoded; with ``--user``/``--password``; or in
+``MINIBROKER_CHECK_USER``/``MINIBROKER_CHECK_PASSWORD``), else ANONYMOUS. Credentials are never printed: the
+URL is shown with them masked. It needs no client library: the frames come from our own codec.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 import time
-from collections.abc import Sequence
-from urllib.parse import urlsplit
+from collections.abc import Mapping, Sequence
+from urllib.parse import unquote, urlsplit
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import Close, Open, SaslInit, SaslMechanisms, SaslOutcome
@@ -20,6 +23,8 @@ from minibroker.amqp.framing import AMQP_HEADER, FRAME_HEADER, SASL_FRAME, SASL_
 from minibroker.amqp.types import DecodeError, Symbol
 
 DEFAULT_URL = "amqp://127.0.0.1:5672"
+USER_ENV = "MINIBROKER_CHECK_USER"
+PASSWORD_ENV = "MINIBROKER_CHECK_PASSWORD"
 
 
 class NotHealthy(Exception):
@@ -61,11 +66,44 @@ class _Reader:
                     raise NotHealthy(f"undecodable frame: {exc}") from None
 
 
-def check(url: str = DEFAULT_URL, timeout: float = 1.0) -> None:
-    """Raise ``NotHealthy`` unless the broker at ``url`` answers ``open`` within ``timeout`` seconds."""
-    parts = urlsplit(url if "://" in url else f"amqp://{url}")
-    host = parts.hostname or "127.0.0.1"
-    port = parts.port or 5672
+def masked(url: str) -> str:
+    """``url`` as it may be printed: any user and password replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
+def _credentials(url: str) -> tuple[str | None, str | None]:
+    """The user and password in ``url``, percent-decoded (None where absent)."""
+    try:
+        parts = urlsplit(url if "://" in url else f"amqp://{url}")
+        user, password = parts.username, parts.password
+    except ValueError:
+        return None, None
+    return (None if user is None else unquote(user)), (None if password is None else unquote(password))
+
+
+def check(
+    url: str = DEFAULT_URL, timeout: float = 1.0, *, user: str | None = None, password: str | None = None
+) -> None:
+    """Raise ``NotHealthy`` unless the broker at ``url`` answers ``open`` within ``timeout`` seconds.
+
+    With a user (here or in the URL), SASL is PLAIN with that user and password; else ANONYMOUS. The
+    exception's message never holds the credentials.
+    """
+    try:
+        parts = urlsplit(url if "://" in url else f"amqp://{url}")
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or 5672
+    except ValueError:
+        raise NotHealthy("not a valid URL") from None
+    url_user, url_password = _credentials(url)
+    user = url_user if user is None else user
+    password = url_password if password is None else password
     deadline = time.monotonic() + timeout
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
@@ -73,12 +111,26 @@ def check(url: str = DEFAULT_URL, timeout: float = 1.0) -> None:
             sock.sendall(SASL_HEADER)
             header = reader.take(8)
             if header == SASL_HEADER:
-                if not isinstance(reader.performative(), SaslMechanisms):
+                offered = reader.performative()
+                if not isinstance(offered, SaslMechanisms):
                     raise NotHealthy("expected sasl-mechanisms")
-                sock.sendall(encode_frame(0, SaslInit(mechanism=Symbol("ANONYMOUS")), frame_type=SASL_FRAME))
+                mechanism = "ANONYMOUS" if user is None else "PLAIN"
+                if mechanism not in [str(m) for m in offered.sasl_server_mechanisms or ()]:
+                    raise NotHealthy(f"the broker does not offer SASL {mechanism}")
+                if user is None:
+                    init = SaslInit(mechanism=Symbol("ANONYMOUS"))
+                else:  # RFC 4616: authzid NUL authcid NUL passwd
+                    response = b"\x00" + user.encode() + b"\x00" + (password or "").encode()
+                    init = SaslInit(mechanism=Symbol("PLAIN"), initial_response=response)
+                sock.sendall(encode_frame(0, init, frame_type=SASL_FRAME))
                 outcome = reader.performative()
                 if not isinstance(outcome, SaslOutcome) or outcome.code != 0:
-                    raise NotHealthy("SASL ANONYMOUS was refused")
+                    refused = (
+                        "SASL ANONYMOUS was refused"
+                        if user is None
+                        else "SASL PLAIN was refused (wrong user or password?)"
+                    )
+                    raise NotHealthy(refused)
                 sock.sendall(AMQP_HEADER)
                 header = reader.take(8)
             if header != AMQP_HEADER:
@@ -91,16 +143,32 @@ def check(url: str = DEFAULT_URL, timeout: float = 1.0) -> None:
         raise NotHealthy(f"cannot connect to {host}:{port}: {exc}") from None
 
 
-def main(argv: Sequence[str]) -> int:
-    """``minibroker check [--url URL] [--timeout SECONDS]``: 0 if healthy, 1 if not."""
+def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
+    """``minibroker check [--url URL] [--user USER] [--password PASSWORD] [--timeout SECONDS]``: 0 if healthy,
+    1 if not."""
+    environ = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(prog="minibroker check", description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"broker to check (default {DEFAULT_URL})")
+    parser.add_argument(
+        "--url", default=DEFAULT_URL, help=f"broker to check, amqp://[USER:PASSWORD@]HOST:PORT (default {DEFAULT_URL})"
+    )
+    parser.add_argument("--user", help=f"log in with SASL PLAIN as USER (or set {USER_ENV})")
+    parser.add_argument(
+        "--password", help=f"the password for --user (better: set {PASSWORD_ENV}, which other users cannot see)"
+    )
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds to wait (default 1)")
     args = parser.parse_args(argv)
+    shown = masked(args.url)
+    # each credential from the options, else the URL, else the environment
+    url_user, url_password = _credentials(args.url)
+    user = next((v for v in (args.user, url_user, environ.get(USER_ENV)) if v is not None), None)
+    password = next((v for v in (args.password, url_password, environ.get(PASSWORD_ENV)) if v is not None), None)
+    if password is not None and user is None:
+        print(f"minibroker check: {shown}: a password needs a user (--user or {USER_ENV})", file=sys.stderr)
+        return 2
     try:
-        check(args.url, args.timeout)
+        check(args.url, args.timeout, user=user, password=password)
     except NotHealthy as exc:
-        print(f"minibroker check: {args.url}: not healthy: {exc}", file=sys.stderr)
+        print(f"minibroker check: {shown}: not healthy: {exc}", file=sys.stderr)
         return 1
-    print(f"minibroker check: {args.url}: ok")
+    print(f"minibroker check: {shown}: ok")
     return 0

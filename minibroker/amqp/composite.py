@@ -6,7 +6,9 @@ with the encoding its declared type fixes (a ``handle`` field is a uint even whe
 ``int``), with trailing nulls trimmed (§1.4: "the encoding MAY omit trailing null fields"). Decoding
 checks the shape: the described value must be a list, mandatory fields must be present, and a present
 field must hold a value of exactly its declared type (a uint field refuses a ulong, a string field a
-symbol, a ``fields`` map string keys); otherwise ``DecodeError``.
+symbol); otherwise ``DecodeError``. One leniency, because real clients need it: a symbol-keyed map (``fields``,
+annotations) whose keys are strings instead of symbols (rhea, go-amqp and Azure's JavaScript SDK send an
+error's ``info`` so) decodes, its string keys turned into symbols; keys of any other type are still refused.
 
 Fields are all optional in the dataclasses (a missing mandatory field is a decode error, not a
 constructor error), so a decoded list maps positionally onto the constructor.
@@ -129,11 +131,13 @@ class Composite:
                 items = [item]
             if kind is not None:
                 for one in items:
-                    if type(one) is not kind or (spec.type == "fields" and not _symbol_keyed(one)):
+                    if type(one) is not kind:
                         raise DecodeError(
                             f"{cls.DESCRIPTOR_NAME}: field {spec.amqp_name} must be {spec.type}, "
                             f"got {type(one).__name__}"
                         )
+                if spec.type == "fields" and not _symbol_keyed(item):
+                    value[i] = _symbolized(item, f"{cls.DESCRIPTOR_NAME}: field {spec.amqp_name}")
         return cls(*value[:n])
 
     def __bytes__(self) -> bytes:
@@ -175,8 +179,10 @@ class DescribedSection:
     def from_described(cls, value: Any) -> Self:
         """Build from the described value, checking it has the section's source type."""
         kind = _PYTHON_TYPES.get(cls.SOURCE)
-        if kind is not None and (type(value) is not kind or (cls.SOURCE == "fields" and not _symbol_keyed(value))):
+        if kind is not None and type(value) is not kind:
             raise DecodeError(f"{cls.DESCRIPTOR_NAME}: value must be {cls.SOURCE}")
+        if cls.SOURCE == "fields" and not _symbol_keyed(value):
+            value = _symbolized(value, f"{cls.DESCRIPTOR_NAME}: value")
         return cls(value)
 
     def __bytes__(self) -> bytes:
@@ -186,6 +192,16 @@ class DescribedSection:
 def _symbol_keyed(value: Any) -> bool:
     # §2.8.13 fields: keys are symbols; §3.2.10 annotations: symbols or ulongs (filter-set and node-properties alike)
     return all(type(key) is Symbol or type(key) is ULong for key in value)
+
+
+def _symbolized(value: dict[Any, Any], what: str) -> dict[Any, Any]:
+    """``value`` with its string keys made symbols: leniency for clients that send a symbol-keyed map (an error's
+    info, say) with string keys. A key of any other type, or a string no symbol can hold (not ASCII), is still a
+    ``DecodeError``. (A string and a symbol spelled alike are one key already: ``Symbol`` is a ``str``.)"""
+    keys = [Symbol(key) if type(key) is str and key.isascii() else key for key in value]
+    if not all(type(key) is Symbol or type(key) is ULong for key in keys):
+        raise DecodeError(f"{what} must be a map with symbol keys")
+    return dict(zip(keys, value.values(), strict=True))
 
 
 _SECTION_FIELD = {kind: FieldSpec("value", "value", kind) for kind in ("binary", "list", "map", "fields", "*")}

@@ -12,7 +12,6 @@ topic), the applier refuses: an unknown address with auto-create off gets ``amqp
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from minibroker.broker.links import RELEASED
 from minibroker.broker.namespace import parse_address
 from minibroker.broker.nodes import SubscriptionSpec
 from minibroker.broker.settings import BrokerSettings
+from minibroker.broker.topic import shared_subscription_name
 from minibroker.broker.transactions import TXN_CAPABILITIES
 from minibroker.engine.endpoints import Link
 
@@ -35,7 +35,6 @@ OUTCOMES: list[str] = [
 _REJECTED_LIST = "amqp:rejected:list"
 _NO_LOCAL = {Symbol("apache.org:no-local-filter:list"), 0x0000468C00000003}
 _DURABLE_NONE = 0  # terminus-durability none (§3.5.5)
-_SHARED_SUFFIX = re.compile(r"\|.*$")  # Qpid JMS names extra links of a shared subscription "name|n"
 _SND_SETTLED = 1  # snd-settle-mode settled (§2.8.2)
 
 
@@ -135,6 +134,7 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
         return ResumeSubscription(link.name)
     name = kind = None
     if source.dynamic:
+        # the permission is checked against the generated address, when the node is made (endpoints.py)
         _, kind = parse_address("", source.capabilities)
     else:
         refusal = denied(context, "receive", source.address, source.capabilities)
@@ -148,8 +148,13 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
     if source.filter:
         from minibroker.broker.selector import SelectorError, selector_from_filter  # imported only when used
 
+        settings = context.settings
         try:
-            found = selector_from_filter(source.filter)
+            found = selector_from_filter(
+                source.filter,
+                max_length=settings.max_selector_length or None,
+                max_properties_size=settings.max_selector_properties_size or None,
+            )
         except SelectorError as exc:
             return Refuse(error(Condition.INVALID_FIELD, f"invalid selector: {exc}"))
         if found is not None:
@@ -191,7 +196,8 @@ def _subscription(link: Link, source: Source, context: AttachContext) -> Subscri
     shared = "shared" in capabilities
     container = "" if "global" in capabilities else context.container_id
     if shared:
-        key = (container, _SHARED_SUFFIX.sub("", link.name))
+        name = shared_subscription_name(link.name)
+        key = (container, name if durable else f"{name}|volatile")  # (a stripped name holds no "|")
     elif durable:
         key = (container, link.name)
     else:
@@ -202,6 +208,7 @@ def _subscription(link: Link, source: Source, context: AttachContext) -> Subscri
 def decide_producer(link: Link, context: AttachContext) -> AttachDecision:
     target = link.target
     if isinstance(target, Target) and target.dynamic:
+        # the permission is checked against the generated address, when the node is made (endpoints.py)
         _, kind = parse_address("", target.capabilities)
         return AttachProducer(target, None, kind, dynamic=True)
     if isinstance(target, Target) and target.address is not None:

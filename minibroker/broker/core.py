@@ -66,6 +66,11 @@ from minibroker.engine.events import (
 )
 from minibroker.store.journal import DurableState
 
+OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "SHARED-SUBS", "DELAYED_DELIVERY")
+"""What the broker's open offers (Qpid JMS checks each before using the feature): the anonymous relay (a null target
+routes each message by its ``to``), shared subscriptions (source capability ``shared``, see ``topic.py``) and delayed
+delivery (``x-opt-delivery-time`` and the other scheduling annotations, see ``dispatch.py``)."""
+
 log = logging.getLogger("minibroker.broker")
 INTERNAL_ERROR = "internal error in the broker (logged); this connection is closed, the broker goes on"
 
@@ -395,4 +400,4 @@ class Broker:
         return sorted(infos, key=lambda i: i.id)
 
 
-__all__ = ["Broker", "BrokerSettings"]
+__all__ = ["OFFERED_CAPABILITIES", "Broker", "BrokerSettings"]

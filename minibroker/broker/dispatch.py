@@ -11,7 +11,8 @@ or absolute-expiry-time has passed is never delivered: it goes to the node's exp
 *Out.* Each queue's consumers form a ``ConsumerGroup``. ``dispatch`` hands ready messages to consumers with
 credit, round-robin. The fast path takes the head message for the next consumer; when a consumer has a
 selector, or a message refused a consumer (``modified`` with undeliverable-here), each consumer takes the
-first message it may have. Browsers (distribution-mode copy) walk the queue with a cursor and take nothing
+first message it may have, looking at each ready message once (its ``Scan`` of the queue, ``queue.py``),
+not at every dispatch. Browsers (distribution-mode copy) walk the queue with a cursor and take nothing
 away. Whether a delivery is acquired under a transaction (§4.4.3) is the coordinator's to say: it answers
 through the ``Acquirer`` seam, so this module knows nothing of transactions.
 
@@ -60,23 +61,23 @@ def is_outcome(state: Any) -> bool:
     return isinstance(state, Accepted | Rejected | Released | Modified)
 
 
-def selector_fields(message: Message) -> MessageFields:
-    """What selectors read of ``message``, decoded once and kept on it."""
+def selector_fields(message: Message, limit: int | None = None) -> MessageFields:
+    """What selectors read of ``message`` (sections of at most ``limit`` bytes), decoded once and kept on it."""
     from minibroker.broker.selector import MessageFields  # only brokers with selectors pay for the import
 
-    if message.fields is None:
-        message.fields = MessageFields.from_message(message.payload)
-    fields: MessageFields = message.fields
+    fields: MessageFields | None = message.fields
+    if fields is None or fields.limit != limit:
+        fields = message.fields = MessageFields.from_message(message.payload, limit)
     return fields
 
 
 def selects(selector: Selector | None, message: Message) -> bool:
-    return selector is None or selector.matches(selector_fields(message))
+    return selector is None or selector.matches(selector_fields(message, selector.max_properties_size))
 
 
 def _subscription_selects(subscription: Any, message: Message) -> bool:
     selector = subscription.selector
-    return selector is None or selector.matches(selector_fields(message))
+    return selector is None or selector.matches(selector_fields(message, selector.max_properties_size))
 
 
 def _refusal(targets: list[Queue], message: Message) -> Error | None:
@@ -339,35 +340,63 @@ class Dispatcher:
             self._send(consumer, message)
 
     def _dispatch_matching(self, queue: Queue, group: ConsumerGroup) -> None:
-        """Each consumer with credit takes the first ready message its selector and exclusions allow."""
-        progress = True
-        while progress and queue.ready:
-            progress = False
-            expired: list[Message] = []
-            for consumer in list(group.consumers):
+        """Consumers with credit, in turn, take the first ready message their selector and exclusions allow.
+
+        Incremental: each consumer keeps a ``Scan`` of the queue (``queue.py``) and looks at each ready message
+        once, not once per dispatch: a new arrival is looked at only by the consumers with credit, and the
+        messages a consumer does not select cost it nothing after its first look, however deep the queue.
+        """
+        while queue.ready:
+            for consumer in group.in_turn():
                 if not consumer.can_take():
                     continue
-                chosen = None
-                for message in queue.ready:
-                    if message.expires_at is not None and message.expires_at <= self.clock.now:
-                        expired.append(message)
-                        continue
-                    if message.excluded and consumer in message.excluded:
-                        continue
-                    if selects(consumer.selector, message):
-                        chosen = message
-                        break
-                if chosen is not None and chosen not in expired:
+                chosen = self._first_for(queue, consumer)
+                if chosen is not None:
                     queue.acquire(chosen)
                     group.rotate_past(consumer)
                     self._send(consumer, chosen)
-                    progress = True
                     break  # the ready list changed: start a new round
-            for message in dict.fromkeys(expired):
-                with self.recorder.together():
-                    if queue.remove_ready(message):
-                        self._expire(queue, message)
-                        progress = True
+            else:
+                return
+
+    def _first_for(self, queue: Queue, consumer: Consumer) -> Message | None:
+        """The first ready message (delivery order) ``consumer`` may take, looking only where it has not looked.
+
+        First the messages that came in behind its scan's cursor since it last looked, then onwards from the
+        cursor. Expired messages met on the way are expired.
+        """
+        scan = consumer.scan
+        if scan is None:
+            scan = consumer.scan = queue.open_scan()
+        ready = queue.ready
+        now = self.clock.now
+        expired: list[Message] = []
+        chosen = None
+        while chosen is None and (message := scan.next_behind()) is not None:
+            if message in ready:  # (it may have gone since: taken by another consumer, expired)
+                scan.examined += 1
+                if message.expires_at is not None and message.expires_at <= now:
+                    expired.append(message)
+                elif not (message.excluded and consumer in message.excluded) and selects(consumer.selector, message):
+                    chosen = message
+        if chosen is None:
+            if scan.cursor is None:
+                following = iter(ready)
+            else:
+                following = ready.irange_key(min_key=scan.cursor, inclusive=(False, True))
+            for message in following:
+                scan.cursor = delivery_order(message)
+                scan.examined += 1
+                if message.expires_at is not None and message.expires_at <= now:
+                    expired.append(message)
+                elif not (message.excluded and consumer in message.excluded) and selects(consumer.selector, message):
+                    chosen = message
+                    break
+        for message in expired:
+            with self.recorder.together():
+                if queue.remove_ready(message):
+                    self._expire(queue, message)
+        return chosen
 
     def _dispatch_browsers(self, queue: Queue, group: ConsumerGroup) -> None:
         for browser in group.browsers:

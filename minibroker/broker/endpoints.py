@@ -26,6 +26,7 @@ no transactional work, nothing arrived) at two sweeps ``auto_delete_idle`` apart
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from minibroker.amqp.definitions import Error, Rejected, Source, Target, TransactionalState
 from minibroker.amqp.errors import Condition, error
@@ -160,9 +161,9 @@ class Endpoints:
         node: Node | None
         found: Node | Error | None
         if decision.name is None:
-            found = self.nodes.refuse_new_node()
+            found = self._dynamic_node(conn, link, "receive", source.capabilities)
             if found is None:
-                found = self.nodes.dynamic(conn, source.capabilities)
+                return  # refused
         else:
             found = self._lookup(conn, decision.name, decision.kind)
         if found is None:
@@ -204,6 +205,17 @@ class Endpoints:
         self.dispatcher.add_consumer(consumer)
         self.dispatcher.dispatch(consumer.queue)
 
+    def _dynamic_node(self, conn: ServerConnection, link: Link, action: str, capabilities: Any) -> Node | None:
+        """A dynamic node for ``link``, when its user may ``action`` ("receive" for a dynamic source, "send" for
+        a dynamic target) on the address generated for it and ``max_nodes`` leaves room; else the attach is refused
+        (unauthorized-access, resource-limit-exceeded)."""
+        name = self.nodes.dynamic_name(conn)
+        refusal = denied(self._context(conn), action, name) or self.nodes.refuse_new_node()
+        if refusal is not None:
+            conn.refuse_attach(link, refusal)
+            return None
+        return self.nodes.dynamic(conn, capabilities, name)
+
     def _resume_subscription(self, conn: ServerConnection, link: Link, decision: ResumeSubscription) -> None:
         subscription = self.nodes.durable_subscription(conn, decision.link_name)
         if subscription is None:
@@ -234,11 +246,9 @@ class Endpoints:
         reply = target
         node: Node | None = None
         if decision.dynamic:
-            refusal = self.nodes.refuse_new_node()
-            if refusal is not None:
-                conn.refuse_attach(link, refusal)
+            node = self._dynamic_node(conn, link, "send", target.capabilities)
+            if node is None:
                 return
-            node = self.nodes.dynamic(conn, target.capabilities)
             reply = Target(
                 address=node.name,
                 durable=target.durable,

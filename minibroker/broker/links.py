@@ -21,7 +21,7 @@ from minibroker.engine.endpoints import Link, LinkState, OutgoingDelivery
 if TYPE_CHECKING:
     from minibroker.broker.message import Message
     from minibroker.broker.namespace import Node
-    from minibroker.broker.queue import Queue
+    from minibroker.broker.queue import Queue, Scan
     from minibroker.broker.selector import Selector
 
 RELEASED = Released()
@@ -38,6 +38,7 @@ class Consumer:
         "link",
         "owned_node",
         "queue",
+        "scan",
         "selector",
         "unsettled",
     )
@@ -60,6 +61,7 @@ class Consumer:
         self.selector = selector  # a queue consumer's JMS selector (a subscription holds its own)
         self.browser = browser  # distribution-mode copy (§3.5.7): sees messages without acquiring them
         self.cursor: tuple[int, int] | None = None  # a browser's position in the queue's delivery order
+        self.scan: Scan | None = None  # how far it has looked for a message it may take (matching dispatch)
         self.unsettled: dict[OutgoingDelivery, Dispatched] = {}
         self.owned_node: Node | None = None  # a dynamic node created for this link, deleted with it
 
@@ -108,6 +110,9 @@ class ConsumerGroup:
             self.consumers.remove(consumer)
             if consumer.selector is not None:
                 self.selective -= 1
+        if consumer.scan is not None:
+            consumer.queue.close_scan(consumer.scan)
+            consumer.scan = None
 
     def next_consumer(self) -> Consumer | None:
         """The next acquiring consumer, round-robin, that can take a message now."""
@@ -120,6 +125,12 @@ class ConsumerGroup:
                 self._next = (index + 1) % n
                 return consumer
         return None
+
+    def in_turn(self) -> list[Consumer]:
+        """The acquiring consumers in round-robin order, starting with the one whose turn it is."""
+        consumers = self.consumers
+        start = self._next % len(consumers) if consumers else 0
+        return consumers[start:] + consumers[:start]
 
     def rotate_past(self, consumer: Consumer) -> None:
         """Make round-robin continue after ``consumer``."""

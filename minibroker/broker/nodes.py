@@ -20,7 +20,7 @@ from minibroker.broker.namespace import DEFAULT_NAMESPACE, QUEUE, TOPIC, Namespa
 from minibroker.broker.queue import Queue
 from minibroker.broker.recorder import Recorder
 from minibroker.broker.settings import BrokerSettings
-from minibroker.broker.topic import Subscription, Topic
+from minibroker.broker.topic import Subscription, Topic, shared_subscription_name
 from minibroker.engine.connection import ServerConnection
 
 if TYPE_CHECKING:  # the selector module is imported only by brokers that see a selector
@@ -142,10 +142,15 @@ class Nodes:
             node = self.create(namespace, name, kind, auto=True)
         return node
 
-    def dynamic(self, conn: ServerConnection, capabilities: Any) -> Node:
-        """A node with a generated address for a dynamic terminus (§3.5.3), deleted with its link."""
+    def dynamic_name(self, conn: ServerConnection) -> str:
+        """A fresh generated address for a dynamic node of ``conn``: ``dynamic.<connection>.<n>``."""
+        return f"dynamic.{conn.conn_id}.{next(self._dynamic_ids)}"
+
+    def dynamic(self, conn: ServerConnection, capabilities: Any, name: str | None = None) -> Node:
+        """A node with a generated address (``name``, or a fresh one) for a dynamic terminus (§3.5.3), deleted
+        with its link."""
         _, kind = parse_address("", capabilities)
-        name = f"dynamic.{conn.conn_id}.{next(self._dynamic_ids)}"
+        name = name if name is not None else self.dynamic_name(conn)
         node = self.create(self.namespace_of(conn), name, kind)
         node.dynamic = True
         return node
@@ -205,13 +210,14 @@ class Nodes:
 
     def durable_subscription(self, conn: ServerConnection, link_name: str) -> Subscription | None:
         """The durable subscription a link name designates (an attach without a source, as JMS unsubscribe
-        sends): named by this container, or global."""
+        sends): named by this container, or global; or the shared one the name is a link of (``sub|global``)."""
         remote = conn.remote_open
         container = str(remote.container_id if remote else "")
+        shared = shared_subscription_name(link_name)
         for topic in self.namespace_of(conn).topics.values():
-            for key in ((container, link_name), ("", link_name)):
+            for key in ((container, link_name), ("", link_name), (container, shared), ("", shared)):
                 subscription = topic.subscriptions.get(key)
-                if subscription is not None and subscription.durable:
+                if subscription is not None and subscription.durable and (key[1] == link_name or subscription.shared):
                     return subscription
         return None
 

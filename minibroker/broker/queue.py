@@ -9,10 +9,18 @@ A queue also serves as each subscription of a topic (``topic.py``), where ``node
 Counts: ``ready`` (deliverable now), ``acquired`` (delivered, unsettled), ``scheduled`` (not yet visible:
 a delivery time or a redelivery delay), ``staged`` (posted in open transactions). Limits count every
 message held: ready, acquired and scheduled.
+
+A ``Scan`` is one reader's progress through the ready messages (a consumer with a selector, see
+``dispatch.py``): how far in delivery order it has looked, plus the messages that came in behind that point
+since (a release puts a message back at its old place, a higher priority goes ahead, a scheduled message
+falls due). The queue tells every open scan of each such message, so a reader never has to look at a
+message twice, however deep the queue.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from typing import Any, Protocol
 
 from sortedcontainers import SortedKeyList
@@ -40,6 +48,39 @@ def _left(message: Message) -> None:
         timer.left()
 
 
+class Scan:
+    """How far one reader has looked through a queue's ready messages, in delivery order.
+
+    Every ready message at or before ``cursor`` (a ``delivery_order`` key; None: nothing yet) has been looked at,
+    except those in ``behind``: messages that became ready there since, in delivery order (a heap).
+    ``examined`` counts the messages looked at (tests use it to check that the work stays incremental).
+    """
+
+    __slots__ = ("_ties", "behind", "cursor", "examined")
+
+    def __init__(self) -> None:
+        self.cursor: tuple[int, int] | None = None
+        self.behind: list[tuple[tuple[int, int], int, Message]] = []
+        self.examined = 0
+        self._ties = itertools.count()
+
+    def came_in(self, key: tuple[int, int], message: Message) -> None:
+        """``message`` (of delivery-order ``key``) became ready; remembered if it is behind the cursor."""
+        if self.cursor is not None and key <= self.cursor:
+            heapq.heappush(self.behind, (key, next(self._ties), message))
+
+    def next_behind(self) -> Message | None:
+        """The first message in delivery order that came in behind the cursor (taken off the list), or None."""
+        if not self.behind:
+            return None
+        return heapq.heappop(self.behind)[2]
+
+    def restart(self) -> None:
+        """Look at everything again from the start (what was behind is ahead now)."""
+        self.cursor = None
+        self.behind.clear()
+
+
 class Queue:
     """One queue node (or one topic subscription)."""
 
@@ -62,6 +103,7 @@ class Queue:
         self.deleted = False  # its node (or subscription) is gone; pending timers for it are void
         self.journal: Departures | None = None  # told when a journaled message leaves; None: not durable
         self.namespace: Any = None  # the namespace holding it (dead-letter queues are created there)
+        self.scans: list[Scan] = []  # readers that look through the ready messages incrementally
 
     @property
     def depth(self) -> int:
@@ -85,11 +127,33 @@ class Queue:
         self.ready.add(message)
         self.held_bytes += message.size
         self.enqueued_total += 1
+        if self.scans:
+            self._came_in(message)
 
     def requeue(self, message: Message) -> None:
         """An acquired message comes back (released, modified, or its consumer went away)."""
         self.acquired -= 1
         self.ready.add(message)
+        if self.scans:
+            self._came_in(message)
+
+    def _came_in(self, message: Message) -> None:
+        key = delivery_order(message)
+        limit = 2 * len(self.ready) + 64
+        for scan in self.scans:
+            scan.came_in(key, message)
+            if len(scan.behind) > limit:
+                scan.restart()  # a reader that has not looked for long: cheaper to start again than to remember
+
+    def open_scan(self) -> Scan:
+        """A new reader, told from now on of the messages that come in behind its cursor."""
+        scan = Scan()
+        self.scans.append(scan)
+        return scan
+
+    def close_scan(self, scan: Scan) -> None:
+        if scan in self.scans:
+            self.scans.remove(scan)
 
     def acquire(self, message: Message) -> None:
         """``message`` (ready) is handed to a consumer."""
@@ -156,6 +220,8 @@ class Queue:
             if message.durable_id and self.journal is not None:
                 self.journal.removed(self, message)
         self.ready.clear()
+        for scan in self.scans:
+            scan.restart()
         return count
 
     def drop(self) -> None:

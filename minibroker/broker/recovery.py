@@ -29,7 +29,10 @@ def restore(state: DurableState, nodes: Nodes, dispatcher: Dispatcher, recorder:
             from minibroker.broker.selector import Selector, SelectorError
 
             try:
-                selector = Selector(selector_text)
+                # no length limit: the selector was accepted when the subscription was made
+                selector = Selector(
+                    selector_text, max_properties_size=nodes.settings.max_selector_properties_size or None
+                )
             except SelectorError:
                 selector = None
         subscription = topic.subscribe((container, link), durable=True, shared=False, selector=selector)

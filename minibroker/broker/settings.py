@@ -48,6 +48,11 @@ class BrokerSettings:
     auto_delete_idle: float = 300.0
     """Seconds after which a node created on demand (not configured, not declared by the embedder) that is empty,
     has no link and no transactional work is deleted (checked every half of it); 0 means never."""
+    max_selector_length: int = 4096
+    """Characters of a JMS selector; a longer one is refused on attach (amqp:invalid-field). 0: no limit."""
+    max_selector_properties_size: int = 64 * 1024
+    """Bytes of a message's header, properties or application-properties section a selector reads; a message
+    with a larger one is not selected by a selector that reads a field of it. 0: no limit."""
 
     def permits(self, user: str | None, action: str, address: str) -> bool:
         """Whether ``user`` may ``action`` ("send", "receive", "transactions") on ``address``."""

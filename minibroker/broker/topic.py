@@ -5,7 +5,9 @@ deleted when the link goes. A *durable* subscription (source durable and expiry-
 durable subscribers attach) is named by the container-id and the link name; it keeps collecting while no
 link is attached, is resumed by the next attach with the same name, and is deleted by a detach with
 closed=true. A *shared* subscription (source capability ``shared``) is one queue whose links compete for
-its messages; with capability ``global`` its name does not include the container-id.
+its messages; with capability ``global`` its name does not include the container-id. Its links are named as
+Qpid JMS names them: the subscription's name, then ``|`` and anything (``sub``, ``sub|2``, ``sub|global2``,
+``sub|volatile1``); a durable and a non-durable shared subscription of one name are two subscriptions (JMS 2.0).
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from minibroker.broker.queue import Queue
 
 if TYPE_CHECKING:
     from minibroker.broker.selector import Selector
+
+
+def shared_subscription_name(link_name: str) -> str:
+    """The name of the shared subscription a link called ``link_name`` takes: what comes before the first ``|``."""
+    return link_name.partition("|")[0]
 
 
 class Subscription(Queue):

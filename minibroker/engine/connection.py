@@ -13,6 +13,11 @@ is the broker core's job, done through the commands at the bottom of the class (
 ``deliver``, ``settle``, ``abort`` ...), each of which only queues frames, and each of which raises
 ``LocalProtocolError`` when given where it makes no sense.
 
+SASL: the engine decides the outcome itself, unless the policy defers PLAIN checks (``SaslPolicy.deferred``,
+for checks too slow to make while the caller waits): then it reports ``CredentialsReceived``, hands the
+credentials over once (``take_credentials``) and parses nothing more until the embedder's ``sasl_verdict``;
+``resume_events`` then yields the verdict's events and reads on through what the peer sent meanwhile.
+
 Errors: a peer that breaks the protocol raises a ``ProtocolError`` inside the engine; it never escapes
 ``receive_data``. Its scope picks the answer: close the connection, end the session, or detach the
 link, each with the error's condition. A connection-level error is final: after our close frame the
@@ -97,6 +102,7 @@ from minibroker.engine.events import (
     AuthenticationFailed,
     ConnectionClosed,
     ConnectionOpened,
+    CredentialsReceived,
     DeliveryUpdated,
     Event,
     IncomingSettled,
@@ -109,7 +115,7 @@ from minibroker.engine.events import (
     TransferDiscarded,
     TransferReceived,
 )
-from minibroker.engine.sasl import SASL_AUTH, SASL_OK, SaslPolicy, outcome_for
+from minibroker.engine.sasl import PLAIN, SASL_AUTH, SASL_OK, SaslPolicy, deferred_credentials, outcome_for
 
 Trace = Callable[[str, int, Any, int], None]
 """trace(direction "<-" or "->", channel, performative or header bytes, payload length)."""
@@ -118,6 +124,9 @@ _TAG = struct.Struct(">Q")
 _INCOMING_WINDOW = 2048  # transfer frames we accept before the peer needs a session flow from us
 _PENDING_LIMIT = 64  # outgoing transfer frames held back by the peer's window before we stop sending
 _CLOSE_GRACE = 2.0  # seconds we wait for the peer's close after sending ours with an error
+# What a transfer frame with more=true counts toward max-message-size at least. Half the smallest max-frame-size
+# (512): a sender filling frames of any size AMQP allows always carries more, so it is never charged extra.
+_FRAME_CHARGE = 256
 
 
 class Phase(Enum):
@@ -125,6 +134,7 @@ class Phase(Enum):
 
     HEADER = "header"  # waiting for the peer's protocol header
     SASL = "sasl"  # mechanisms sent, waiting for sasl-init
+    SASL_CHECKING = "sasl-checking"  # credentials handed to the embedder, waiting for its ``sasl_verdict``
     SASL_DONE = "sasl-done"  # outcome ok sent, waiting for the AMQP header
     OPEN = "open"  # AMQP header exchanged, waiting for open
     OPENED = "opened"
@@ -132,7 +142,7 @@ class Phase(Enum):
     FINISHED = "finished"  # nothing more to read or write but what is buffered
 
 
-_HANDSHAKE_PHASES = (Phase.HEADER, Phase.SASL, Phase.SASL_DONE, Phase.OPEN)
+_HANDSHAKE_PHASES = (Phase.HEADER, Phase.SASL, Phase.SASL_CHECKING, Phase.SASL_DONE, Phase.OPEN)
 _OUTPUT_LIMIT = 1 << 20  # bytes queued for a peer beyond which no more deliveries are started
 
 
@@ -147,6 +157,7 @@ class ServerConnection:
         max_frame_size: int = 65536,
         channel_max: int = 255,
         idle_time_out: float | None = None,
+        min_heartbeat_interval: float = 0.5,
         max_message_size: int | None = None,
         offered_capabilities: list[str] | None = None,
         trace: Trace | None = None,
@@ -157,6 +168,7 @@ class ServerConnection:
         now: float = 0.0,
         refuse: Error | None = None,
         external_identity: str | None = None,
+        admit: Callable[[], Error | None] | None = None,
     ) -> None:
         self.conn_id = conn_id
         """A number the embedder gives this connection (logs, traces, introspection)."""
@@ -165,17 +177,23 @@ class ServerConnection:
         self.max_frame_size = max(MIN_MAX_FRAME_SIZE, max_frame_size)
         self.channel_max = channel_max
         self.idle_time_out = idle_time_out
+        self.min_heartbeat_interval = min_heartbeat_interval
+        """Seconds: heartbeats never go out more often; a peer whose idle-time-out is shorter is refused."""
         self.max_message_size = max_message_size
         self.offered_capabilities = offered_capabilities
         self.trace = trace
         self.max_sessions = max_sessions
         """Sessions open at once; a begin beyond is answered and ended with amqp:resource-limit-exceeded."""
         self.max_links = max_links
-        """Links attached at once on one session (handle-max is one less); more are refused."""
+        """Links attached at once on one session: our begin announces a handle-max one less, and an attach above it
+        closes the connection with framing-error (§2.7.2)."""
         self.handshake_timeout = handshake_timeout
         """Seconds from connect to open; a peer that sends nothing, or stalls in SASL, is dropped."""
         self.refuse = refuse
         """When set, the connection is refused: its open is answered with open and close(refuse)."""
+        self.admit = admit
+        """Asked once, when the peer's open arrives (unless ``refuse`` is set): an error refuses the connection
+        like ``refuse``, None lets it in. The embedder counts open connections with it."""
         self.external_identity = external_identity
         """The TLS client certificate's identity, offered as SASL EXTERNAL (Part 5 §5.3.3.1)."""
         self.throttled = False
@@ -185,6 +203,7 @@ class ServerConnection:
         self.remote_open: Open | None = None
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
         self.remote_idle_time_out: float | None = None
+        self._heartbeat_interval: float | None = None  # how often we must send something, from the peer's open
         self.sessions: dict[int, Session] = {}  # by the peer's channel
         self._local_channels: dict[int, Session] = {}
         self._end_sent: set[int] = set()  # peer channels whose session we ended, awaiting the peer's end
@@ -193,6 +212,8 @@ class ServerConnection:
         self._partials = 0  # links with a delivery half received
         self.authentication_failed = False
         """SASL failed (the I/O layer delays the answer against password guessing)."""
+        self._credentials: tuple[str, str] | None = None  # PLAIN credentials until the embedder takes them
+        self._checking_user = ""  # whose credentials await the embedder's verdict
         self._out = bytearray()
         self._events: list[Event] = []
         self._now = now
@@ -248,8 +269,20 @@ class ServerConnection:
             return
         if self.phase is Phase.FINISHED:
             return
+        self._in += data
+        yield from self._parse()
+
+    def resume_events(self, now: float) -> Iterator[Event]:
+        """After ``sasl_verdict``: the events it caused, then those of the input that arrived meanwhile (none is
+        parsed while a verdict is awaited)."""
+        self._now = now
+        yield from self._take_events()
+        if self._in and self.phase is not Phase.FINISHED:
+            yield from self._parse()
+
+    def _parse(self) -> Iterator[Event]:
+        """Parse the buffered input frame by frame, yielding the events of each (see ``receive_events``)."""
         buf = self._in
-        buf += data
         max_frame_size = self.max_frame_size
         ahead: list[Event] = []  # plain transfers read ahead of their handling (``accept_attach(read_ahead=)``)
         try:
@@ -257,7 +290,7 @@ class ServerConnection:
                 try:
                     phase: Phase = self.phase  # (not narrowed: commands run between frames)
                     pos = self._pos
-                    if len(buf) - pos < 8 or phase is Phase.FINISHED:
+                    if len(buf) - pos < 8 or phase is Phase.FINISHED or phase is Phase.SASL_CHECKING:
                         break
                     if phase is Phase.HEADER or phase is Phase.SASL_DONE:
                         self._pos = pos + 8
@@ -335,8 +368,8 @@ class ServerConnection:
         if self.handshake_timeout and self.phase in _HANDSHAKE_PHASES:
             deadlines.append(self._started + self.handshake_timeout)
         if self.phase is Phase.OPENED:
-            if self.remote_idle_time_out:
-                deadlines.append(self._last_sent + self.remote_idle_time_out / 2)
+            if self._heartbeat_interval:
+                deadlines.append(self._last_sent + self._heartbeat_interval)
             if self.idle_time_out:
                 deadlines.append(self._last_received + self.idle_time_out)
         return min(deadlines) if deadlines else None
@@ -356,7 +389,7 @@ class ServerConnection:
             if self.idle_time_out and now >= self._last_received + self.idle_time_out:
                 # §2.4.5: a peer silent past our idle time-out is gone
                 self._close_with(error(Condition.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired"))
-            elif self.remote_idle_time_out and now >= self._last_sent + self.remote_idle_time_out / 2:
+            elif self._heartbeat_interval and now >= self._last_sent + self._heartbeat_interval:
                 self._write(EMPTY_FRAME)
         return self._take_events()
 
@@ -485,17 +518,51 @@ class ServerConnection:
 
     # -- SASL -----------------------------------------------------------------------------------------
     def _on_sasl_init(self, init: SaslInit) -> None:
+        credentials = deferred_credentials(self.sasl, init, self.external_identity)
+        if credentials is not None:
+            # the embedder checks them (slowly, elsewhere): nothing more is parsed until its verdict
+            self._credentials = credentials
+            self._checking_user = credentials[0]
+            self.phase = Phase.SASL_CHECKING
+            self._events.append(CredentialsReceived(str(init.mechanism), credentials[0]))
+            return
         code, user = outcome_for(self.sasl, init, self.external_identity)
+        self._sasl_outcome(str(init.mechanism), code, user)
+
+    def _sasl_outcome(self, mechanism: str, code: int, user: str | None) -> None:
         self._send(0, SaslOutcome(code=code), frame_type=SASL_FRAME)
         if code == SASL_OK:
             self.user = user
             self.phase = Phase.SASL_DONE
-            self._events.append(Authenticated(str(init.mechanism), user))
+            self._events.append(Authenticated(mechanism, user))
         else:
             assert code == SASL_AUTH
             self.authentication_failed = True
-            self._events.append(AuthenticationFailed(str(init.mechanism)))
+            self._events.append(AuthenticationFailed(mechanism))
             self._finish(None, by_peer=False)
+
+    @property
+    def awaiting_verdict(self) -> bool:
+        """True while PLAIN credentials wait for ``sasl_verdict`` (see ``SaslPolicy.deferred``)."""
+        return self.phase is Phase.SASL_CHECKING
+
+    def take_credentials(self) -> tuple[str, str]:
+        """The user and password to check, once; answer with ``sasl_verdict``."""
+        if self._credentials is None:
+            raise LocalProtocolError("no credentials are waiting to be checked")
+        credentials, self._credentials = self._credentials, None
+        return credentials
+
+    def sasl_verdict(self, ok: bool) -> None:
+        """Answer the credentials taken with ``take_credentials``: sasl-outcome ok, or auth and the end of the
+        connection. Then ``resume_events`` parses what the peer sent meanwhile. Ignored once the connection is
+        over (it may time out or be dropped while its password is checked)."""
+        if self.phase is Phase.FINISHED:
+            return
+        if self.phase is not Phase.SASL_CHECKING:
+            raise LocalProtocolError(f"no SASL verdict is awaited in phase {self.phase.value}")
+        self._credentials = None
+        self._sasl_outcome(PLAIN, SASL_OK if ok else SASL_AUTH, self._checking_user if ok else None)
 
     # -- connection ---------------------------------------------------------------------------------
     def _on_open(self, open_: Open) -> None:
@@ -505,8 +572,19 @@ class ServerConnection:
         )
         if open_.channel_max is not None:
             self.channel_max = min(self.channel_max, open_.channel_max)
+        refusal = self.refuse
         if open_.idle_time_out:
             self.remote_idle_time_out = open_.idle_time_out / 1000
+            # §2.4.5: heartbeats at half the peer's idle-time-out, but never more often than our floor; a peer that
+            # needs them more often than that is refused ("If a peer can not, for any reason support a proposed idle
+            # timeout, then it SHOULD close the connection using a close frame with an error explaining why")
+            self._heartbeat_interval = max(self.remote_idle_time_out / 2, self.min_heartbeat_interval)
+            if self.remote_idle_time_out < self.min_heartbeat_interval and refusal is None:
+                floor = f"{self.min_heartbeat_interval * 1000:g} ms"
+                refusal = error(
+                    Condition.RESOURCE_LIMIT_EXCEEDED,
+                    f"idle-time-out of {int(open_.idle_time_out)} ms is below the broker's minimum of {floor}",
+                )
         self._send(
             0,
             Open(
@@ -520,9 +598,11 @@ class ServerConnection:
             ),
         )
         self.phase = Phase.OPENED
-        if self.refuse is not None:
+        if refusal is None and self.admit is not None:
+            refusal = self.admit()
+        if refusal is not None:
             # e.g. too many connections: a clear AMQP error rather than a dropped socket
-            self._close_with(self.refuse)
+            self._close_with(refusal)
             return
         self._events.append(ConnectionOpened(open_))
 
@@ -578,6 +658,8 @@ class ServerConnection:
         session = Session(local, channel, begin.next_outgoing_id or 0, _INCOMING_WINDOW)
         session.remote_incoming_window = begin.incoming_window or 0
         session.remote_outgoing_window = begin.outgoing_window or 0
+        # the peer may attach no more links than our handles can name (its handle-max): so ours stay in its range
+        session.handle_max = min(self.max_links - 1, 0xFFFFFFFF if begin.handle_max is None else begin.handle_max)
         self.sessions[channel] = session
         self._local_channels[local] = session
         self._send(
@@ -587,7 +669,7 @@ class ServerConnection:
                 next_outgoing_id=UInt(0),
                 incoming_window=UInt(_INCOMING_WINDOW),
                 outgoing_window=UInt(0xFFFFFFFF),
-                handle_max=UInt(min(self.max_links - 1, 0xFFFFFFFF if begin.handle_max is None else begin.handle_max)),
+                handle_max=UInt(session.handle_max),
             ),
         )
         if refused:
@@ -628,16 +710,18 @@ class ServerConnection:
 
     # -- links --------------------------------------------------------------------------------------
     def _on_attach(self, session: Session, attach: Attach) -> None:
-        if attach.handle in session.links:
-            raise HandleInUse(f"handle {attach.handle} is already attached")
+        handle = int(attach.handle or 0)
+        if handle > session.handle_max:
+            # §2.7.2 begin: "A peer that receives a handle outside the supported range MUST close the connection
+            # with the framing-error error-code" (this is also what bounds the links of a session: max_links)
+            raise FramingError(f"attach with handle {handle}, above the session's handle-max {session.handle_max}")
+        if handle in session.links or handle in session.detach_sent:
+            # §2.7.3: a handle stays in use until both ends have sent their detach; ours is out, the peer's is not
+            raise HandleInUse(f"handle {handle} is already attached")
         output = next(h for h in range(len(session.links_by_output) + 1) if h not in session.links_by_output)
         link = Link(session, attach, output)
         session.links[link.input_handle] = link
         session.links_by_output[output] = link
-        if len(session.links) > self.max_links:
-            limit = f"at most {self.max_links} links per session"
-            self.refuse_attach(link, error(Condition.RESOURCE_LIMIT_EXCEEDED, limit))
-            return
         self._events.append(LinkAttached(link))
 
     def _on_detach(self, session: Session, detach: Detach) -> None:
@@ -802,14 +886,19 @@ class ServerConnection:
             self._events.append(TransferDiscarded(link, _states(delivery), aborted=True))
             return
         assert link.partial is not None
-        link.partial.append(payload)
-        link.partial_size += len(payload)
+        if payload:
+            link.partial.append(payload)
+        # every frame but the last counts at least _FRAME_CHARGE bytes: a peer sending a message in endless empty
+        # or tiny frames meets max-message-size as soon as one filling its frames would
+        link.partial_size += max(len(payload), _FRAME_CHARGE) if transfer.more else len(payload)
         limit = link.max_message_size
         if limit and link.partial_size > limit:
             self._drop_partial(link)
             self._events.append(TransferDiscarded(link, _states(delivery)))
             raise MessageSizeExceeded(
-                f"message of more than {limit} bytes exceeds max-message-size", handle=link.input_handle
+                f"message of more than {limit} bytes exceeds max-message-size "
+                f"(every frame but the last counts at least {_FRAME_CHARGE})",
+                handle=link.input_handle,
             )
         if transfer.more:
             if link.partial_delivery is None:

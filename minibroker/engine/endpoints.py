@@ -138,7 +138,8 @@ class Link:
         self.drain = False
         self.available = 0
         self.max_message_size: int | None = None
-        # Incoming multi-frame transfer being reassembled (§2.6.14).
+        # Incoming multi-frame transfer being reassembled (§2.6.14): its non-empty payloads, joined once at the end,
+        # and what it counts toward max-message-size so far (bytes, and a minimum per frame).
         self.partial: list[bytes] | None = None
         self.partial_delivery: IncomingDelivery | None = None
         self.partial_size = 0
@@ -165,6 +166,7 @@ class Session:
         "context",
         "detach_sent",
         "ended",
+        "handle_max",
         "incoming_unsettled",
         "incoming_window",
         "links",
@@ -196,6 +198,7 @@ class Session:
         self.pending: deque[tuple[OutgoingDelivery, bytes]] = deque()
         # §2.6.2: input handles we detached; in use until the peer's detach answers ours.
         self.detach_sent: set[int] = set()
+        self.handle_max = 0xFFFFFFFF  # the highest handle the peer may attach with: what our begin announced
         self.ended = False
         self.context: Any = None
 

@@ -24,6 +24,15 @@ class Authenticated(Event):
 
 
 @dataclass(slots=True)
+class CredentialsReceived(Event):
+    """SASL PLAIN credentials arrived and the policy defers their check: the engine reads nothing more until
+    the embedder takes them (``take_credentials``) and answers with ``sasl_verdict``. No password here."""
+
+    mechanism: str
+    user: str
+
+
+@dataclass(slots=True)
 class AuthenticationFailed(Event):
     """SASL failed; the connection is over (the I/O layer delays the answer against password guessing)."""
 

@@ -1,8 +1,10 @@
 """SASL negotiation, server side (Part 5 §5.3).
 
 The server offers its mechanisms, takes one ``sasl-init``, and answers ``sasl-outcome``. Checking a
-password is the embedder's decision, handed in as ``authenticate(user, password) -> bool``, so this
-module stays pure. Credentials are never put in an exception, an event or a trace.
+password is the embedder's decision, so this module stays pure: either handed in as a quick
+``authenticate(user, password) -> bool``, or, with ``deferred``, taken out of the engine and answered later
+with a verdict (the server hashes passwords in a worker thread, never on its event loop). Passwords are
+never put in an exception, an event or a trace.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ def _accept_anyone(user: str, password: str) -> bool:
     return True
 
 
+def _any_identity(identity: str) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class SaslPolicy:
     """Which mechanisms are offered and how PLAIN credentials are checked."""
@@ -37,6 +43,11 @@ class SaslPolicy:
 
     external: bool = False
     """Offer EXTERNAL when the TLS layer authenticated the peer with a client certificate."""
+    external_accepts: Callable[[str], bool] = field(default=_any_identity, repr=False)
+    """Which certificate identities may log in with EXTERNAL; EXTERNAL is not offered to the others."""
+    deferred: bool = False
+    """PLAIN credentials are not checked by ``authenticate``: the engine reports ``CredentialsReceived`` and
+    waits for the embedder's ``sasl_verdict`` (a slow check must not block whoever drives the engine)."""
 
     @property
     def mechanisms(self) -> list[str]:
@@ -45,8 +56,8 @@ class SaslPolicy:
 
     def mechanisms_for(self, external_identity: str | None) -> list[str]:
         """Mechanisms offered to a peer, EXTERNAL first when it presented a certificate."""
-        external = [EXTERNAL] if self.external and external_identity else []
-        return external + self.mechanisms
+        offer = self.external and external_identity and self.external_accepts(external_identity)
+        return ([EXTERNAL] if offer else []) + self.mechanisms
 
 
 def parse_plain(response: bytes) -> tuple[str, str] | None:
@@ -58,6 +69,16 @@ def parse_plain(response: bytes) -> tuple[str, str] | None:
         return parts[1].decode("utf-8"), parts[2].decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def deferred_credentials(
+    policy: SaslPolicy, init: SaslInit, external_identity: str | None = None
+) -> tuple[str, str] | None:
+    """The user and password of a ``sasl-init`` whose verdict is the embedder's to give later, or None when
+    ``outcome_for`` decides it at once (another mechanism, no deferral, or a malformed response)."""
+    if not policy.deferred or str(init.mechanism) != PLAIN or PLAIN not in policy.mechanisms:
+        return None
+    return parse_plain(init.initial_response or b"")
 
 
 def outcome_for(policy: SaslPolicy, init: SaslInit, external_identity: str | None = None) -> tuple[int, str | None]:

@@ -7,13 +7,13 @@ with ``amqp:connection:forced`` and stops.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import itertools
 import logging
 import secrets
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,10 +21,11 @@ from typing import Any, TypeVar
 
 import trio
 
+from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
-from minibroker.auth import check_password
+from minibroker.auth import LoginThrottle, PasswordBook
 from minibroker.broker.clock import WallClock
-from minibroker.broker.core import Broker, BrokerSettings
+from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.transactions import counter_ids
 from minibroker.config import Config, TlsConfig
@@ -33,6 +34,7 @@ from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import NamespaceView
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.journal import JournalWriter
+from minibroker.server.login import LoginChecker
 from minibroker.server.trace import FrameTracer
 from minibroker.store.journal import Journal
 
@@ -53,53 +55,95 @@ def as_config(config: ConfigLike) -> Config:
     return Config.load(config)
 
 
-def sasl_policy(config: Config) -> SaslPolicy:
+def sasl_policy(config: Config, book: PasswordBook | None = None) -> SaslPolicy:
     """DESIGN §2: any credentials unless users are configured; then PLAIN is checked, ANONYMOUS refused.
 
-    SASL EXTERNAL is offered to TLS clients that presented a certificate, when ``tls.sasl_external``.
+    PLAIN credentials of configured users are checked by the server, off the event loop (``deferred``; see
+    ``server/login.py``). SASL EXTERNAL is offered to TLS clients that presented a certificate, when
+    ``tls.sasl_external``, and only when its common name is a configured user or ``auth.external_any``.
     """
     users = config.auth.users
+    book = book if book is not None else PasswordBook(users)
     external = config.tls.enabled and config.tls.sasl_external
+    external_any = config.auth.external_any
+
+    def external_accepts(identity: str) -> bool:
+        return external_any or identity in users
+
     if not users:
         # a peer that skips SASL is as anonymous as one choosing ANONYMOUS: refused with it
         anonymous = config.auth.anonymous
-        return SaslPolicy(anonymous=anonymous, plain=True, required=not anonymous, external=external)
+        return SaslPolicy(
+            anonymous=anonymous,
+            plain=True,
+            required=not anonymous,
+            external=external,
+            external_accepts=external_accepts,
+        )
+    return SaslPolicy(
+        anonymous=False,
+        plain=True,
+        required=True,
+        authenticate=book.check,
+        external=external,
+        external_accepts=external_accepts,
+        deferred=True,
+    )
 
-    verified: set[bytes] = set()  # digests of credentials that passed: a hashed check costs ~0.3 s
 
-    def authenticate(user: str, password: str) -> bool:
-        stored = users.get(user)
-        if stored is None:
-            return False
-        digest = hashlib.sha256(f"{user}\x00{password}\x00{stored}".encode()).digest()
-        if digest in verified:
-            return True
-        if not check_password(stored, password):
-            return False  # failures are never remembered
-        if len(verified) < 1024:
-            verified.add(digest)
-        return True
+def login_checker(config: Config, book: PasswordBook) -> LoginChecker:
+    """What checks deferred PLAIN logins: hashing in worker threads, failures limited per address and user."""
+    auth = config.auth
+    throttle = LoginThrottle(
+        auth.max_failures_per_address, auth.max_failures_per_user, auth.failure_window, auth.failure_delay
+    )
+    return LoginChecker(book, throttle, threads=auth.hash_threads, failure_delay=auth.failure_delay)
 
-    return SaslPolicy(anonymous=False, plain=True, required=True, authenticate=authenticate, external=external)
+
+def peer_address(stream: trio.abc.Stream) -> str | None:
+    """The peer's address as failed logins are counted: the IPv4 address, or the IPv6 /64 network."""
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    if not isinstance(stream, trio.SocketStream):
+        return None
+    try:
+        host = stream.socket.getpeername()[0]
+        address = ipaddress.ip_address(host)
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network(f"{address}/64", strict=False))
+    return str(address)
 
 
 EngineFactory = Callable[..., ServerConnection]
 
 
-def engine_factory(config: Config, tracer: FrameTracer | None = None) -> EngineFactory:
+def engine_factory(
+    config: Config, tracer: FrameTracer | None = None, book: PasswordBook | None = None
+) -> EngineFactory:
     """A function that makes one engine per accepted connection, set up from ``config``."""
-    policy = sasl_policy(config)
+    policy = sasl_policy(config, book)
     server = config.server
 
-    def make(conn_id: int, *, refuse: Any = None, external_identity: str | None = None) -> ServerConnection:
+    def make(
+        conn_id: int,
+        *,
+        refuse: Any = None,
+        external_identity: str | None = None,
+        admit: Callable[[], Error | None] | None = None,
+    ) -> ServerConnection:
         return ServerConnection(
             container_id=server.container_id,
             sasl=policy,
             max_frame_size=server.max_frame_size,
             channel_max=server.channel_max,
             idle_time_out=server.idle_timeout or None,
+            min_heartbeat_interval=server.min_heartbeat_interval,
             max_message_size=server.max_message_size or None,
-            offered_capabilities=["ANONYMOUS-RELAY"],
+            offered_capabilities=list(OFFERED_CAPABILITIES),
             trace=tracer.bind(conn_id) if tracer is not None else None,
             conn_id=conn_id,
             max_sessions=server.max_sessions,
@@ -108,6 +152,7 @@ def engine_factory(config: Config, tracer: FrameTracer | None = None) -> EngineF
             now=trio.current_time(),
             refuse=refuse,
             external_identity=external_identity,
+            admit=admit,
         )
 
     return make
@@ -148,8 +193,15 @@ class _Server:
         self.broker = broker
         self.nursery = nursery
         self.tasks: set[ConnectionTask] = set()
-        self.make_engine = engine_factory(config, FrameTracer() if config.trace_frames else None)
+        book = PasswordBook(config.auth.users)
+        self.make_engine = engine_factory(config, FrameTracer() if config.trace_frames else None, book)
+        self.login = login_checker(config, book)
         self.ids = itertools.count(1)
+        self.opened = 0
+        """Connections past their open: what ``server.max_connections`` limits."""
+        self.pending: OrderedDict[int, trio.CancelScope] = OrderedDict()
+        """Connections still in their handshake, oldest first: what ``server.max_pending_handshakes`` limits."""
+        self._eviction_logged = -float("inf")
         self.all_closed = trio.Event()
         self.changed = trio.Event()
         self.waiters = 0
@@ -173,29 +225,11 @@ class _Server:
         self.listener_scopes.setdefault(namespace.name, []).append(scope)
 
         async def handle(stream: trio.SocketStream) -> None:
-            await self.serve_stream(stream, namespace)
-
-        async def handle_tls(stream: trio.SocketStream) -> None:
-            assert self.tls_context is not None
-            secure = trio.SSLStream(stream, self.tls_context, server_side=True)
-            try:
-                with trio.fail_after(self.config.server.handshake_timeout or 10.0):
-                    await secure.do_handshake()
-            except (trio.BrokenResourceError, trio.TooSlowError, ssl.SSLError, OSError) as exc:
-                log.info("TLS handshake failed: %s", exc)
-                await trio.aclose_forcefully(stream)
-                return
-            try:
-                identity = certificate_identity(secure)
-            except Exception:  # a certificate we cannot read costs this connection, never the listener
-                log.exception("reading the client certificate failed")
-                await trio.aclose_forcefully(secure)
-                return
-            await self.serve_stream(secure, namespace, external_identity=identity)
+            await self.accepted(stream, namespace, tls=tls)
 
         async def accept() -> None:
             with scope:
-                await trio.serve_listeners(handle_tls if tls else handle, listeners)
+                await trio.serve_listeners(handle, listeners)
 
         self.nursery.start_soon(accept)
         return bound
@@ -204,22 +238,92 @@ class _Server:
         for scope in self.listener_scopes.pop(namespace, []):
             scope.cancel()
 
-    async def serve_stream(
-        self, stream: trio.abc.Stream, namespace: Namespace, *, external_identity: str | None = None
-    ) -> None:
+    async def accepted(self, stream: trio.SocketStream, namespace: Namespace, *, tls: bool = False) -> None:
+        """Serve one accepted socket. Until its open is admitted it counts as a pending handshake; when too many
+        are pending, the oldest is closed to make room (silent sockets cannot lock real clients out)."""
         conn_id = next(self.ids)
+        with trio.CancelScope() as scope:
+            self._add_pending(conn_id, scope)
+            try:
+                if not tls:
+                    await self.serve_stream(stream, namespace, conn_id=conn_id)
+                    return
+                assert self.tls_context is not None
+                secure = trio.SSLStream(stream, self.tls_context, server_side=True)
+                try:
+                    with trio.fail_after(self.config.server.handshake_timeout or 10.0):
+                        await secure.do_handshake()
+                except (trio.BrokenResourceError, trio.TooSlowError, ssl.SSLError, OSError) as exc:
+                    log.info("TLS handshake failed: %s", exc)
+                    await trio.aclose_forcefully(stream)
+                    return
+                try:
+                    identity = certificate_identity(secure)
+                except Exception:  # a certificate we cannot read costs this connection, never the listener
+                    log.exception("reading the client certificate failed")
+                    await trio.aclose_forcefully(secure)
+                    return
+                await self.serve_stream(secure, namespace, conn_id=conn_id, external_identity=identity)
+            finally:
+                self.pending.pop(conn_id, None)
+        if scope.cancelled_caught:
+            await trio.aclose_forcefully(stream)  # evicted, perhaps before a connection task owned the socket
+
+    def _add_pending(self, conn_id: int, scope: trio.CancelScope) -> None:
+        limit = self.config.server.max_pending_handshakes
+        while len(self.pending) >= limit:
+            _oldest, evicted = self.pending.popitem(last=False)
+            evicted.cancel()
+            now = trio.current_time()
+            if now - self._eviction_logged >= 60.0:
+                self._eviction_logged = now
+                log.warning(
+                    "%d connections are in their handshake (server.max_pending_handshakes): closing the oldest",
+                    limit,
+                )
+        self.pending[conn_id] = scope
+
+    async def serve_stream(
+        self,
+        stream: trio.abc.Stream,
+        namespace: Namespace,
+        *,
+        conn_id: int | None = None,
+        external_identity: str | None = None,
+    ) -> None:
+        conn_id = next(self.ids) if conn_id is None else conn_id
         limit = self.config.server.max_connections
-        refuse = None
-        if len(self.tasks) >= limit:
-            refuse = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} connections")
-        engine = self.make_engine(conn_id, refuse=refuse, external_identity=external_identity)
-        task = ConnectionTask(conn_id, stream, self.broker, engine, namespace, self.config.auth.failure_delay)
+        counted = False
+
+        def admit() -> Error | None:
+            # asked when the peer's open arrives: only connections past their handshake count against the limit
+            nonlocal counted
+            if self.opened >= limit:
+                return error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} connections")
+            self.pending.pop(conn_id, None)
+            self.opened += 1
+            counted = True
+            return None
+
+        engine = self.make_engine(conn_id, external_identity=external_identity, admit=admit)
+        task = ConnectionTask(
+            conn_id,
+            stream,
+            self.broker,
+            engine,
+            namespace,
+            self.config.auth.failure_delay,
+            login=self.login,
+            address=peer_address(stream),
+        )
         self.tasks.add(task)
         try:
             await task.run()
         except Exception:  # a bug must cost one connection, never the broker
             log.exception("connection %d failed", conn_id)
         finally:
+            if counted:
+                self.opened -= 1
             self.tasks.discard(task)
             if not self.tasks:
                 self.all_closed.set()
@@ -338,6 +442,8 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
             max_subscriptions_per_topic=config.broker.max_subscriptions_per_topic,
             max_subscriptions_per_connection=config.broker.max_subscriptions_per_connection,
             auto_delete_idle=config.broker.auto_delete_idle,
+            max_selector_length=config.broker.max_selector_length,
+            max_selector_properties_size=config.broker.max_selector_properties_size,
         ),
         txn_ids=counter_ids(secrets.token_bytes(8)),
         clock=WallClock(time.time() - trio.current_time()),

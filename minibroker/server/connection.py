@@ -7,6 +7,9 @@ not read, its writer blocks and the engine stops starting deliveries at about 1 
 peer's own frames are bounded by the reader, which stops reading a peer once they pile up past 1.5 MiB.
 A finished connection gets ``_FLUSH_GRACE`` to flush, so a peer that never reads cannot hold its task.
 
+SASL PLAIN credentials that the engine defers (``SaslPolicy.deferred``) are checked by the reader through a
+``LoginChecker`` (in a worker thread), and answered with ``sasl_verdict``; meanwhile the engine parses nothing.
+
 Nothing here lets a bug end the process: the broker core contains its own errors (``Broker.handle`` closes
 the connection at fault with ``amqp:internal-error``), and every call into it from this layer is guarded
 once more (a connection task closes its own connection the same way; the timer task and journal writes log
@@ -18,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -26,6 +30,9 @@ from minibroker.broker.core import INTERNAL_ERROR, Broker
 from minibroker.broker.namespace import Namespace
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import Event
+
+if TYPE_CHECKING:
+    from minibroker.server.login import LoginChecker
 
 log = logging.getLogger("minibroker.connection")
 _RECEIVE_SIZE = 65536
@@ -93,10 +100,16 @@ class ConnectionTask:
         engine: ServerConnection,
         namespace: Namespace | None = None,
         failure_delay: float = 0.0,
+        login: LoginChecker | None = None,
+        address: str | None = None,
     ) -> None:
         self.id = conn_id
         self.namespace = namespace
         self.failure_delay = failure_delay
+        self.login = login
+        """Checks deferred PLAIN credentials; None: the engine's ``sasl.authenticate``, in a worker thread."""
+        self.address = address
+        """The peer's address (failed logins are limited per address)."""
         self.stream = stream
         self.broker = broker
         self.engine = engine
@@ -216,7 +229,9 @@ class ConnectionTask:
                 self._publish()
                 continue
             self._handle(engine.receive_events(data, trio.current_time()))
-            if self.failure_delay and engine.authentication_failed:
+            if engine.awaiting_verdict:
+                await self._verify()
+            elif self.failure_delay and engine.authentication_failed:
                 # a failed login is answered late, so guessing passwords is slow: nobody may write the answer
                 # before (another connection's reader wakes every writer with output)
                 self.broker.dirty.discard(engine)
@@ -226,6 +241,29 @@ class ConnectionTask:
             # (bulk output is the writer's: a peer that stops reading must only ever block the writer)
             if self._answers_here() and not await self._send(engine.data_to_send()):
                 return
+
+    async def _verify(self) -> None:
+        """Check the credentials the engine holds, off the event loop, and give it the verdict. A failure is
+        answered after the delay the checker says, and at the latest when the handshake time runs out."""
+        engine = self.engine
+        self._publish()  # what is queued before the outcome (the mechanisms) need not wait
+        user, password = engine.take_credentials()
+        deadline = engine.next_deadline()
+        ok, delay, checked = False, self.failure_delay, False
+        with trio.move_on_at(math.inf if deadline is None else deadline):
+            if self.login is not None:
+                ok, delay = await self.login.verify(user, password, self.address)
+            else:
+                ok = await trio.to_thread.run_sync(engine.sasl.authenticate, user, password)
+            checked = True
+            del password
+            if not ok and delay:
+                # a failed login is answered late, so guessing is slow; the outcome is not queued meanwhile
+                await trio.sleep(delay)
+        if not checked:
+            return  # the handshake time ran out before the check (the broker is busy): dropped, not refused
+        engine.sasl_verdict(ok)
+        self._handle(engine.resume_events(trio.current_time()))
 
     async def _writer(self, cancel_scope: trio.CancelScope) -> None:
         engine = self.engine

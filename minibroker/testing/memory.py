@@ -35,7 +35,7 @@ import trio.testing
 from minibroker.amqp.definitions import Attach, Begin, Close, Open, Transfer
 from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER
 from minibroker.broker.clock import WallClock
-from minibroker.broker.core import Broker, BrokerSettings
+from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.engine.connection import ServerConnection
 from minibroker.server.connection import ConnectionTask, run_broker_timer
 from minibroker.testing import frames
@@ -258,7 +258,7 @@ class MemoryBroker:
 
 
 def _default_engine(conn_id: int) -> ServerConnection:
-    return ServerConnection(offered_capabilities=["ANONYMOUS-RELAY"])
+    return ServerConnection(offered_capabilities=list(OFFERED_CAPABILITIES))
 
 
 @asynccontextmanager

@@ -236,7 +236,9 @@ SAMPLES: dict[str, Any] = {
     "string": "s",
     "symbol": Symbol("s"),
     "list": [Long(1)],
-    "map": {"k": Long(1)},
+    "map": {"k": Long(1)},  # string keys: a fields map takes them too, as symbols (clients send that)
+    "map-long-keys": {Long(1): Long(1)},
+    "map-non-ascii-keys": {"\u00e9": Long(1)},  # a string no symbol can hold
     "fields": {Symbol("k"): Long(1)},  # §2.8.13: a map with symbol keys
     "annotations": {ULong(1): Long(1), Symbol("k"): Long(2)},  # §3.2.10: symbol or ulong keys
     "array-of-symbol": Array("symbol", [Symbol("s")]),
@@ -251,7 +253,10 @@ def accepts(spec: FieldSpec, sample: str) -> bool:
         return True
     if spec.multiple and sample == f"array-of-{spec.type}":
         return True
-    maps = {"map": {"map", "fields", "annotations"}, "fields": {"fields", "annotations"}}
+    maps = {
+        "map": {"map", "map-long-keys", "map-non-ascii-keys", "fields", "annotations"},
+        "fields": {"fields", "annotations", "map"},  # "map": string keys, decoded as symbols (leniency)
+    }
     return sample in maps.get(spec.type, {spec.type})
 
 
@@ -294,6 +299,36 @@ def test_a_field_of_another_type_is_a_decode_error(case: tuple[type[Any], int, F
             continue
         wrongly_accepted.append(sample)
     assert wrongly_accepted == [], f"{spec.amqp_name} is {spec.type}"
+
+
+FIELDS_MAPS = [(cls, i, spec) for cls in COMPOSITES for i, spec in enumerate(cls.FIELDS) if spec.type == "fields"]
+
+
+@pytest.mark.parametrize("case", FIELDS_MAPS, ids=[field_id(c) for c in FIELDS_MAPS])
+def test_a_symbol_keyed_map_with_string_keys_decodes_with_symbol_keys(case: tuple[type[Any], int, FieldSpec]) -> None:
+    # rhea, go-amqp and Azure's JavaScript SDK send an error's info (and other fields maps) with string keys
+    cls, index, _ = case
+    values = valid_fields(cls)
+    values += [None] * (index + 1 - len(values))
+    values[index] = {"DeadLetterReason": "x", Symbol("kept"): Long(1), ULong(7): "u"}
+    decoded = decode(encode_described(cls, values))[0]
+    got = getattr(decoded, cls.FIELDS[index].name)
+    assert got == {Symbol("DeadLetterReason"): "x", Symbol("kept"): Long(1), ULong(7): "u"}
+    assert [type(key) for key in got] == [Symbol, Symbol, ULong]
+    assert decode(encode(decoded))[0] == decoded  # and it encodes back with symbol keys
+    for refused in ({Long(1): "x"}, {"\u00e9": "x"}, {"ok": 1, b"k": 2}):
+        values[index] = refused
+        with pytest.raises(DecodeError, match="symbol keys"):
+            decode(encode_described(cls, values))
+
+
+@pytest.mark.parametrize("cls", [c for c in SECTIONS if c.SOURCE == "fields"], ids=class_id)
+def test_annotations_with_string_keys_decode_with_symbol_keys(cls: type[Any]) -> None:
+    section = decode(encode_described(cls, {"x-opt-delivery-time": Long(5)}))[0]
+    assert section.value == {Symbol("x-opt-delivery-time"): Long(5)}
+    assert type(next(iter(section.value))) is Symbol
+    with pytest.raises(DecodeError, match="symbol keys"):
+        decode(encode_described(cls, {Long(1): Long(5)}))
 
 
 @pytest.mark.parametrize("case", MANDATORY_FIELDS, ids=[field_id(c) for c in MANDATORY_FIELDS])

@@ -25,6 +25,7 @@ from trio.testing import MockClock
 
 from minibroker.amqp.definitions import (
     Accepted,
+    ApplicationProperties,
     Detach,
     Disposition,
     End,
@@ -35,7 +36,7 @@ from minibroker.amqp.definitions import (
     Source,
     Transfer,
 )
-from minibroker.amqp.types import Symbol, UInt
+from minibroker.amqp.types import Described, Symbol, UInt
 from minibroker.broker.core import BrokerSettings
 from minibroker.broker.policy import NodePolicy
 from minibroker.broker.topic import Topic
@@ -165,6 +166,26 @@ async def test_copies_of_one_publish_differ_only_in_what_is_theirs(mb: MemoryBro
     assert (other.delivery_count, other.annotation("x-a")) == (2, None)
     assert other.payload is not held[0].payload  # the annotated copy got bytes of its own
     del second
+
+
+@pytest.mark.parametrize("settings", [BrokerSettings(max_selector_properties_size=1000)])
+async def test_subscription_selectors_read_no_oversized_section(mb: MemoryBroker, autojump_clock: MockClock) -> None:
+    """The copies' shared parse is bounded as any selector's is (``max_selector_properties_size``)."""
+    subscriber = await peer_of(mb, "subscriber")
+    for handle, text in enumerate(["color = 'red'", "NOT (color = 'red')", None]):
+        selector = {Symbol("jms"): Described(Symbol("apache.org:selector-filter:string"), text)} if text else None
+        source = Source(address="topic://paint", filter=selector)
+        await subscriber.attach_receiver("topic://paint", handle, name=f"s{handle}", source=source)
+    producer = await peer_of(mb, "producer")
+    await producer.attach_sender("topic://paint", 0, name="p")
+    await producer.expect(Flow)
+    small = frames.message("small", ApplicationProperties({"color": "red"}))
+    big = frames.message("big", ApplicationProperties({"color": "red", "pad": "x" * 2000}))
+    for n, payload in enumerate([small, big]):
+        await producer.transfer(0, n, payload, settled=True)
+    await mb.settle()
+    red, not_red, everything = (s.depth for s in mb.broker.topics["paint"].subscriptions.values())
+    assert (red, not_red, everything) == (1, 0, 2)
 
 
 # -- ttl timers (item 14) ---------------------------------------------------------------------------------------

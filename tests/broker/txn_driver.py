@@ -275,9 +275,16 @@ class Peer:
         self.send(attach)
 
     def attach_consumer(
-        self, name: str, address: str | None, *, presettled: bool, default_outcome: Any, dynamic: bool = False
+        self,
+        name: str,
+        address: str | None,
+        *,
+        presettled: bool,
+        default_outcome: Any,
+        dynamic: bool = False,
+        source_filter: dict[Any, Any] | None = None,
     ) -> None:
-        source = Source(address=address, dynamic=dynamic or None, default_outcome=default_outcome)
+        source = Source(address=address, dynamic=dynamic or None, default_outcome=default_outcome, filter=source_filter)
         settle_mode = UInt(1) if presettled else None
         self.send(
             frames.attach_receiver(address, self._new_handle(name), name, source=source, snd_settle_mode=settle_mode)

@@ -6,6 +6,8 @@ tables whose ids name the rule they pin. Time is a plain number handed to the en
 
 from __future__ import annotations
 
+import itertools
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,8 +38,10 @@ from minibroker.engine.connection import Phase, ServerConnection
 from minibroker.engine.endpoints import Link, OutgoingDelivery
 from minibroker.engine.events import (
     Authenticated,
+    AuthenticationFailed,
     ConnectionClosed,
     ConnectionOpened,
+    CredentialsReceived,
     DeliveryUpdated,
     Event,
     IncomingSettled,
@@ -252,6 +256,83 @@ def test_sasl_required_accepts_a_peer_that_authenticates() -> None:
     assert h.conn.phase is Phase.OPEN
 
 
+def _never(user: str, password: str) -> bool:
+    raise AssertionError("a deferred check must not be made by the engine")
+
+
+def test_deferred_plain_waits_for_the_verdict_and_then_reads_on() -> None:
+    """Issue 12 item 3: the engine hands PLAIN credentials over and reads nothing more until the verdict (the
+    server hashes in a worker thread); what the peer pipelined meanwhile is parsed after it."""
+    h = Harness(sasl=SaslPolicy(required=True, anonymous=False, authenticate=_never, deferred=True))
+    h.feed(SASL_HEADER)
+    h.conn.data_to_send()
+    events = h.feed(
+        frames.sasl_frame(frames.sasl_plain("alice", "secret")), AMQP_HEADER, frames.frame(0, frames.open_())
+    )
+    assert events == [CredentialsReceived("PLAIN", "alice")]
+    assert "secret" not in repr(events)
+    assert h.conn.awaiting_verdict
+    assert h.conn.data_to_send() == b""  # no outcome yet, and the pipelined header is not answered
+    assert h.conn.next_deadline() is None  # (no handshake time-out configured here)
+    assert h.conn.take_credentials() == ("alice", "secret")
+    with pytest.raises(LocalProtocolError):
+        h.conn.take_credentials()  # handed over once
+    h.conn.sasl_verdict(True)
+    events = list(h.conn.resume_events(h.now))
+    assert [type(e) for e in events] == [Authenticated, ConnectionOpened]
+    assert h.conn.user == "alice"
+    sasl, _, amqp = h.conn.data_to_send().partition(AMQP_HEADER)
+    assert [f.performative for f in parse_frames(sasl)] == [SaslOutcome(code=0)]
+    assert [type(f.performative) for f in parse_frames(amqp)] == [Open]
+
+
+def test_deferred_plain_verdict_refused_ends_the_connection() -> None:
+    h = Harness(sasl=SaslPolicy(required=True, anonymous=False, authenticate=_never, deferred=True))
+    h.feed(SASL_HEADER)
+    h.conn.data_to_send()
+    h.feed(frames.sasl_frame(frames.sasl_plain("alice", "wrong")))
+    h.conn.take_credentials()
+    h.conn.sasl_verdict(False)
+    events = list(h.conn.resume_events(h.now))
+    assert [type(e) for e in events] == [AuthenticationFailed, ConnectionClosed]
+    assert [f.performative for f in h.out()] == [SaslOutcome(code=1)]
+    assert h.conn.finished
+    assert h.conn.authentication_failed
+    h.conn.sasl_verdict(True)  # a verdict for a connection that is over is ignored
+    assert h.conn.user is None
+
+
+def test_deferred_plain_is_dropped_at_the_handshake_timeout() -> None:
+    h = Harness(sasl=SaslPolicy(deferred=True), handshake_timeout=5.0)
+    h.feed(SASL_HEADER)
+    h.feed(frames.sasl_frame(frames.sasl_plain("alice", "secret")))
+    assert h.conn.next_deadline() == 5.0
+    h.conn.handle_timeout(5.0)
+    assert h.conn.finished
+    h.conn.sasl_verdict(True)  # too late: ignored
+    assert h.conn.user is None
+
+
+def test_a_verdict_nobody_waits_for_is_a_local_error() -> None:
+    h = Harness()
+    with pytest.raises(LocalProtocolError):
+        h.conn.sasl_verdict(True)
+
+
+@pytest.mark.parametrize(("accepted", "offered"), [(True, ["EXTERNAL", "PLAIN"]), (False, ["PLAIN"])])
+def test_external_offered_only_to_identities_the_policy_accepts(accepted: bool, offered: list[str]) -> None:
+    """Issue 12 item 23: EXTERNAL for a certificate whose name the embedder does not accept is neither offered
+    nor, when chosen anyway, successful."""
+    policy = SaslPolicy(anonymous=False, external=True, external_accepts=lambda cn: accepted)
+    h = Harness(sasl=policy, external_identity="client-7")
+    h.feed(SASL_HEADER)
+    _header, out = h.out_after_header()
+    assert [str(m) for m in out[0].performative.sasl_server_mechanisms] == offered
+    h.feed(frames.sasl_frame(frames.SaslInit(mechanism=Symbol("EXTERNAL"))))
+    assert h.one(SaslOutcome).code == (0 if accepted else 1)
+    assert h.conn.user == ("client-7" if accepted else None)
+
+
 def test_amqp_frame_instead_of_sasl_init_ends_the_connection() -> None:
     h = Harness()
     h.feed(SASL_HEADER)
@@ -309,6 +390,53 @@ def test_heartbeat_is_sent_at_half_the_peer_idle_time_out() -> None:
     h.now = 7.0
     h.session()  # sending the begin counts as traffic
     assert h.conn.next_deadline() == pytest.approx(12.0)
+
+
+@pytest.mark.parametrize(
+    ("idle_time_out_ms", "interval"),
+    [
+        pytest.param(1000, 0.5, id="half-the-peer-s"),
+        pytest.param(150, 0.1, id="never-more-often-than-the-floor"),
+        pytest.param(100, 0.1, id="at-the-floor"),
+    ],
+)
+def test_heartbeats_never_go_out_more_often_than_the_floor(idle_time_out_ms: int, interval: float) -> None:
+    h = Harness(min_heartbeat_interval=0.1).opened(idle_time_out=UInt(idle_time_out_ms))
+    sent = []
+    now = 0.0
+    while now < 10.0:
+        deadline = h.conn.next_deadline()
+        assert deadline is not None
+        now = deadline
+        h.conn.handle_timeout(now)
+        if h.conn.data_to_send() == frames.heartbeat():
+            sent.append(now)
+    assert sent[0] == pytest.approx(interval)
+    assert min(b - a for a, b in itertools.pairwise(sent)) == pytest.approx(interval)
+    assert interval <= idle_time_out_ms / 1000  # always within what the peer asked for
+
+
+@pytest.mark.parametrize("idle_time_out_ms", [1, 99])
+def test_an_idle_time_out_below_the_floor_is_refused(idle_time_out_ms: int) -> None:
+    # §2.4.5: "If a peer can not, for any reason support a proposed idle timeout, then it SHOULD close the
+    # connection using a close frame with an error explaining why"
+    h = Harness(min_heartbeat_interval=0.1)
+    events = h.feed(AMQP_HEADER, frames.frame(0, frames.open_(idle_time_out=UInt(idle_time_out_ms))))
+    _, out = h.out_after_header()
+    assert [type(f.performative) for f in out] == [Open, Close]
+    close = out[1].performative
+    assert condition(close) == Condition.RESOURCE_LIMIT_EXCEEDED
+    assert close.error.description == f"idle-time-out of {idle_time_out_ms} ms is below the broker's minimum of 100 ms"
+    assert [type(e) for e in events] == [ConnectionClosed]
+    # no heartbeat follows our close: the only deadline is the wait for the peer's close
+    assert h.conn.next_deadline() == pytest.approx(2.0)
+    h.conn.handle_timeout(1.0)
+    assert h.conn.data_to_send() == b""
+
+
+def test_no_floor_serves_any_idle_time_out() -> None:
+    h = Harness(min_heartbeat_interval=0.0).opened(idle_time_out=UInt(1))
+    assert h.conn.next_deadline() == pytest.approx(0.0005)
 
 
 def test_no_deadline_without_idle_time_outs() -> None:
@@ -403,6 +531,39 @@ def test_refuse_attach_answers_null_terminus_then_detach() -> None:
     # and the handle may be used again
     (again,) = h.send(frames.attach_sender("q", 0))
     assert isinstance(again, LinkAttached)
+
+
+def test_refused_handle_is_in_use_until_the_peer_answers_our_detach() -> None:
+    h = Harness().opened().session()
+    (event,) = h.send(frames.attach_sender("nowhere", 0))
+    h.conn.refuse_attach(event.link, error(Condition.NOT_FOUND, "no such node"))
+    h.out()
+    h.conn.take_events()
+    # §2.7.3: the peer's handle is released by its own detach only; an attach before it names a handle in use
+    events = h.send(frames.attach_sender("q", 0))
+    assert condition(h.one(End)) == Condition.HANDLE_IN_USE
+    assert [type(e) for e in events] == [SessionEnded]
+
+
+@pytest.mark.parametrize("peer_handle_max", [None, 1, 7])
+def test_attach_above_our_handle_max_closes_the_connection_with_framing_error(peer_handle_max: int | None) -> None:
+    h = Harness(max_links=4).opened()
+    fields = {} if peer_handle_max is None else {"handle_max": UInt(peer_handle_max)}
+    h.send(frames.begin(**fields))
+    handle_max = h.one(Begin).handle_max
+    assert handle_max == min(3, 0xFFFFFFFF if peer_handle_max is None else peer_handle_max)
+    for handle in range(handle_max + 1):  # every handle up to handle-max names a link
+        (event,) = h.send(frames.attach_sender("q", handle))
+        assert isinstance(event, LinkAttached)
+        h.conn.accept_attach(event.link)
+        assert h.one(Attach).handle <= handle_max  # and ours stay within the peer's range
+    # §2.7.2: "A peer that receives a handle outside the supported range MUST close the connection with the
+    # framing-error error-code"
+    events = h.send(frames.attach_sender("q", handle_max + 1))
+    close = h.out()[-1].performative
+    assert isinstance(close, Close)
+    assert condition(close) == Condition.FRAMING_ERROR
+    assert closed_event(events).error == close.error
 
 
 def test_peer_detach() -> None:
@@ -949,6 +1110,56 @@ def test_message_above_max_message_size_detaches_the_link() -> None:
     h.send(frames.transfer(0, 0, more=True), payload=bytes(60))
     h.send(frames.transfer(0, None), payload=bytes(60))
     assert condition(h.one(Detach)) == Condition.MESSAGE_SIZE_EXCEEDED
+
+
+def test_endless_empty_continuation_frames_meet_max_message_size() -> None:
+    # issue 12: empty frames with more=true were free, so a 1 kB limit let 4M frames grow the broker's memory
+    h = Harness(max_message_size=1000).opened().session()
+    h.receiving_link(0)
+    h.send(frames.transfer(0, 0, more=True), payload=b"x")
+    sent = 1
+    while not (out := h.out()) and sent < 100:
+        h.send(frames.transfer(0, None, more=True))
+        sent += 1
+    assert [type(f.performative) for f in out] == [Detach]
+    assert condition(out[0].performative) == Condition.MESSAGE_SIZE_EXCEEDED
+    assert sent == 4  # each frame but the last counts at least 256 bytes: the fourth crosses 1000
+
+
+@pytest.mark.parametrize("frame_payload", [256, 300, 999])
+def test_a_message_of_exactly_max_message_size_in_frames_of_256_bytes_or_more_is_taken(frame_payload: int) -> None:
+    h = Harness(max_message_size=1000).opened().session()
+    h.receiving_link(0)
+    message = bytes(range(250)) * 4
+    chunks = [message[i : i + frame_payload] for i in range(0, len(message), frame_payload)]
+    events = []
+    for i, chunk in enumerate(chunks):
+        more = i < len(chunks) - 1
+        events += h.send(frames.transfer(0, 0 if i == 0 else None, more=more), payload=chunk)
+    assert [type(e) for e in events] == [TransferReceived]
+    assert events[0].payload == message
+    assert h.out() == []
+
+
+def test_empty_continuation_frames_cost_no_memory_even_without_a_size_limit() -> None:
+    h = Harness().opened().session()  # no max-message-size: bytes are not limited, empty frames cost nothing
+    h.receiving_link(0)
+    h.send(frames.transfer(0, 0, more=True), payload=b"abc")
+    empties = frames.frame(0, frames.transfer(0, None, more=True)) * 1000
+    tracemalloc.start()
+    try:
+        h.feed(empties)
+        h.out()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(10):
+            h.feed(empties)
+            h.out()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 16 * 1024, f"10,000 empty frames held {grown} bytes"  # a reference each would be 80 kB
+    (event,) = h.send(frames.transfer(0, None), payload=b"def")
+    assert event.payload == b"abcdef"
 
 
 # -- proton's sans-IO engine as a second, real peer -------------------------------------------------------

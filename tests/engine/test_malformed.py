@@ -150,6 +150,15 @@ RULES = [
         Rule("session", frames.frame(0, frames.flow(handle=7, link_credit=5)), End, Condition.UNATTACHED_HANDLE),
         id="flow-on-unknown-handle",
     ),
+    pytest.param(
+        Rule("session", frames.frame(0, frames.attach_sender("q", CONSUMER)), End, Condition.HANDLE_IN_USE),
+        id="attach-on-a-handle-in-use",
+    ),
+    # -- §2.7.2 begin handle-max: "MUST close the connection with the framing-error error-code"
+    pytest.param(
+        Rule("session", frames.frame(0, frames.attach_sender("q", 1024)), Close, Condition.FRAMING_ERROR),
+        id="attach-above-handle-max",
+    ),
     # a disposition names delivery ids, not a handle: ids nobody holds are ignored (§2.7.6)
     pytest.param(
         Rule("session", frames.frame(0, frames.disposition(100, 200)), None, None), id="disposition-unknown-ids"

@@ -8,11 +8,12 @@ its filters are in force (§3.5.3, source filter).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from proton import Described, Message, symbol
-from proton.reactor import DurableSubscription, Filter, Selector
+from proton.reactor import AtMostOnce, DurableSubscription, Filter, Selector
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 
 from minibroker.testing.thread import ThreadedBroker
@@ -189,3 +190,72 @@ def test_resumed_no_local_durable_subscription_skips_its_new_connection() -> Non
             assert take(sub, 1) == ["from elsewhere"]
             assert_nothing_more(sub)
             close(sub)
+
+
+# -- cost, whatever a peer sends (issue 12) ----------------------------------------------------------------
+def test_a_selector_longer_than_the_limit_is_refused(broker: ThreadedBroker) -> None:
+    """``broker.max_selector_length`` (4096 characters by default): refused like an invalid selector."""
+    longest = "a = 1" + " OR a = 1" * 454 + "    "  # 4095 characters
+    with connection(broker) as conn:
+        conn.create_receiver("limited", name="longest", options=Selector(longest))
+        with pytest.raises(LinkDetached) as refused:
+            conn.create_receiver("limited", name="longer", options=Selector(longest + " OR b = 2"))
+        assert refusal(refused.value) == "amqp:invalid-field"
+        assert "longer than the limit of 4096" in str(refused.value.link.remote_condition.description)
+        conn.create_sender("limited").send(Message(body="ok"))  # the connection is still fine
+        assert take(conn.create_receiver("limited", name="plain"), 1) == ["ok"]
+
+
+def _scans(core: Any, queue: str) -> dict[str, int]:
+    """Messages each consumer of ``queue`` has looked at so far, by link name."""
+    return {c.link.name: c.scan.examined for c in core.dispatcher.consumers(core.queues[queue]) if c.scan is not None}
+
+
+def test_a_selector_consumer_looks_at_each_message_once(broker: ThreadedBroker) -> None:
+    """A consumer whose selector matches nothing on a deep queue rescanned the whole queue at every arrival.
+    Now it looks at each message once: the first time it attaches, then once per arrival."""
+    depth = 2000
+    with connection(broker) as conn:
+        sender = conn.create_sender("deep", options=AtMostOnce())
+        for i in range(depth):
+            sender.send(Message(body=i, properties={"color": "blue"}))
+        wait_for(lambda: queue_stats(broker, "deep") == (depth, 0), "the messages", conn=conn)
+        reds = conn.create_receiver("deep", name="reds", credit=10, options=Selector("color = 'red'"))
+        wait_for(lambda: read_broker(broker, lambda core: _scans(core, "deep")) == {"reds": depth}, "its first look")
+        for i in range(20):
+            sender.send(Message(body=f"blue-{i}", properties={"color": "blue"}))
+        sender.send(Message(body="red", properties={"color": "red"}))
+        assert take(reds, 1) == ["red"]
+        assert read_broker(broker, lambda core: _scans(core, "deep")) == {"reds": depth + 21}
+        wait_for(lambda: queue_stats(broker, "deep") == (depth + 20, 0), "the accept", conn=conn)
+
+
+def test_huge_application_properties_are_left_to_consumers_without_a_selector(broker: ThreadedBroker) -> None:
+    """A message whose application-properties exceed ``broker.max_selector_properties_size`` (64 KiB) is not
+    decoded for selectors: a selector consumer does not get it, a consumer without a selector does."""
+    with connection(broker) as conn:
+        sender = conn.create_sender("big")
+        sender.send(Message(body="huge", properties={"color": "red", "pad": "x" * 100_000}))
+        sender.send(Message(body="small", properties={"color": "red"}))
+        reds = conn.create_receiver("big", name="reds", credit=10, options=Selector("color = 'red'"))
+        assert take(reds, 1) == ["small"]
+        assert_nothing_more(reds)
+        everything = conn.create_receiver("big", name="everything", credit=10)
+        assert take(everything, 1) == ["huge"]
+
+
+def test_a_long_like_pattern_against_a_large_property() -> None:
+    """The issue's attack, with the limits lifted: a 30 kB LIKE pattern against 1 MB properties kept the broker
+    busy for a minute per message. Now both messages are through within the blocking timeout."""
+    pattern = "%_" + "a" * 30_000 + "b%"
+    no_limits = {"max_selector_length": 0, "max_selector_properties_size": 0}
+    with broker_with(broker=no_limits) as broker, connection(broker) as conn:
+        sender = conn.create_sender("like")
+        sender.send(Message(body="no", properties={"p": "a" * 1_000_000}))
+        sender.send(Message(body="yes", properties={"p": "z" * 500_000 + "c" + "a" * 30_000 + "b"}))
+        receiver = conn.create_receiver("like", credit=10, options=Selector(f"p LIKE '{pattern}'"))
+        assert take(receiver, 1) == ["yes"]
+        with connection(broker) as bystander:  # and the broker answers everyone else at once
+            started = time.perf_counter()
+            bystander.create_sender("other").send(Message(body="ping"))
+            assert time.perf_counter() - started < 2.0

@@ -25,6 +25,7 @@ from trio.testing import MockClock
 from minibroker.amqp.definitions import (
     Accepted,
     AmqpValue,
+    Attach,
     Begin,
     Close,
     Coordinator,
@@ -47,7 +48,7 @@ from minibroker.amqp.framing import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER
 from minibroker.amqp.types import Symbol, UInt
 from minibroker.config import Config
 from minibroker.engine.connection import ServerConnection
-from minibroker.server.app import warn_if_exposed
+from minibroker.server.app import engine_factory, warn_if_exposed
 from minibroker.testing import frames
 from minibroker.testing.memory import memory_broker
 from minibroker.testing.peer import ScriptedPeer
@@ -152,10 +153,6 @@ def test_max_links_per_session(limited: ThreadedBroker) -> None:
         peer.attach_sender("links", handle=0)
         peer.expect(Flow)
         peer.attach_receiver("links", handle=1)
-        refused = peer.attach_sender("links", handle=2)
-        assert refused.target is None
-        assert condition(peer.expect(Detach)) == LIMIT_EXCEEDED
-        peer.send(Detach(handle=UInt(2), closed=True))
         # the links within the limit work
         assert isinstance(post(peer, 0, 0), Accepted)
         # detaching one makes room
@@ -165,7 +162,11 @@ def test_max_links_per_session(limited: ThreadedBroker) -> None:
         assert accepted.target is not None
         peer.expect(Flow)
         assert isinstance(post(peer, 1, 1), Accepted)
-        peer.close()
+        # a third link needs a handle above handle-max: §2.7.2 "MUST close the connection with the framing-error"
+        peer.send(frames.attach_sender("links", 2))
+        assert condition(peer.expect(Close)) == Condition.FRAMING_ERROR
+        peer.send(Close())
+        peer.expect_closed()
     assert limited.queue("links").depth == 2
 
 
@@ -218,6 +219,36 @@ def test_max_message_size(limited: ThreadedBroker) -> None:
         peer.close()
     assert limited.queue("big").depth == 1  # only the message within the limit
     assert limited.queue("multi").depth == 0
+
+
+@limits(server={"max_message_size": MAX_SIZE})
+def test_max_message_size_counts_frames_not_just_bytes(limited: ThreadedBroker) -> None:
+    # issue 12: empty continuation frames were free (a 1 kB limit let 4M of them grow the broker by 30 MiB)
+    with connect(limited) as peer:
+        peer.open()
+        peer.begin()
+        peer.attach_sender("endless", handle=0)
+        peer.expect(Flow)
+        empty = frames.frame(0, frames.transfer(0, None, more=True))
+        peer.transfer(0, 0, b"", more=True)
+        peer.send_raw(empty * 5000)  # far more than 1000 bytes' worth of frames, and not one byte
+        detach = peer.expect(Detach)
+        assert condition(detach) == Condition.MESSAGE_SIZE_EXCEEDED
+        peer.send(Detach(handle=UInt(0), closed=True))
+        # the session goes on (the broker widened its window for the frames, dropped after the detach, §2.6.2): a
+        # message of exactly the limit in frames of at least 256 bytes is taken
+        peer.send(frames.attach_sender("endless", 0, "sender-again"))
+        while not isinstance(reply := peer.receive().performative, Attach):
+            assert isinstance(reply, Flow), reply
+            assert reply.handle is None, reply
+        assert peer.expect(Flow).handle == 0
+        payload = sized(MAX_SIZE)
+        for start in range(0, MAX_SIZE, 256):
+            more = start + 256 < MAX_SIZE
+            peer.transfer(0, 1 if start == 0 else None, payload[start : start + 256], more=more)
+        assert isinstance(peer.expect(Disposition).state, Accepted)
+        peer.close()
+    assert limited.queue("endless").depth == 1
 
 
 # -- handshake and idle time-outs ----------------------------------------------------------------------------
@@ -308,6 +339,36 @@ async def test_heartbeats_at_half_the_peers_idle_timeout(autojump_clock: MockClo
         data = await peer.stream.receive_some(65536)
         assert data == EMPTY_FRAME
         assert trio.current_time() - opened == pytest.approx(answered + 0.5)
+
+
+async def test_a_peer_announcing_a_1_ms_idle_timeout_is_refused(autojump_clock: MockClock) -> None:
+    # issue 12: 50 peers announcing 1 ms took a core (heartbeats every 0.5 ms each); the floor refuses them
+    make_engine = engine_factory(Config())  # the default configuration
+    async with memory_broker(make_engine=make_engine) as mb:
+        peer = await mb.connect()
+        await peer.open(idle_time_out=UInt(1))
+        close = await peer.expect(Close)
+        assert condition(close) == LIMIT_EXCEEDED
+        assert "below the broker's minimum of 500 ms" in str(close.error.description)
+        await trio.sleep(1.0)  # not one heartbeat in a second, then the broker gives up waiting for our close
+        assert [f for f in peer.received if f.is_heartbeat] == []
+        await peer.expect_closed()
+
+
+async def test_heartbeats_no_more_often_than_the_floor(autojump_clock: MockClock) -> None:
+    make_engine = engine_factory(Config.from_dict({"server": {"min_heartbeat_interval": 0.25}}))
+    async with memory_broker(make_engine=make_engine) as mb:
+        peer = await mb.connect()
+        await peer.open(idle_time_out=UInt(300))  # half would be 150 ms: below the floor of 250 ms
+        opened = trio.current_time()
+        arrivals = []
+        with trio.move_on_after(2.1):  # count the heartbeats over a window of 2.1 s
+            while True:
+                data = await peer.stream.receive_some(65536)
+                assert data == EMPTY_FRAME
+                arrivals.append(trio.current_time() - opened)
+        assert len(arrivals) == 8
+        assert arrivals == pytest.approx([0.25 * n for n in range(1, 9)])
 
 
 # -- transactions --------------------------------------------------------------------------------------------

@@ -15,18 +15,22 @@ import pytest
 from minibroker.amqp.definitions import (
     Accepted,
     Attach,
+    Begin,
     Close,
     Detach,
     Disposition,
+    End,
+    Error,
     Flow,
     Open,
+    Rejected,
     SaslMechanisms,
     SaslOutcome,
     Transfer,
 )
 from minibroker.amqp.errors import Condition
 from minibroker.amqp.framing import AMQP_HEADER, SASL_HEADER, TLS_HEADER
-from minibroker.amqp.types import UInt
+from minibroker.amqp.types import Described, Symbol, UInt, ULong
 from minibroker.testing import frames
 from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
@@ -220,3 +224,73 @@ def test_peer_wait_fails_with_a_clear_message(broker: ThreadedBroker) -> None:
         peer.open()
         with pytest.raises(AssertionError, match=r"timed out waiting for a frame; last frames received: .*Open"):
             peer.receive()  # the broker has nothing to say until we speak
+
+
+# -- leniency: symbol-keyed maps sent with string keys -----------------------------------------------------------
+def string_keyed_error(condition: str, description: str, info: dict[str, Any]) -> Described:
+    """An ``error`` whose info map has string keys, as rhea, go-amqp and Azure's JavaScript SDK send it (built by
+    hand: our encoder would make the keys symbols)."""
+    return Described(ULong(Error.DESCRIPTOR_CODE), [Symbol(condition), description, info])
+
+
+def test_rejected_with_a_string_keyed_info_is_a_rejection(broker: ThreadedBroker, peer: ScriptedPeer) -> None:
+    peer.open()
+    peer.begin()
+    peer.attach_sender("lenient", handle=0)
+    peer.expect(Flow)
+    for delivery_id in (0, 1):
+        peer.transfer(0, delivery_id, frames.message(f"m{delivery_id}"))
+        assert isinstance(peer.expect(Disposition).state, Accepted)
+    peer.attach_receiver("lenient", handle=1)
+    peer.flow(handle=1, link_credit=2)
+    first, second = peer.expect_frame(Transfer), peer.expect_frame(Transfer)
+    info = {"DeadLetterReason": "poison", "DeadLetterErrorDescription": "bad order"}
+    rejected = Described(ULong(Rejected.DESCRIPTOR_CODE), [string_keyed_error("amqp:internal-error", "no", info)])
+    peer.disposition(first.performative.delivery_id, state=rejected)
+    peer.disposition(second.performative.delivery_id, state=Accepted())
+    # the connection is still there, and the rejected message went where rejected messages go
+    peer.attach_sender("lenient-after", handle=2)
+    peer.expect(Flow)
+    broker.wait_for(lambda: broker.queue("lenient.DLQ").depth == 1)
+    assert broker.queue("lenient").depth == 0
+    (dead,) = broker.queue("lenient.DLQ").peek()
+    assert dead.body == "m0"
+    assert dead.annotations["x-opt-dead-letter-reason"] == "rejected"
+    assert dead.annotations["x-opt-dead-letter-description"] == "no"
+    # a detach, an end and a close whose error carries string keys are taken as they are
+    info = {"reason": "bye"}
+    error = string_keyed_error("amqp:internal-error", "gone", info)
+    peer.send(Described(ULong(Detach.DESCRIPTOR_CODE), [UInt(2), True, error]))
+    assert peer.expect(Detach).handle == 2
+    peer.send(Described(ULong(End.DESCRIPTOR_CODE), [error]))
+    assert peer.expect(End).error is None
+    peer.begin(channel=1)
+    peer.send(Described(ULong(Close.DESCRIPTOR_CODE), [error]))
+    assert peer.expect(Close).error is None
+    peer.expect_closed()
+
+
+def test_open_begin_attach_and_flow_properties_with_string_keys(broker: ThreadedBroker, peer: ScriptedPeer) -> None:
+    peer.send_header(AMQP_HEADER)
+    assert peer.expect_header() == AMQP_HEADER
+    properties = {"product": "rhea", "version": "3"}
+    peer.send_raw(raw_performative(0, frames.open_(), properties=properties))
+    assert isinstance(peer.expect(Open), Open)
+    peer.send_raw(raw_performative(0, frames.begin(), properties=properties))
+    assert isinstance(peer.expect(Begin), Begin)
+    peer.send_raw(raw_performative(0, frames.attach_receiver("props", 0), properties=properties))
+    assert isinstance(peer.expect(Attach), Attach)
+    peer.send_raw(raw_performative(0, frames.flow(handle=0, link_credit=1, next_incoming_id=0), properties=properties))
+    peer.send(Detach(handle=UInt(0), closed=True))
+    assert peer.expect(Detach).error is None  # the flow was taken: no decode-error closed the connection
+    peer.close()
+
+
+def raw_performative(channel: int, performative: Any, **string_keyed: dict[str, Any]) -> bytes:
+    """The frame of ``performative`` with the given fields maps set with string keys (bypassing our encoder)."""
+    values = performative.field_values()
+    for name, value in string_keyed.items():
+        values[[f.name for f in performative.FIELDS].index(name)] = value
+    while values and values[-1] is None:
+        values.pop()
+    return frames.frame(channel, Described(ULong(performative.DESCRIPTOR_CODE), values))

@@ -2,8 +2,9 @@
 
 A python-qpid-proton client that trusts the test CA sends and receives over TLS; with client
 certificates required, a client without one is refused and a client with one logs in with SASL EXTERNAL
-as its certificate's common name (and its permissions apply); a plain AMQP client on the TLS port fails
-cleanly; the command line prints both listening lines, and a missing certificate file is exit code 2.
+as its certificate's common name (and its permissions apply), provided that name is a configured user or
+``auth.external_any`` is set; a plain AMQP client on the TLS port fails cleanly; the command line prints
+both listening lines, and a missing certificate file is exit code 2.
 
 Proton checks the server's name only against DNS names, not IP addresses, so clients connect to
 127.0.0.1 with ``virtual_host="localhost"``, a name the server certificate carries.
@@ -34,6 +35,8 @@ from tests.integration.helpers import blocking_connection
 HOST = "127.0.0.1"
 TIMEOUT = 5.0
 CLIENT_CN = "client-7"
+STRANGER_CN = "stranger-3"
+"""A name the CA signed a certificate for, but not a configured user."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Pki:
     server_key: Path
     client_cert: Path
     client_key: Path
+    stranger_cert: Path
+    stranger_key: Path
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +58,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     ca = trustme.CA()
     server = ca.issue_cert("127.0.0.1", "localhost")
     client = ca.issue_cert("client.example", common_name=CLIENT_CN)
-    files = Pki(*(directory / name for name in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")))
+    stranger = ca.issue_cert("stranger.example", common_name=STRANGER_CN)
+    names = ("ca.pem", "server.pem", "server.key", "client.pem", "client.key", "stranger.pem", "stranger.key")
+    files = Pki(*(directory / name for name in names))
     ca.cert_pem.write_to_path(str(files.ca))
     for i, blob in enumerate(server.cert_chain_pems):
         blob.write_to_path(str(files.server_cert), append=i > 0)
@@ -61,6 +68,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     for i, blob in enumerate(client.cert_chain_pems):
         blob.write_to_path(str(files.client_cert), append=i > 0)
     client.private_key_pem.write_to_path(str(files.client_key))
+    for i, blob in enumerate(stranger.cert_chain_pems):
+        blob.write_to_path(str(files.stranger_cert), append=i > 0)
+    stranger.private_key_pem.write_to_path(str(files.stranger_key))
     return files
 
 
@@ -77,10 +87,11 @@ def tls_broker(pki: Pki) -> Iterator[ThreadedBroker]:
 
 @pytest.fixture
 def mutual_tls_broker(pki: Pki) -> Iterator[ThreadedBroker]:
-    """Client certificates required; users configured (so ANONYMOUS is refused); CLIENT_CN restricted."""
+    """Client certificates required; users configured (so ANONYMOUS is refused); CLIENT_CN a user with no
+    password (certificate only), restricted."""
     config = tls_config(pki, client_auth="required", ca_file=str(pki.ca))
     config["auth"] = {
-        "users": {"alice": "secret"},
+        "users": {"alice": "secret", CLIENT_CN: ""},
         "permissions": {CLIENT_CN: {"send": ["certified.*"], "receive": ["certified.*"]}},
         "failure_delay": 0,
     }
@@ -88,12 +99,14 @@ def mutual_tls_broker(pki: Pki) -> Iterator[ThreadedBroker]:
         yield running
 
 
-def client_domain(pki: Pki, *, certificate: bool = False) -> SSLDomain:
+def client_domain(pki: Pki, *, certificate: bool = False, stranger: bool = False) -> SSLDomain:
     domain = SSLDomain(SSLDomain.MODE_CLIENT)
     domain.set_trusted_ca_db(str(pki.ca))
     domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
     if certificate:
         domain.set_credentials(str(pki.client_cert), str(pki.client_key), None)
+    if stranger:
+        domain.set_credentials(str(pki.stranger_cert), str(pki.stranger_key), None)
     return domain
 
 
@@ -159,6 +172,34 @@ def test_client_certificate_logs_in_with_sasl_external(mutual_tls_broker: Thread
         assert refused.value.condition == Condition.UNAUTHORIZED_ACCESS
     finally:
         conn.close()
+
+
+def test_external_refuses_a_certificate_whose_name_is_not_a_user(mutual_tls_broker: ThreadedBroker, pki: Pki) -> None:
+    """Issue 12 item 23: any certificate the CA signed used to log in, with full rights. Now EXTERNAL is not
+    offered to a common name that is not in [auth.users], and choosing it anyway fails."""
+    with pytest.raises(ConnectionException, match="Authentication failed"):
+        connect_tls(mutual_tls_broker, client_domain(pki, stranger=True), allowed_mechs="EXTERNAL")
+    # (the client gives up on its own: the broker sees its socket close a moment later)
+    mutual_tls_broker.wait_for(lambda: mutual_tls_broker.connections == [])
+    # the same certificate may still log in with a password, as the password's user
+    domain = client_domain(pki, stranger=True)
+    conn = connect_tls(mutual_tls_broker, domain, user="alice", password="secret", allowed_mechs="PLAIN")
+    try:
+        assert [c.user for c in mutual_tls_broker.connections] == ["alice"]
+    finally:
+        conn.close()
+
+
+def test_external_any_accepts_any_certificate_the_ca_signed(pki: Pki) -> None:
+    config = tls_config(pki, client_auth="required", ca_file=str(pki.ca))
+    config["auth"] = {"users": {"alice": "secret"}, "external_any": True, "failure_delay": 0}
+    with run_in_thread(config) as running:
+        conn = connect_tls(running, client_domain(pki, stranger=True), allowed_mechs="EXTERNAL")
+        try:
+            assert [c.user for c in running.connections] == [STRANGER_CN]
+            round_trip(conn, "anything", "no permissions entry: everything allowed")
+        finally:
+            conn.close()
 
 
 def test_certificate_and_password_together(mutual_tls_broker: ThreadedBroker, pki: Pki) -> None:

@@ -1,0 +1,49 @@
+"""SASL PLAIN checks off the event loop: the trio side of ``minibroker.auth``.
+
+The engine hands over the credentials (``SaslPolicy.deferred``) and waits for a verdict. ``LoginChecker``
+asks the throttle first (failed logins per peer address and per user), then checks the password in a worker
+thread, at most ``auth.hash_threads`` at once: a PBKDF2 hash takes ~0.3 s of CPU, which on the loop would
+stall every other connection, and which an unknown user costs as much as a known one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from minibroker.auth import LoginThrottle, PasswordBook
+
+log = logging.getLogger("minibroker.auth")
+
+
+class LoginChecker:
+    """Checks PLAIN credentials for every connection of one broker."""
+
+    def __init__(self, book: PasswordBook, throttle: LoginThrottle, *, threads: int, failure_delay: float) -> None:
+        self.book = book
+        self.throttle = throttle
+        self.failure_delay = failure_delay
+        self.limiter = trio.CapacityLimiter(threads)
+        """Password checks running at once (each in a worker thread)."""
+
+    async def verify(self, user: str, password: str, address: str | None) -> tuple[bool, float]:
+        """Whether the password is right, and the seconds to wait before answering (0 when it is)."""
+        throttled = self.throttle.admit(address, user, trio.current_time())
+        if throttled is not None:
+            # one line when an address or a user starts being refused, not one per guess
+            log.log(
+                logging.WARNING if throttled.first else logging.DEBUG,
+                "login as %r from %s refused unchecked: too many failed logins for this %s",
+                user if len(user) <= 64 else user[:64] + "...",
+                address or "?",
+                throttled.by,
+            )
+            return False, throttled.delay
+        ok = self.book.remembered(user, password) or await trio.to_thread.run_sync(
+            self.book.check, user, password, limiter=self.limiter
+        )
+        if ok:
+            self.throttle.succeeded(address, user, trio.current_time())
+            return True, 0.0
+        return False, self.failure_delay
