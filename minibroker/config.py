@@ -107,6 +107,20 @@ class BrokerConfig:
     is rejected."""
     max_staged_bytes: int = 64 * 1024 * 1024
     """Bytes of messages one transaction may post; past it, posts are rejected and the commit fails."""
+    max_total_staged_bytes: int = 1024 * 1024 * 1024
+    """Bytes of messages all open transactions together may post; past it, as past max_staged_bytes."""
+    max_nodes: int = 10000
+    """Nodes (queues and topics, all namespaces) beyond which an attach or relay post that would create one is
+    refused with amqp:resource-limit-exceeded."""
+    max_links: int = 65536
+    """Links attached at once on the whole broker; an attach beyond is refused."""
+    max_subscriptions_per_topic: int = 1000
+    """Subscriptions one topic holds at once; a receiver link that would create one more is refused."""
+    max_subscriptions_per_connection: int = 1000
+    """Receiver links on topics one connection holds at once; one more is refused."""
+    auto_delete_idle: float = 300.0
+    """Seconds after which a node created on demand that is empty, without links and without transactional work is
+    deleted; 0 means never."""
     max_selector_length: int = 4096
     """Characters of a JMS selector; a longer one is refused on attach with amqp:invalid-field. 0: no limit."""
     max_selector_properties_size: int = 64 * 1024
@@ -331,8 +345,18 @@ def _validate(config: Any, source: str, prefix: str) -> None:
             raise bad("transaction_timeout", "must not be negative")
         if config.max_transactions_per_connection < 1:
             raise bad("max_transactions_per_connection", "must be at least 1")
-        if config.max_staged_bytes < 1:
-            raise bad("max_staged_bytes", "must be at least 1")
+        for key in (
+            "max_staged_bytes",
+            "max_total_staged_bytes",
+            "max_nodes",
+            "max_links",
+            "max_subscriptions_per_topic",
+            "max_subscriptions_per_connection",
+        ):
+            if getattr(config, key) < 1:
+                raise bad(key, "must be at least 1")
+        if config.auto_delete_idle < 0:
+            raise bad("auto_delete_idle", "must not be negative")
         for key in ("max_selector_length", "max_selector_properties_size"):
             if getattr(config, key) < 0:
                 raise bad(key, "must not be negative")

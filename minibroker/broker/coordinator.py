@@ -66,6 +66,8 @@ from minibroker.engine.endpoints import IncomingDelivery, OutgoingDelivery
 from minibroker.engine.events import DeliveryUpdated, TransferReceived
 
 CONTROLLER_CREDIT = 100
+Contain = Callable[[str, Callable[[], None]], bool]
+"""Runs a step on its own: an error in it is logged and goes no further (``core.contain``)."""
 TXN_ID = Symbol("txn-id")
 
 
@@ -128,6 +130,8 @@ class Coordinator:
         self._txn_ids = txn_ids
         self._new_deadline = new_deadline
         self._open: dict[bytes, Transaction] = {}  # every open transaction, oldest first
+        self.staged_bytes = 0
+        """Bytes posted in every open transaction together (bounded by ``max_total_staged_bytes``)."""
         self._by_conn: dict[ServerConnection, _Held] = {}
         self._holder: dict[Dispatched, Transaction] = {}
         self._acquiring: dict[Consumer, Transaction] = {}
@@ -385,6 +389,12 @@ class Coordinator:
         limit = self.settings.max_staged_bytes
         if err is None and txn.staged_bytes + message.size > limit:
             err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"a transaction may post at most {limit} bytes")
+        total = self.settings.max_total_staged_bytes
+        if err is None and total and self.staged_bytes + message.size > total:
+            err = error(
+                Condition.RESOURCE_LIMIT_EXCEEDED,
+                f"open transactions may post at most {total} bytes together on this broker",
+            )
         if err is not None or target is None:
             # it cannot take the message: a rejected provisional outcome, and the commit will fail
             txn.failed = txn.failed or err
@@ -392,6 +402,7 @@ class Coordinator:
             return
         txn.posts.append(Post(target, message))
         txn.staged_bytes += message.size
+        self.staged_bytes += message.size
         if not isinstance(target, Deferred):
             target.staged += 1
         self.outbox.answer(conn, delivery, txn.accepted_state)
@@ -558,7 +569,9 @@ class Coordinator:
             target = post.target
             if isinstance(target, Deferred):
                 namespace = target.namespace
-                node = namespace.node(target.name) or self.nodes.create(namespace, target.name, target.kind)
+                node = namespace.node(target.name) or self.nodes.create(
+                    namespace, target.name, target.kind, auto=True
+                )
             else:
                 node = target
                 node.staged -= 1
@@ -587,16 +600,22 @@ class Coordinator:
     def _check(self, txn: Transaction) -> Error | None:
         """Why a staged post can no longer be applied (its node was deleted, or is full), or None."""
         extra: dict[Any, tuple[int, int]] = {}  # what the posts before this one add, per queue
+        created: set[tuple[int, str]] = set()  # the nodes this commit creates
         for post in txn.posts:
             target, message = post
             if isinstance(target, Deferred):
                 node = target.namespace.node(target.name)
                 if node is None:
                     # created by the commit: check the limits an empty node of that name will have
+                    key = (id(target.namespace), target.name)  # ``x`` and ``queue://x`` are one node
+                    if key not in created:
+                        refusal = self.nodes.refuse_new_node(len(created))
+                        if refusal is not None:
+                            return refusal
+                        created.add(key)
                     configured, policy = self.settings.policy_for(target.name)
                     if (configured or target.kind) == TOPIC or policy.overflow == DROP_HEAD:
                         continue  # a new topic has no subscription yet
-                    key = (id(target.namespace), target.name)  # ``x`` and ``queue://x`` are one node
                     count, size = extra.get(key, (0, 0))
                     if not policy.admits(count, size, message.size):
                         return error(Condition.RESOURCE_LIMIT_EXCEEDED, f"node {target.name!r} is full")
@@ -615,17 +634,42 @@ class Coordinator:
                 extra[queue] = (count + 1, size + message.size)
         return None
 
-    def _rollback_all(self, txns: Iterable[Transaction], *, stop: bool = False) -> None:
+    def _rollback_all(
+        self, txns: Iterable[Transaction], *, stop: bool = False, contain: Contain | None = None
+    ) -> None:
         """Roll back several transactions, then dispatch: a message released by one is not handed to a
         consumer still acquiring under another that is about to roll back too. ``stop``: they end without a
-        discharge, so the links acquiring under them stop."""
+        discharge, so the links acquiring under them stop. ``contain``: each rollback on its own (a timer's)."""
         touched: set[Queue] = set()
         for txn in txns:
-            acquiring = list(txn.consumers)
-            touched |= self._rollback(txn)
-            if stop:
-                self._stop(acquiring, txn.id)
-        self.dispatcher.dispatch_all(touched)
+
+            def roll_back(txn: Transaction = txn) -> None:
+                acquiring = list(txn.consumers)
+                touched.update(self._rollback(txn))
+                if stop:
+                    self._stop(acquiring, txn.id)
+
+            if contain is None:
+                roll_back()
+            elif not contain(f"rolling back transaction {txn.id.hex()}", roll_back):
+                self._forget(txn)
+        if contain is None:
+            self.dispatcher.dispatch_all(touched)
+        else:
+            contain("dispatching after rollbacks", lambda: self.dispatcher.dispatch_all(touched))
+
+    def _forget(self, txn: Transaction) -> None:
+        """Take a transaction whose rollback failed out of the registries all the same."""
+        self._open.pop(txn.id, None)
+        held = self._by_conn.get(txn.conn)
+        if held is not None:
+            held.open.pop(txn.id, None)
+        self.staged_bytes -= txn.staged_bytes
+        txn.staged_bytes = 0
+        for dispatched in [d for d, t in self._holder.items() if t is txn]:
+            del self._holder[dispatched]
+        for consumer in [c for c, t in self._acquiring.items() if t is txn]:
+            del self._acquiring[consumer]
 
     def _rollback(self, txn: Transaction) -> set[Queue]:
         """Undo everything ``txn`` staged; return the queues it touched (the caller dispatches)."""
@@ -662,6 +706,8 @@ class Coordinator:
         held = self._by_conn.get(txn.conn)
         if held is not None:
             held.open.pop(txn.id, None)
+        self.staged_bytes -= txn.staged_bytes
+        txn.staged_bytes = 0
         if txn.acquired or txn.outcomes:
             holder = self._holder
             for work in (txn.acquired, txn.outcomes):
@@ -692,9 +738,12 @@ class Coordinator:
         oldest = next(iter(self._open.values()), None)
         return oldest.created + timeout if timeout and oldest is not None else None
 
-    def handle_timeout(self, now: float) -> None:
+    def handle_timeout(self, now: float, contain: Contain | None = None) -> None:
         """Roll back every transaction older than ``transaction_timeout``; the links acquiring under one stop
-        (they send nothing, in a transaction or out of one, until the controller says what comes next)."""
+        (they send nothing, in a transaction or out of one, until the controller says what comes next).
+
+        ``contain`` runs each rollback on its own (an error in one is logged, the others still run); a
+        transaction whose rollback failed is forgotten all the same, so its time-out never comes round again."""
         timeout = self.settings.transaction_timeout
         if not timeout:
             return
@@ -704,9 +753,11 @@ class Coordinator:
                 break
             expired.append(txn)
         self.stats.timed_out += len(expired)
-        self._rollback_all(expired, stop=True)
+        self._rollback_all(expired, stop=True, contain=contain)
         for txn in expired:
-            self._by_conn[txn.conn].timed_out[txn.id] = _held_back(txn)
+            held = self._by_conn.get(txn.conn)
+            if held is not None:
+                held.timed_out[txn.id] = _held_back(txn)
 
     # -- introspection ----------------------------------------------------------------------------------
     def infos(self, now: float, conns: set[ServerConnection] | None = None) -> list[TransactionInfo]:

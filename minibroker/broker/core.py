@@ -18,12 +18,22 @@ The components, each owning its state (dependencies point one way, down this lis
 - ``Coordinator``: transactions, and every relation between a transaction and a delivery or a link;
 - ``Endpoints``: links from attach (decided by ``attach.decide``) to detach, credit, incoming transfers.
 
+Containment: an exception escaping a handler is a bug, and a bug must cost at most the connection whose
+step it was, never the broker. ``handle`` closes that connection with ``amqp:internal-error`` (its links
+detach, so its unsettled messages go back to their queues and its transactions roll back, like any closed
+connection) and logs the error; every other connection goes on. Steps tied to no connection (a timer, an
+answer that waited for the journal) are each run on their own: an error in one is logged and the others
+still run, and a transaction whose time-out failed half-way is forgotten rather than timed out again and
+again.
+
 This module holds no routing, dispatch or transaction logic: only the wiring, and the embedder's API.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 from minibroker.amqp.errors import Condition, error
@@ -61,6 +71,34 @@ OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "SHARED-SUBS", "DELAYED_DELIVERY")
 routes each message by its ``to``), shared subscriptions (source capability ``shared``, see ``topic.py``) and delayed
 delivery (``x-opt-delivery-time`` and the other scheduling annotations, see ``dispatch.py``)."""
 
+log = logging.getLogger("minibroker.broker")
+INTERNAL_ERROR = "internal error in the broker (logged); this connection is closed, the broker goes on"
+
+
+def contain(what: str, step: Callable[[], object]) -> bool:
+    """Run ``step``; an exception is logged (naming ``what``) and goes no further. Whether it ran clean."""
+    try:
+        step()
+    except Exception:
+        log.exception("internal error in %s; contained, the broker goes on", what)
+        return False
+    return True
+
+
+class _Contained:
+    """``contain``, counting the errors it stopped (``Broker.internal_errors``)."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self) -> None:
+        self.errors = 0
+
+    def __call__(self, what: str, step: Callable[[], object]) -> bool:
+        if contain(what, step):
+            return True
+        self.errors += 1
+        return False
+
 
 class Broker:
     """All broker state; one instance per running server."""
@@ -89,9 +127,13 @@ class Broker:
             txn_ids if txn_ids is not None else counter_ids(),
             self._deadline_moved,
         )
-        self.endpoints = Endpoints(self.settings, self.nodes, self.dispatcher, self.coordinator, self.outbox)
+        self.endpoints = Endpoints(
+            self.settings, self.nodes, self.dispatcher, self.coordinator, self.outbox, clock=self.clock
+        )
+        self.nodes.first_auto_node = self._deadline_moved  # the idle sweep has something to look at
         self.take_dirty = self.outbox.take_dirty
         """Engines that have bytes to write since the last call."""
+        self._contain = _Contained()
         self.on_change: Callable[[], None] | None = None
         """Called after every batch of events (the I/O layer uses it to wake waiters)."""
         self.on_new_deadline: Callable[[], None] | None = None
@@ -112,9 +154,11 @@ class Broker:
         }
 
     def _connection_closed(self, conn: ServerConnection, event: ConnectionClosed) -> None:
-        self.coordinator.connection_closed(conn)
-        self.nodes.connection_closed(conn)
-        self.outbox.forget(conn)
+        # each part on its own: a failure in one must not leave the connection registered elsewhere
+        what = f"closing connection {conn.conn_id}"
+        self._contain(what, lambda: self.coordinator.connection_closed(conn))
+        self._contain(what, lambda: self.nodes.connection_closed(conn))
+        self._contain(what, lambda: self.outbox.forget(conn))
 
     def _deadline_moved(self) -> None:
         if self.on_new_deadline is not None:
@@ -126,9 +170,9 @@ class Broker:
         self.nodes.connection_made(conn, namespace)
 
     def handle(self, conn: ServerConnection, events: Iterable[Event], now: float = 0.0) -> None:
-        """Apply a batch of events from ``conn``'s engine."""
+        """Apply a batch of events from ``conn``'s engine (never raises: see "Containment" above)."""
         self.clock.now = now
-        self._apply(conn, events)
+        self._apply_contained(conn, events)
         dirty = self.outbox.dirty
         if conn.has_output:
             dirty.add(conn)
@@ -139,11 +183,58 @@ class Broker:
                 if other is not conn:
                     caused = other.take_events()
                     if caused:
-                        self._apply(other, caused)
-                        self.coordinator.answer_waiting(other)
-        self.coordinator.answer_waiting(conn)
+                        self._apply_contained(other, caused)
+                        self._step(other, partial(self.coordinator.answer_waiting, other))
+        self._step(conn, lambda: self.coordinator.answer_waiting(conn))
+        self._changed()
+
+    def _changed(self) -> None:
         if self.on_change is not None:
-            self.on_change()
+            self._contain("a change listener", self.on_change)
+
+    def _step(self, conn: ServerConnection, step: Callable[[], object]) -> None:
+        """Run a step on behalf of ``conn``; an error in it closes ``conn`` with ``amqp:internal-error``."""
+        try:
+            step()
+        except Exception as exc:
+            self.fail(conn, exc)
+
+    def _apply_contained(self, conn: ServerConnection, events: Iterable[Event]) -> None:
+        try:
+            self._apply(conn, events)
+        except Exception as exc:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()  # the rest of that read is never acted on: the connection closes
+            self.fail(conn, exc)
+
+    def fail(self, conn: ServerConnection, exc: BaseException | None = None) -> None:
+        """An internal error in a step of ``conn``: log it, close ``conn`` with ``amqp:internal-error``, and
+        hand the broker the detaches and the close that follow (each on its own), as for any closed
+        connection: its unsettled messages go back to their queues, its transactions roll back."""
+        self._contain.errors += 1
+        log.error(
+            "internal error while serving connection %s; closing it with amqp:internal-error",
+            conn.conn_id,
+            exc_info=exc,
+        )
+        conn.close(error(Condition.INTERNAL_ERROR, INTERNAL_ERROR))
+        self.outbox.dirty.add(conn)
+        handlers = self._handlers
+        what = f"cleaning up connection {conn.conn_id} after an internal error"
+        for _ in range(4):  # the close's events, then what handling them caused (bounded: the engine is done)
+            pending = conn.take_events()
+            if not pending:
+                break
+            for event in pending:
+                handler = handlers.get(type(event))
+                if handler is not None:
+                    self._contain(what, partial(handler, conn, event))
+        # links whose detach was lost with the rest of the failed read: their messages go back all the same
+        for consumer in list(self.dispatcher.consumers_of(conn)):
+            self._contain(what, partial(self.endpoints.detached, conn, LinkDetached(consumer.link, False, None)))
+        if conn in self.nodes.connections:  # its close never reached us: forget it all the same
+            self._connection_closed(conn, ConnectionClosed(None, by_peer=False))
 
     def _apply(self, conn: ServerConnection, events: Iterable[Event]) -> None:
         """Handle ``events`` in order (taken one at a time: a lazy stream parses the next frame only after
@@ -168,21 +259,31 @@ class Broker:
         return self.outbox.dirty
 
     def next_deadline(self) -> float | None:
-        """When ``handle_timeout`` must next run: a message timer or a transaction time-out."""
-        deadlines = [d for d in (self.dispatcher.next_deadline(), self.coordinator.next_deadline()) if d is not None]
+        """When ``handle_timeout`` must next run: a message timer, a transaction time-out or the idle sweep."""
+        deadlines = [
+            d
+            for d in (
+                self.dispatcher.next_deadline(),
+                self.coordinator.next_deadline(),
+                self.endpoints.next_deadline(),
+            )
+            if d is not None
+        ]
         return min(deadlines) if deadlines else None
 
     def handle_timeout(self, now: float) -> None:
-        """Run every timer due at ``now``: expiries, scheduled deliveries, transaction time-outs."""
+        """Run every timer due at ``now``: expiries, scheduled deliveries, transaction time-outs (each on its
+        own: an error in one is logged, and the others run)."""
         self.clock.now = now
-        self.dispatcher.handle_timeout(now)
-        self.coordinator.handle_timeout(now)
-        if self.on_change is not None:
-            self.on_change()
+        contain = self._contain
+        contain("the message timers", lambda: self.dispatcher.handle_timeout(now, contain))
+        contain("the transaction time-outs", lambda: self.coordinator.handle_timeout(now, contain))
+        contain("the idle-node sweep", lambda: self.endpoints.handle_timeout(now))
+        self._changed()
 
     def resume(self, conn: ServerConnection) -> None:
         """``conn``'s peer read what was queued for it: deliveries held back for it may go on."""
-        self.dispatcher.resume(conn)
+        self._step(conn, lambda: self.dispatcher.resume(conn))
 
     # -- durability ---------------------------------------------------------------------------------
     @property
@@ -197,10 +298,9 @@ class Broker:
         """Run actions whose journal records are now on disk (answers that waited for durability)."""
         self.clock.now = now
         for action in actions:
-            action()
+            self._contain("an answer that waited for the journal", action)
         self.outbox.dirty.update(conn for conn in self.nodes.connections if conn.has_output)
-        if self.on_change is not None:
-            self.on_change()
+        self._changed()
 
     def restore(self, state: DurableState, now: float = 0.0) -> int:
         """Recreate durable nodes, subscriptions and messages from a recovered journal, at broker time ``now``;
@@ -268,6 +368,11 @@ class Broker:
             del self.nodes.namespaces[name]
 
     # -- introspection ------------------------------------------------------------------------------
+    @property
+    def internal_errors(self) -> int:
+        """Internal errors contained so far (each logged; 0 unless the broker has a bug)."""
+        return self._contain.errors
+
     @property
     def txn_stats(self) -> TransactionStats:
         return self.coordinator.stats

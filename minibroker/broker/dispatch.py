@@ -28,20 +28,21 @@ a departing link (its source's default outcome), or a transaction's commit or ro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Released
 from minibroker.amqp.errors import Condition, error
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.links import Consumer, ConsumerGroup, Dispatched
-from minibroker.broker.message import Message
+from minibroker.broker.message import MAX_DELIVERY_COUNT, Message
 from minibroker.broker.namespace import QUEUE, Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
-from minibroker.broker.timers import Timer, TimerKind, Timers
+from minibroker.broker.timers import Due, Expiry, TimerKind, Timers
 from minibroker.broker.topic import Topic
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery
@@ -71,6 +72,11 @@ def selector_fields(message: Message, limit: int | None = None) -> MessageFields
 
 
 def selects(selector: Selector | None, message: Message) -> bool:
+    return selector is None or selector.matches(selector_fields(message, selector.max_properties_size))
+
+
+def _subscription_selects(subscription: Any, message: Message) -> bool:
+    selector = subscription.selector
     return selector is None or selector.matches(selector_fields(message, selector.max_properties_size))
 
 
@@ -125,6 +131,7 @@ class Dispatcher:
         self._stopped: dict[Queue, set[Consumer]] = {}  # attached, but out of their group until restarted
         self._by_conn: dict[ServerConnection, set[Consumer]] = {}
         self._seq = 0
+        nodes.queue_gone = self.timers.queue_gone
 
     # -- into nodes ---------------------------------------------------------------------------------
     def arrive(self, message: Message) -> None:
@@ -149,7 +156,7 @@ class Dispatcher:
     def targets(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """The queues a message posted to ``node`` goes to (a topic's matching subscriptions)."""
         if isinstance(node, Topic):
-            subscriptions: list[Queue] = list(node.publish(message, origin, lambda s, m: selects(s.selector, m)))
+            subscriptions: list[Queue] = list(node.publish(message, origin, _subscription_selects))
             return subscriptions
         return [node]
 
@@ -171,8 +178,42 @@ class Dispatcher:
         return targets
 
     def _enqueue_all(self, targets: list[Queue], message: Message) -> None:
-        for i, queue in enumerate(targets):
-            self._enqueue(queue, message if i == 0 else message.copy())
+        """Put ``message`` on every queue of ``targets``: the first takes it, each other one a record of its own
+        over the same content (one place in delivery order, one expiry timer, one schedule for them all)."""
+        if not targets:
+            return
+        self._seq += 1
+        message.content.place(self._seq)
+        copies = [message]
+        if len(targets) > 1:
+            sharing = Message.sharing
+            copies += [sharing(message) for _ in range(len(targets) - 1)]
+        now = self.clock.now
+        expires_at = message.expires_at
+        if expires_at is not None and expires_at <= now:
+            for queue, copy in zip(targets, copies, strict=True):
+                self._expire(queue, copy)  # expired on arrival: never visible
+            return
+        deliver_at = message.deliver_at
+        scheduled = deliver_at is not None and deliver_at > now
+        enqueued = self.recorder.enqueued if self.recorder.durable and message.durable else None
+        for queue, copy in zip(targets, copies, strict=True):
+            if queue.policy.overflow == DROP_HEAD:
+                while not queue.has_room(copy) and queue.ready:
+                    queue.remove_ready(queue.ready[0])
+            if enqueued is not None:
+                enqueued(queue, copy)
+            if scheduled:
+                queue.hold_scheduled(copy)
+            else:
+                queue.put(copy)
+        if expires_at is not None:
+            self.timers.expire(expires_at, tuple(targets), copies)
+        if scheduled:
+            assert deliver_at is not None
+            self.timers.due(deliver_at, list(zip(targets, copies, strict=True)))
+        if expires_at is not None or scheduled:
+            self._new_deadline()
 
     def publish(self, conn: ServerConnection, delivery: IncomingDelivery, node: Node, message: Message) -> None:
         """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch."""
@@ -200,28 +241,6 @@ class Dispatcher:
         for queue in targets:
             self.dispatch(queue)
 
-    def _enqueue(self, queue: Queue, message: Message) -> None:
-        self._seq += 1
-        message.seq = self._seq
-        if queue.policy.overflow == DROP_HEAD:
-            while not queue.has_room(message) and queue.ready:
-                queue.remove_ready(queue.ready[0])
-        now = self.clock.now
-        if message.expires_at is not None:
-            if message.expires_at <= now:
-                self._expire(queue, message)  # expired on arrival: never visible
-                return
-            self.timers.add(message.expires_at, TimerKind.EXPIRE, queue, message)
-        self.recorder.enqueued(queue, message)
-        if message.deliver_at is not None and message.deliver_at > now:
-            queue.hold_scheduled(message)
-            self.timers.add(message.deliver_at, TimerKind.DUE, queue, message)
-            self._new_deadline()
-            return
-        queue.put(message)
-        if message.expires_at is not None:
-            self._new_deadline()
-
     def _take_back(self, enqueued: list[tuple[Queue, Message]]) -> None:
         """Remove messages just enqueued (not yet dispatched) whose journal record was refused."""
         now = self.clock.now
@@ -239,7 +258,7 @@ class Dispatcher:
         ``deliver_at``, already on the broker clock): a scheduled one waits for its delivery time; one that
         has expired is put back only to be expired by the next ``handle_timeout`` (which recovery runs)."""
         self._seq += 1
-        message.seq = self._seq
+        message.content.place(self._seq)
         now = self.clock.now
         expired = message.expires_at is not None and message.expires_at <= now
         if message.expires_at is not None:
@@ -304,6 +323,10 @@ class Dispatcher:
         """Acquiring consumers of ``queue`` (browsers and stopped links not counted)."""
         group = self._groups.get(queue)
         return len(group.consumers) if group is not None else 0
+
+    def has_links(self, queue: Queue) -> bool:
+        """Whether any link (consumer, browser, or one stopped by a transaction) is attached to ``queue``."""
+        return queue in self._groups or queue in self._stopped
 
     def consumers_of(self, conn: ServerConnection) -> set[Consumer]:
         return self._by_conn.get(conn, set())
@@ -493,13 +516,18 @@ class Dispatcher:
             # consumer never gets the whole message while it goes to another
             consumer.conn.abort(delivery)
             self.outbox.touch(consumer.conn)
+        if queue.deleted:
+            queue.retire(message)  # its node is gone: there is nothing to go back to
+            return
         if isinstance(outcome, Modified):
             if outcome.message_annotations:
                 message.annotate(outcome.message_annotations)
             if outcome.undeliverable_here:
                 message.excluded = (message.excluded or set()) | {consumer}
             if outcome.delivery_failed:
-                message.delivery_count += 1
+                # a uint (§3.2.1): saturates rather than wrapping or overflowing the header
+                if message.delivery_count < MAX_DELIVERY_COUNT:
+                    message.delivery_count += 1
                 limit = queue.policy.max_delivery_attempts
                 if limit and message.delivery_count >= limit:
                     with self.recorder.together():
@@ -517,7 +545,7 @@ class Dispatcher:
         delay = queue.policy.redelivery_delay
         if delay > 0:
             queue.unacquire_for_later(message)
-            self.timers.add(self.clock.now + delay, TimerKind.DUE, queue, message)
+            self.timers.due(self.clock.now + delay, [(queue, message)])
             self._new_deadline()
             return
         queue.requeue(message)
@@ -543,7 +571,7 @@ class Dispatcher:
 
     def _forward(self, queue: Queue, message: Message, address: str, annotations: dict[str, Any]) -> None:
         namespace = queue.namespace if queue.namespace is not None else self.nodes.default
-        node = namespace.node(address) or self.nodes.create(namespace, address, QUEUE)
+        node = namespace.node(address) or self.nodes.create(namespace, address, QUEUE, auto=True)
         copy = message.copy()
         copy.annotate(annotations)
         copy.expires_at = None
@@ -556,25 +584,52 @@ class Dispatcher:
     def next_deadline(self) -> float | None:
         return self.timers.next_deadline()
 
-    def handle_timeout(self, now: float) -> None:
-        """Run every message timer due at ``now``: expiries and scheduled deliveries."""
-        for timer in self.timers.pop_due(now):
-            if not timer.queue.deleted:
-                self._on_timer(timer)
+    def handle_timeout(self, now: float, contain: Callable[[str, Callable[[], None]], object] | None = None) -> None:
+        """Run every message timer due at ``now``: expiries and scheduled deliveries (with ``contain``, each on its
+        own: an error in one is logged and the others still run)."""
+        for entry in self.timers.pop_due(now):
+            if contain is None:
+                self._fire(entry)
+            else:
+                contain("a message timer", partial(self._fire, entry))
 
-    def _on_timer(self, timer: Timer) -> None:
-        queue, message = timer.queue, timer.message
-        if timer.kind is TimerKind.DUE:
-            if message.expires_at is not None and message.expires_at <= self.clock.now:
-                with self.recorder.together():  # gone from the journal too
+    def _fire(self, entry: Expiry | Due) -> None:
+        if isinstance(entry, Expiry):
+            self._expired(entry)
+        else:
+            self._due(entry)
+
+    def _expired(self, entry: Expiry) -> None:
+        """The copies of one post reach their expiry time: each still ready is expired (an acquired or scheduled
+        one is checked when it comes back)."""
+        queues, key = entry.queues, entry.key
+        entry.queues = None  # out of the heap: copies that leave from now on need not tell it
+        now = self.clock.now
+        for queue in queues or ():
+            if queue.deleted:
+                continue
+            message = next(iter(queue.ready.irange_key(key, key)), None)
+            if message is None or message.expires_at is None or message.expires_at > now:
+                continue
+            with self.recorder.together():
+                queue.remove_ready(message)
+                self._expire(queue, message)
+
+    def _due(self, entry: Due) -> None:
+        """Scheduled messages (or ones waiting out a redelivery delay) become visible."""
+        items, entry.items = entry.items, []
+        now = self.clock.now
+        touched: dict[Queue, None] = {}
+        for queue, message in items:
+            if queue.deleted:
+                continue
+            if message.expires_at is not None and message.expires_at <= now:
+                with self.recorder.together():
                     queue.drop_scheduled(message)
                     self._expire(queue, message)
-                return
+                continue
             queue.release_scheduled(message)
             message.deliver_at = None
             queue.put(message)
-            self.dispatch(queue)
-        elif message.expires_at is not None and message.expires_at <= self.clock.now:
-            with self.recorder.together():
-                if queue.remove_ready(message):
-                    self._expire(queue, message)
+            touched[queue] = None
+        self.dispatch_all(touched)

@@ -15,6 +15,12 @@ does not create one: the node is created by the commit, so a rollback leaves not
 A link that detaches hands its unsettled deliveries to the coordinator (a transaction may hold them) and
 takes with it the dynamic node it created; deleting a node detaches every link still attached to it with
 ``amqp:resource-deleted``.
+
+Broker-wide bounds are kept here, where links come and go: links attached at once (``max_links``), nodes
+a peer may make (``max_nodes``), subscriptions per topic and per connection; past one, the attach (or the
+relay post) is refused with ``amqp:resource-limit-exceeded``. So is the idle sweep: every half of
+``auto_delete_idle`` it looks at the nodes created on demand, and deletes those found idle (empty, no link,
+no transactional work, nothing arrived) at two sweeps ``auto_delete_idle`` apart.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from minibroker.amqp.definitions import Rejected, Source, Target, TransactionalState
+from minibroker.amqp.definitions import Error, Rejected, Source, Target, TransactionalState
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.types import Symbol
 from minibroker.broker.attach import (
@@ -37,6 +43,7 @@ from minibroker.broker.attach import (
     decide,
     denied,
 )
+from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import CONTROLLER_CREDIT, Coordinator
 from minibroker.broker.dispatch import Dispatcher
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -73,6 +80,7 @@ class Endpoints:
         coordinator: Coordinator,
         outbox: Outbox,
         decide: Decide = decide,
+        clock: BrokerClock | None = None,
     ) -> None:
         self.settings = settings
         self.nodes = nodes
@@ -80,7 +88,12 @@ class Endpoints:
         self.coordinator = coordinator
         self.outbox = outbox
         self.decide = decide
+        self.clock = clock or BrokerClock()
         self._producers: dict[Node, set[Producer]] = {}  # producer links of each node, detached when it goes
+        self.links = 0
+        """Links attached now on the whole broker (bounded by ``max_links``)."""
+        self._topic_links: dict[ServerConnection, int] = {}  # receiver links on topics, per connection
+        self._next_sweep: float | None = None
 
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open
@@ -91,6 +104,9 @@ class Endpoints:
     def attached(self, conn: ServerConnection, event: LinkAttached) -> None:
         link = event.link
         decision = self.decide(link, self._context(conn))
+        limit = self.settings.max_links
+        if limit and self.links >= limit and not isinstance(decision, Refuse):
+            decision = Refuse(error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} links on this broker"))
         if isinstance(decision, Refuse):
             conn.refuse_attach(link, decision.error)
         elif isinstance(decision, AttachConsumer):
@@ -101,25 +117,73 @@ class Endpoints:
             self._attach_producer(conn, link, decision)
         else:
             self._attach_coordinator(conn, link, decision)
+        if link.context is not None:
+            self.links += 1
         self.outbox.touch(conn)
+
+    def _lookup(
+        self, conn: ServerConnection, name: str, kind: str | None, *, create: bool = True
+    ) -> Node | Error | None:
+        """The node ``name`` in ``conn``'s namespace, created on demand (when auto-create is on and ``create``)
+        unless that would pass ``max_nodes``: then the error to refuse with."""
+        node = self.nodes.lookup(conn, name, kind, create=False)
+        if node is None and create and self.settings.auto_create:
+            refusal = self.nodes.refuse_new_node()
+            if refusal is not None:
+                return refusal
+            node = self.nodes.lookup(conn, name, kind)
+        return node
+
+    def _subscription_refusal(self, conn: ServerConnection, topic: Topic, key: tuple[str, str] | None) -> Error | None:
+        """Why ``conn`` may not take one more link on ``topic`` (``key``: the subscription it names, None: an
+        existing one), or None."""
+        per_connection = self.settings.max_subscriptions_per_connection
+        if per_connection and self._topic_links.get(conn, 0) >= per_connection:
+            return error(
+                Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {per_connection} topic subscriptions per connection"
+            )
+        per_topic = self.settings.max_subscriptions_per_topic
+        if key is not None and per_topic and key not in topic.subscriptions and len(topic.subscriptions) >= per_topic:
+            return error(
+                Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {per_topic} subscriptions on topic {topic.name!r}"
+            )
+        return None
+
+    def _count_topic_link(self, conn: ServerConnection, change: int) -> None:
+        count = self._topic_links.get(conn, 0) + change
+        if count > 0:
+            self._topic_links[conn] = count
+        else:
+            self._topic_links.pop(conn, None)
 
     def _attach_consumer(self, conn: ServerConnection, link: Link, decision: AttachConsumer) -> None:
         source = decision.source
         node: Node | None
+        found: Node | Error | None
         if decision.name is None:
-            node = self._dynamic_node(conn, link, "receive", source.capabilities)
-            if node is None:
-                return
+            found = self._dynamic_node(conn, link, "receive", source.capabilities)
+            if found is None:
+                return  # refused
         else:
-            node = self.nodes.lookup(conn, decision.name, decision.kind)
-            if node is None:
-                conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {source.address!r}"))
-                return
+            found = self._lookup(conn, decision.name, decision.kind)
+        if found is None:
+            found = error(Condition.NOT_FOUND, f"no node at address {source.address!r}")
+        if isinstance(found, Error):
+            conn.refuse_attach(link, found)
+            return
+        node = found
         browse = decision.browse and isinstance(node, Queue)
         if isinstance(node, Topic):
+            refusal = self._subscription_refusal(conn, node, decision.subscription.key)
+            if refusal is not None:
+                conn.refuse_attach(link, refusal)
+                if source.dynamic:
+                    self.delete_node(node)
+                return
             no_local = conn if decision.no_local else None
             subscription = self.nodes.subscribe(node, decision.subscription, decision.selector, no_local)
             consumer = Consumer(conn, link, subscription, decision.default_outcome)
+            self._count_topic_link(conn, 1)
         else:
             consumer = Consumer(conn, link, node, decision.default_outcome, selector=decision.selector, browser=browse)
         if source.dynamic:
@@ -143,9 +207,10 @@ class Endpoints:
 
     def _dynamic_node(self, conn: ServerConnection, link: Link, action: str, capabilities: Any) -> Node | None:
         """A dynamic node for ``link``, when its user may ``action`` ("receive" for a dynamic source, "send" for
-        a dynamic target) on the address generated for it; else the attach is refused (unauthorized-access)."""
+        a dynamic target) on the address generated for it and ``max_nodes`` leaves room; else the attach is refused
+        (unauthorized-access, resource-limit-exceeded)."""
         name = self.nodes.dynamic_name(conn)
-        refusal = denied(self._context(conn), action, name)
+        refusal = denied(self._context(conn), action, name) or self.nodes.refuse_new_node()
         if refusal is not None:
             conn.refuse_attach(link, refusal)
             return None
@@ -157,10 +222,13 @@ class Endpoints:
             conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no subscription named {decision.link_name!r}"))
             return
         refusal = denied(self._context(conn), "receive", subscription.topic.name)
-        if refusal is not None:  # found by name alone: the topic's permission still applies
+        if refusal is None:  # (found by name alone: the topic's permission still applies)
+            refusal = self._subscription_refusal(conn, subscription.topic, None)
+        if refusal is not None:
             conn.refuse_attach(link, refusal)
             return
         subscription.links += 1
+        self._count_topic_link(conn, 1)
         consumer = Consumer(conn, link, subscription, RELEASED)
         reply = Source(
             address=subscription.topic.name,
@@ -191,10 +259,13 @@ class Endpoints:
                 capabilities=target.capabilities,
             )
         elif decision.name is not None:
-            node = self.nodes.lookup(conn, decision.name, decision.kind)
-            if node is None:
-                conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no node at address {target.address!r}"))
+            found = self._lookup(conn, decision.name, decision.kind)
+            if found is None:
+                found = error(Condition.NOT_FOUND, f"no node at address {target.address!r}")
+            if isinstance(found, Error):
+                conn.refuse_attach(link, found)
                 return
+            node = found
         producer = Producer(conn, link, node)
         if decision.dynamic:
             producer.owned_node = node
@@ -214,6 +285,8 @@ class Endpoints:
     # -- detach -----------------------------------------------------------------------------------------
     def detached(self, conn: ServerConnection, event: LinkDetached) -> None:
         context = event.link.context
+        if isinstance(context, Consumer | Producer | Controller):
+            self.links -= 1
         if isinstance(context, Consumer):
             self._consumer_detached(context, closed=event.closed)
         elif isinstance(context, Producer):
@@ -233,6 +306,7 @@ class Endpoints:
         self.coordinator.consumer_gone(consumer)
         queue = consumer.queue
         if isinstance(queue, Subscription):
+            self._count_topic_link(consumer.conn, -1)
             queue.links -= 1
             if queue.links <= 0 and (not queue.durable or closed):
                 self.nodes.unsubscribe(queue)
@@ -291,6 +365,9 @@ class Endpoints:
         if target is None:  # the anonymous relay routes by ``to``
             to = message.to
             refusal = denied(self._context(conn), "send", to) if self.settings.permissions else None
+            routed = self._relay_target(conn, to, transactional) if refusal is None else None
+            if isinstance(routed, Error):  # no room for the node it would create
+                refusal = routed
             if refusal is not None:
                 if transactional:  # refused, and so is the commit of the transaction it names
                     self.coordinator.post(conn, delivery, None, message, refusal)
@@ -298,7 +375,8 @@ class Endpoints:
                     self.outbox.answer_now(conn, delivery, Rejected(error=refusal))
                 self._top_up(conn, context.link)
                 return
-            target = self._relay_target(conn, to, transactional)
+            assert not isinstance(routed, Error)
+            target = routed
         if transactional:
             self.coordinator.post(conn, delivery, target, message)
         elif target is None:
@@ -323,16 +401,61 @@ class Endpoints:
         elif isinstance(link.context, Controller):
             self.coordinator.replenish(conn, link.context)
 
-    def _relay_target(self, conn: ServerConnection, to: object, transactional: bool) -> Node | Deferred | None:
+    def _relay_target(
+        self, conn: ServerConnection, to: object, transactional: bool
+    ) -> Node | Deferred | Error | None:
         """The node the anonymous relay routes ``to`` to; a transactional post to an address with no node
-        gets a ``Deferred`` one, created by the commit."""
+        gets a ``Deferred`` one, created by the commit; an error when the node would pass ``max_nodes``."""
         if not to or not isinstance(to, str):
             return None
         name, kind = parse_address(to)
-        node = self.nodes.lookup(conn, name, kind, create=not transactional)
+        node = self._lookup(conn, name, kind, create=not transactional)
         if node is None and transactional and self.settings.auto_create:
-            return Deferred(self.nodes.namespace_of(conn), name, kind)
+            return self.nodes.refuse_new_node() or Deferred(self.nodes.namespace_of(conn), name, kind)
         return node
+
+    # -- idle nodes created on demand ----------------------------------------------------------------------
+    def next_deadline(self) -> float | None:
+        """When the idle sweep next runs (only while there are nodes created on demand and it is on)."""
+        period = self.settings.auto_delete_idle
+        if not period or not self.nodes.auto_nodes:
+            self._next_sweep = None
+            return None
+        if self._next_sweep is None:
+            self._next_sweep = self.clock.now + period / 2
+        return self._next_sweep
+
+    def handle_timeout(self, now: float) -> None:
+        """Run the idle sweep if it is due: delete the nodes created on demand that were found idle at two
+        sweeps ``auto_delete_idle`` apart (and idle every time in between)."""
+        period = self.settings.auto_delete_idle
+        if self._next_sweep is None or now < self._next_sweep or not period:
+            return
+        self._next_sweep = now + period / 2
+        auto = self.nodes.auto_nodes
+        for node in list(auto):
+            if node.deleted:
+                del auto[node]
+            elif not self._idle(node):
+                node.idle_since = None
+            elif node.idle_since is None or node.idle_mark != self._use_mark(node):
+                node.idle_since, node.idle_mark = now, self._use_mark(node)
+            elif now - node.idle_since >= period:
+                del auto[node]
+                self.delete_node(node)
+
+    @staticmethod
+    def _use_mark(node: Node) -> int:
+        """A count that moves whenever a message reaches ``node``."""
+        return node.published_total if isinstance(node, Topic) else node.enqueued_total
+
+    def _idle(self, node: Node) -> bool:
+        """Empty, no link, no transactional work pending on it."""
+        if node.staged or node in self._producers:
+            return False
+        if isinstance(node, Topic):
+            return not node.subscriptions
+        return not (node.held or node.ready or self.dispatcher.has_links(node))
 
     def _top_up(self, conn: ServerConnection, link: Link) -> None:
         if link.credit <= self.settings.link_credit // 2:  # <=: with a credit of 1, refill at 0

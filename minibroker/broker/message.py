@@ -31,44 +31,48 @@ def _section_code(payload: bytes, pos: int) -> int:
     return -1
 
 
-class Message:
-    """One message on a node."""
+MAX_DELIVERY_COUNT = 0xFFFFFFFF  # header.delivery-count is a uint (§3.2.1): it saturates there
+
+
+class Content:
+    """What every copy of one message shares: its bytes, what was parsed of them, and its times.
+
+    A topic gives each subscription its own ``Message``, a small record of what differs between copies
+    (delivery-count, exclusions, journal id, timer); they all point at one ``Content``, so a publish to N
+    subscriptions costs N records, never N copies of the bytes or of their parse. A ``Content`` is never
+    changed once the message is routed, except its place (``seq``, set once by the dispatcher) and the
+    selector fields decoded on first use; a copy that needs other bytes (``Message.annotate``) gets a
+    ``Content`` of its own.
+    """
 
     __slots__ = (
         "annotations",
         "annotations_end",
         "annotations_start",
         "body_offset",
+        "count",
         "deliver_at",
-        "delivery_count",
-        "durable_id",
-        "excluded",
         "expires_at",
         "fields",
         "header",
+        "key",
         "payload",
         "priority",
         "properties_start",
-        "sent_count",
         "seq",
     )
 
-    def __init__(self, payload: bytes, seq: int = 0) -> None:
-        self.seq = seq
+    def __init__(self, payload: bytes) -> None:
+        self.seq = 0
+        self.key: tuple[int, int] = (0, 0)
         self.expires_at: float | None = None
         self.deliver_at: float | None = None
-        self.excluded: set[Any] | None = None  # consumers that answered modified(undeliverable-here)
         self.fields: Any = None  # what selectors read, decoded on first use
-        self.durable_id = 0  # its id in the journal, when it is kept there (0: not journaled)
-        self._parse(payload)
-        self.sent_count = self.delivery_count
-
-    def _parse(self, payload: bytes) -> None:
         self.payload = payload
         self.header: Header | None = None
         self.annotations: dict[Any, Any] | None = None
         self.body_offset = 0
-        self.delivery_count = 0
+        self.count = 0  # the delivery-count written in ``payload``'s header
         self.priority = DEFAULT_PRIORITY
         pos = 0
         try:
@@ -76,7 +80,7 @@ class Message:
                 header, pos = codec.decode(payload)
                 if isinstance(header, Header):
                     self.header = header
-                    self.delivery_count = header.delivery_count or 0
+                    self.count = min(int(header.delivery_count or 0), MAX_DELIVERY_COUNT)
                     if header.priority is not None:
                         self.priority = min(int(header.priority), 9)
             self.body_offset = pos
@@ -91,8 +95,94 @@ class Message:
         except DecodeError:
             self.header = None
             self.annotations = None
+            self.count = 0
             self.body_offset = self.annotations_start = self.annotations_end = pos = 0
         self.properties_start = pos
+
+    def place(self, seq: int) -> None:
+        """Give the message its place in delivery order (every copy shares it: one copy per queue)."""
+        self.seq = seq
+        self.key = (-self.priority, seq)
+
+
+class Message:
+    """One message on one node (a queue, or one subscription of a topic): a record over a shared ``Content``."""
+
+    __slots__ = ("content", "delivery_count", "durable_id", "excluded", "timer")
+
+    def __init__(self, payload: bytes, seq: int = 0) -> None:
+        content = self.content = Content(payload)
+        if seq:
+            content.place(seq)
+        self.delivery_count = content.count
+        self.excluded: set[Any] | None = None  # consumers that answered modified(undeliverable-here)
+        self.durable_id = 0  # its id in the journal, when it is kept there (0: not journaled)
+        self.timer: Any = None  # the expiry timer entry it holds (``timers.py``), told when it leaves for good
+
+    @classmethod
+    def sharing(cls, other: Message) -> Message:
+        """A new record over ``other``'s content (the copy a topic gives each further subscription)."""
+        clone = cls.__new__(cls)
+        clone.content = other.content
+        clone.delivery_count = other.delivery_count
+        clone.excluded = None
+        clone.durable_id = 0
+        clone.timer = None
+        return clone
+
+    # -- what the content says ----------------------------------------------------------------------
+    @property
+    def payload(self) -> bytes:
+        """The bytes as the producer sent them (or as the broker last rebuilt them for this copy)."""
+        return self.content.payload
+
+    @property
+    def header(self) -> Header | None:
+        return self.content.header
+
+    @property
+    def annotations(self) -> dict[Any, Any] | None:
+        return self.content.annotations
+
+    @property
+    def priority(self) -> int:
+        return self.content.priority
+
+    @property
+    def seq(self) -> int:
+        return self.content.seq
+
+    @seq.setter
+    def seq(self, seq: int) -> None:
+        self.content.place(seq)
+
+    @property
+    def expires_at(self) -> float | None:
+        return self.content.expires_at
+
+    @expires_at.setter
+    def expires_at(self, when: float | None) -> None:
+        self.content.expires_at = when
+
+    @property
+    def deliver_at(self) -> float | None:
+        return self.content.deliver_at
+
+    @deliver_at.setter
+    def deliver_at(self, when: float | None) -> None:
+        self.content.deliver_at = when
+
+    @property
+    def fields(self) -> Any:
+        return self.content.fields
+
+    @fields.setter
+    def fields(self, fields: Any) -> None:
+        self.content.fields = fields
+
+    @property
+    def properties_start(self) -> int:
+        return self.content.properties_start
 
     @property
     def size(self) -> int:
@@ -148,40 +238,45 @@ class Message:
 
     def encoded(self) -> bytes:
         """The message as it goes to a consumer: header updated with the current delivery-count."""
-        if self.delivery_count == self.sent_count:
-            return self.payload
-        return self._rebuilt(self.annotations)
+        content = self.content
+        if self.delivery_count == content.count:
+            return content.payload
+        return self._rebuilt(content.annotations)
 
     def annotate(self, extra: dict[str, Any]) -> None:
-        """Merge ``extra`` into the message-annotations (dead-letter reasons, ``modified`` annotations)."""
-        merged = dict(self.annotations or {})
+        """Merge ``extra`` into the message-annotations (dead-letter reasons, ``modified`` annotations).
+
+        This copy gets a content of its own (other copies keep theirs), with the same place and times. Only
+        for a copy on no ready list (acquired, or not yet posted): its delivery order does not change anyway.
+        """
+        old = self.content
+        merged = dict(old.annotations or {})
         merged.update({Symbol(k) if type(k) is str else k: v for k, v in extra.items()})
-        self._parse(self._rebuilt(merged))
-        self.sent_count = self.delivery_count
-        self.fields = None
+        content = Content(self._rebuilt(merged))
+        content.seq, content.key = old.seq, old.key
+        content.expires_at, content.deliver_at = old.expires_at, old.deliver_at
+        self.content = content
 
     def _rebuilt(self, annotations: dict[Any, Any] | None) -> bytes:
         """Header (with the current delivery-count) + original delivery-annotations + ``annotations`` + rest."""
-        header = Header() if self.header is None else Header(*self.header.field_values())
-        header.delivery_count = UInt(self.delivery_count) if self.delivery_count else header.delivery_count
+        content = self.content
+        header = Header() if content.header is None else Header(*content.header.field_values())
+        count = min(self.delivery_count, MAX_DELIVERY_COUNT)
+        header.delivery_count = UInt(count) if count else header.delivery_count
         parts = [codec.encode(header) if header.field_values() != [None] * 5 else b""]
-        parts.append(self.payload[self.body_offset : self.annotations_start])
+        payload = content.payload
+        parts.append(payload[content.body_offset : content.annotations_start])
         if annotations:
             parts.append(codec.encode(MessageAnnotations(annotations)))
-        parts.append(self.payload[self.annotations_end :])
+        parts.append(payload[content.annotations_end :])
         return b"".join(parts)
 
     def copy(self) -> Message:
-        """Another message with the same bytes (one per topic subscription)."""
-        clone = Message.__new__(Message)
-        for slot in Message.__slots__:
-            setattr(clone, slot, getattr(self, slot))
-        clone.excluded = None
-        clone.durable_id = 0
-        return clone
+        """Another record of the same message (shared bytes), with no exclusions, journal id or timer."""
+        return Message.sharing(self)
 
     def __repr__(self) -> str:
         return f"Message(seq={self.seq}, size={len(self.payload)}, delivery_count={self.delivery_count})"
 
 
-__all__ = ["DEFAULT_PRIORITY", "DeliveryAnnotations", "Message"]
+__all__ = ["DEFAULT_PRIORITY", "MAX_DELIVERY_COUNT", "Content", "DeliveryAnnotations", "Message"]

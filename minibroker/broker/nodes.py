@@ -10,9 +10,12 @@ Not here: what happens to the links of a node that is deleted (``endpoints.py``)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import count
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from minibroker.amqp.definitions import Error
+from minibroker.amqp.errors import Condition, error
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.queue import Queue
 from minibroker.broker.recorder import Recorder
@@ -42,6 +45,12 @@ class Nodes:
         self.connections: set[ServerConnection] = set()
         self._namespace_of: dict[ServerConnection, Namespace] = {}
         self._dynamic_ids = count(1)
+        self.queue_gone: Callable[[Queue], None] = lambda queue: None
+        self.auto_nodes: dict[Node, None] = {}
+        """Nodes created on demand, oldest first, while ``auto_delete_idle`` is on (the idle sweep's to look at)."""
+        self.first_auto_node: Callable[[], None] = lambda: None
+        """Told when a node created on demand appears while there was none (the idle sweep starts ticking)."""
+        """Told when a queue is deleted (the dispatcher's timers forget what they held for it)."""
         self.default = self.namespace(DEFAULT_NAMESPACE)
 
     # -- namespaces -----------------------------------------------------------------------------------
@@ -85,8 +94,10 @@ class Nodes:
         return self._namespace_of.get(conn, self.default)
 
     # -- nodes ----------------------------------------------------------------------------------------
-    def create(self, namespace: Namespace, name: str, kind: str | None) -> Node:
-        """Create a node; the configuration decides its kind and policy, else ``kind``, else a queue."""
+    def create(self, namespace: Namespace, name: str, kind: str | None, *, auto: bool = False) -> Node:
+        """Create a node; the configuration decides its kind and policy, else ``kind``, else a queue. ``auto``:
+        created on demand (an attach, a relay post, a dead-letter), so deleted once idle (``auto_delete_idle``)
+        unless it is configured."""
         configured, policy = self.settings.policy_for(name)
         node: Node
         if (configured or kind) == TOPIC:
@@ -95,7 +106,23 @@ class Nodes:
             node = namespace.queues[name] = Queue(name, policy)
             self.recorder.adopt(node)
         node.namespace = namespace
+        node.auto = auto and configured is None
+        if node.auto and self.settings.auto_delete_idle:
+            self.auto_nodes[node] = None
+            if len(self.auto_nodes) == 1:
+                self.first_auto_node()
         return node
+
+    def node_count(self) -> int:
+        """Nodes of every namespace (O(namespaces))."""
+        return sum(len(ns.queues) + len(ns.topics) for ns in self.namespaces.values())
+
+    def refuse_new_node(self, extra: int = 0) -> Error | None:
+        """``amqp:resource-limit-exceeded`` when a peer may not make one more node (after ``extra`` others)."""
+        limit = self.settings.max_nodes
+        if limit and self.node_count() + extra >= limit:
+            return error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} nodes on this broker")
+        return None
 
     def queue(self, name: str, namespace: Namespace | None = None) -> Queue:
         """The queue called ``name`` (in the default namespace unless told), created if needed."""
@@ -112,7 +139,7 @@ class Nodes:
         namespace = self.namespace_of(conn)
         node = namespace.node(name)
         if node is None and create and self.settings.auto_create:
-            node = self.create(namespace, name, kind)
+            node = self.create(namespace, name, kind, auto=True)
         return node
 
     def dynamic_name(self, conn: ServerConnection) -> str:
@@ -129,23 +156,33 @@ class Nodes:
         return node
 
     def delete(self, node: Node) -> list[Queue]:
-        """Delete ``node`` (a dynamic node whose link went away); returns the queues that went with it."""
+        """Delete ``node`` (a dynamic node whose link went away, an idle one); returns the queues that went with
+        it."""
         queues: list[Queue] = list(node.subscriptions.values()) if isinstance(node, Topic) else [node]
         if node.namespace is not None:
             node.namespace.remove(node)
         node.deleted = True
+        self.auto_nodes.pop(node, None)
         for queue in queues:
-            queue.deleted = True
+            self._drop(queue)
         return queues
+
+    def _drop(self, queue: Queue) -> None:
+        """A queue (or subscription) is deleted: its ready messages go with it."""
+        queue.drop()
+        self.queue_gone(queue)
 
     def reset(self, namespace: Namespace) -> None:
         """Drop every node of ``namespace`` and create the configured ones afresh (its connections are
         already closed)."""
+        auto = self.auto_nodes
         for queue in namespace.queues.values():
             queue.purge()  # journaled messages are recorded as gone
-            queue.deleted = True
+            self._drop(queue)
+            auto.pop(queue, None)
         for topic in namespace.topics.values():
             topic.deleted = True
+            auto.pop(topic, None)
             for subscription in list(topic.subscriptions.values()):
                 self.unsubscribe(subscription)
         namespace.queues = {}
@@ -186,7 +223,7 @@ class Nodes:
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """Delete a subscription (its messages go with it)."""
-        subscription.deleted = True
+        self._drop(subscription)
         if subscription.durable:
             self.recorder.subscription(subscription, subscribed=False)
         topic = subscription.topic

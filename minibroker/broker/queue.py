@@ -36,8 +36,16 @@ class Departures(Protocol):
 
 
 def delivery_order(message: Message) -> tuple[int, int]:
-    """Sort key of ready messages: higher priority first, then arrival."""
-    return (-message.priority, message.seq)
+    """Sort key of ready messages: higher priority first, then arrival (one tuple shared by every copy)."""
+    return message.content.key
+
+
+def _left(message: Message) -> None:
+    """``message`` left its queue for good: its expiry timer need not hold anything for it any more."""
+    timer = message.timer
+    if timer is not None:
+        message.timer = None
+        timer.left()
 
 
 class Scan:
@@ -89,6 +97,9 @@ class Queue:
         self.held_bytes = 0
         self.enqueued_total = 0
         self.dynamic = False  # created for a dynamic terminus; deleted with its link
+        self.auto = False  # created on demand: deleted once idle for ``auto_delete_idle``
+        self.idle_since: float | None = None  # when an idle sweep first found it idle (with ``idle_mark``)
+        self.idle_mark = 0  # ``enqueued_total`` at that sweep: anything enqueued since means it was not idle
         self.deleted = False  # its node (or subscription) is gone; pending timers for it are void
         self.journal: Departures | None = None  # told when a journaled message leaves; None: not durable
         self.namespace: Any = None  # the namespace holding it (dead-letter queues are created there)
@@ -159,6 +170,8 @@ class Queue:
         """An acquired message is gone for good (accepted, rejected, dead-lettered)."""
         self.acquired -= 1
         self.held_bytes -= message.size
+        if message.timer is not None:
+            _left(message)
         if message.durable_id and self.journal is not None:
             self.journal.removed(self, message)
 
@@ -179,6 +192,8 @@ class Queue:
     def drop_scheduled(self, message: Message) -> None:
         """A scheduled message is gone for good before it became visible (it expired while it waited)."""
         self.release_scheduled(message)
+        if message.timer is not None:
+            _left(message)
         if message.durable_id and self.journal is not None:
             self.journal.removed(self, message)
 
@@ -189,6 +204,8 @@ class Queue:
         except ValueError:
             return False
         self.held_bytes -= message.size
+        if message.timer is not None:
+            _left(message)
         if message.durable_id and self.journal is not None:
             self.journal.removed(self, message)
         return True
@@ -198,12 +215,23 @@ class Queue:
         count = len(self.ready)
         for message in self.ready:
             self.held_bytes -= message.size
+            if message.timer is not None:
+                _left(message)
             if message.durable_id and self.journal is not None:
                 self.journal.removed(self, message)
         self.ready.clear()
         for scan in self.scans:
             scan.restart()
         return count
+
+    def drop(self) -> None:
+        """The queue is deleted: let its ready messages go (nothing is journaled: the node itself is gone)."""
+        self.deleted = True
+        for message in self.ready:
+            if message.timer is not None:
+                _left(message)
+        self.held_bytes -= sum(message.size for message in self.ready)
+        self.ready.clear()
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, ready={len(self.ready)}, acquired={self.acquired})"

@@ -31,6 +31,23 @@ class BrokerSettings:
     """Transactions one connection may hold at once: open ones, and timed-out ones not yet discharged."""
     max_staged_bytes: int = 64 * 1024 * 1024
     """Bytes of messages one transaction may post."""
+    max_total_staged_bytes: int = 1024 * 1024 * 1024
+    """Bytes of messages all open transactions together may post (past it a post is rejected, as past
+    ``max_staged_bytes``)."""
+    max_nodes: int = 10000
+    """Nodes (queues and topics, every namespace together) beyond which no node is created for a peer: the attach
+    (or anonymous-relay post) that would create one is refused with amqp:resource-limit-exceeded. Configured
+    nodes, nodes an embedder declares and dead-letter or expiry addresses are created regardless."""
+    max_links: int = 65536
+    """Links attached at once on the whole broker; an attach beyond is refused (amqp:resource-limit-exceeded)."""
+    max_subscriptions_per_topic: int = 1000
+    """Subscriptions one topic holds at once (durable ones while detached too); a receiver link that would
+    create one more is refused (amqp:resource-limit-exceeded). Joining an existing shared one is not counted."""
+    max_subscriptions_per_connection: int = 1000
+    """Receiver links on topics one connection holds at once; one more is refused."""
+    auto_delete_idle: float = 300.0
+    """Seconds after which a node created on demand (not configured, not declared by the embedder) that is empty,
+    has no link and no transactional work is deleted (checked every half of it); 0 means never."""
     max_selector_length: int = 4096
     """Characters of a JMS selector; a longer one is refused on attach (amqp:invalid-field). 0: no limit."""
     max_selector_properties_size: int = 64 * 1024

@@ -65,6 +65,10 @@ class Topic:
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
         self.dynamic = False
         self.deleted = False  # a deleted (dynamic) topic: transactions that posted to it cannot commit
+        self.auto = False  # created on demand: deleted once idle for ``auto_delete_idle``
+        self.idle_since: float | None = None
+        self.idle_mark = 0
+        self.published_total = 0  # posts that reached it (the idle sweep's sign of use)
         self.namespace: Any = None
         self.staged = 0  # messages posted in open transactions, invisible until commit
 
@@ -89,6 +93,7 @@ class Topic:
         self, message: Message, origin: Any, matches: Callable[[Subscription, Message], bool]
     ) -> list[Subscription]:
         """The subscriptions that take a copy of ``message`` (published by connection ``origin``)."""
+        self.published_total += 1
         return [
             s
             for s in self.subscriptions.values()

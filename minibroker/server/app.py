@@ -257,7 +257,12 @@ class _Server:
                     log.info("TLS handshake failed: %s", exc)
                     await trio.aclose_forcefully(stream)
                     return
-                identity = certificate_identity(secure)
+                try:
+                    identity = certificate_identity(secure)
+                except Exception:  # a certificate we cannot read costs this connection, never the listener
+                    log.exception("reading the client certificate failed")
+                    await trio.aclose_forcefully(secure)
+                    return
                 await self.serve_stream(secure, namespace, conn_id=conn_id, external_identity=identity)
             finally:
                 self.pending.pop(conn_id, None)
@@ -431,6 +436,12 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
             permissions=dict(config.auth.permissions),
             max_transactions_per_connection=config.broker.max_transactions_per_connection,
             max_staged_bytes=config.broker.max_staged_bytes,
+            max_total_staged_bytes=config.broker.max_total_staged_bytes,
+            max_nodes=config.broker.max_nodes,
+            max_links=config.broker.max_links,
+            max_subscriptions_per_topic=config.broker.max_subscriptions_per_topic,
+            max_subscriptions_per_connection=config.broker.max_subscriptions_per_connection,
+            auto_delete_idle=config.broker.auto_delete_idle,
             max_selector_length=config.broker.max_selector_length,
             max_selector_properties_size=config.broker.max_selector_properties_size,
         ),

@@ -9,6 +9,11 @@ A finished connection gets ``_FLUSH_GRACE`` to flush, so a peer that never reads
 
 SASL PLAIN credentials that the engine defers (``SaslPolicy.deferred``) are checked by the reader through a
 ``LoginChecker`` (in a worker thread), and answered with ``sasl_verdict``; meanwhile the engine parses nothing.
+
+Nothing here lets a bug end the process: the broker core contains its own errors (``Broker.handle`` closes
+the connection at fault with ``amqp:internal-error``), and every call into it from this layer is guarded
+once more (a connection task closes its own connection the same way; the timer task and journal writes log
+and go on).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from minibroker.broker.core import Broker
+from minibroker.amqp.errors import Condition, error
+from minibroker.broker.core import INTERNAL_ERROR, Broker
 from minibroker.broker.namespace import Namespace
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import Event
@@ -35,13 +41,17 @@ _RECEIVE_SIZE = 65536
 _PAUSE_READING = 1536 * 1024
 _DIRECT_ANSWER = 4096  # bytes of output the reader writes itself (answers to requests, not bulk)
 _FLUSH_GRACE = 1.0  # seconds the writer has to flush a finished connection to a peer that may not read
+_TIMER_RETRY = 0.1  # seconds the timer task waits after an error it could not contain, before it goes on
 
 
 def wake_writers(broker: Broker) -> None:
     """Write what the broker journaled, and wake the writer of every connection it gave output to."""
     sink = broker.journal_sink
     if sink is not None:
-        sink.write()
+        try:
+            sink.write()
+        except Exception:  # what the journal could not take is not acknowledged (its answers wait)
+            log.exception("journal write failed; the broker goes on")
     for engine in broker.take_dirty():
         task = engine.context
         if task is not None:
@@ -60,14 +70,22 @@ async def run_broker_timer(broker: Broker) -> None:
 
     broker.on_new_deadline = rearm
     while True:
-        deadline = broker.next_deadline()
+        try:
+            deadline = broker.next_deadline()
+        except Exception:  # (the core contains its own errors: this is a last resort, never a busy loop)
+            log.exception("internal error in the broker's timers; retrying")
+            deadline = trio.current_time() + _TIMER_RETRY
         # wait for the deadline, or for an earlier one (a delivery delay added while we wait for a ttl)
         with trio.move_on_at(math.inf if deadline is None else deadline):
             await armed.wait()
         armed = trio.Event()
         if deadline is None or trio.current_time() < deadline:
             continue
-        broker.handle_timeout(trio.current_time())
+        try:
+            broker.handle_timeout(trio.current_time())
+        except Exception:
+            log.exception("internal error in the broker's timers; the broker goes on")
+            await trio.sleep(_TIMER_RETRY)
         wake_writers(broker)
 
 
@@ -115,6 +133,10 @@ class ConnectionTask:
                 # waited for: its socket is closed all the same)
                 self.wake()
                 nursery.cancel_scope.deadline = trio.current_time() + _FLUSH_GRACE
+        except Exception as exc:  # a bug in this task: close this connection with internal-error, and only it
+            self._fail(exc)
+            with trio.move_on_after(_FLUSH_GRACE):
+                await self._send(self.engine.data_to_send())
         finally:
             if not self.engine.finished:
                 self._feed(b"")
@@ -130,7 +152,20 @@ class ConnectionTask:
     def _handle(self, events: Iterable[Event]) -> None:
         """Hand ``events`` to the broker, which takes them one by one: the engine parses each frame only
         once the broker has acted on the one before."""
-        self.broker.handle(self.engine, events, trio.current_time())
+        try:
+            self.broker.handle(self.engine, events, trio.current_time())
+        except Exception as exc:  # the core contains its errors; this is the last resort
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        """An internal error while serving this connection: log it, close it with ``amqp:internal-error``, and
+        let the broker clean up after it (its messages go back, its transactions roll back)."""
+        log.error("internal error in connection %d; closing it with amqp:internal-error", self.id, exc_info=exc)
+        try:
+            self.engine.close(error(Condition.INTERNAL_ERROR, INTERNAL_ERROR))
+            self.broker.handle(self.engine, self.engine.take_events(), trio.current_time())
+        except Exception:
+            log.exception("cleaning up connection %d after an internal error failed", self.id)
 
     def _publish(self, *, answer_here: bool = False) -> None:
         """Mark what is to be written and wake the writers that have something."""

@@ -8,7 +8,9 @@ writer that drains ``data_to_send`` and calls ``broker.resume`` when the engine 
 
 The invariants, checked after every chunk (``InvariantError`` names the one broken):
 
-* nothing raises: ``receive_data``, ``handle_timeout`` and ``broker.handle`` never do;
+* nothing raises: ``receive_data``, ``handle_timeout`` and ``broker.handle`` never do, and the broker
+  contains no internal error either (``broker.internal_errors``: it would close the connection with
+  ``amqp:internal-error`` rather than raise, so the count is what shows a bug);
 * the output parses as the peer would read it: a protocol header, frames, a second header after a
   successful SASL outcome, and always whole frames at the end of a chunk; no frame is larger than the
   peer's max-frame-size, and none follows our close;
@@ -257,6 +259,8 @@ class BrokerRun:
 
     def _check_state(self) -> None:
         conn = self.conn
+        if self.broker.internal_errors:
+            raise InvariantError(f"the broker contained {self.broker.internal_errors} internal error(s): see the log")
         if len(conn._in) > conn.max_frame_size + 8:
             raise InvariantError(f"{len(conn._in)} bytes buffered, more than one frame of {conn.max_frame_size}")
         if len(conn._out) >= OUTPUT_LIMIT:
