@@ -1,8 +1,9 @@
-"""Load and soak test of minibroker: many connections, a million messages through one queue, connection churn.
+"""Load and soak test of minibroker: many connections, a million messages through one queue, connection churn,
+attacks on the limits.
 
-    python bench/soak.py [--scale 1.0] [--json PATH] [--only connections,throughput,churn]
+    python bench/soak.py [--scale 1.0] [--json PATH] [--only connections,throughput,churn,attacks]
 
-Three scenarios, each against a fresh broker process, each bounded in time (``--time-limit`` seconds,
+Four scenarios, each against a fresh broker process, each bounded in time (``--time-limit`` seconds,
 scaled), everything on 127.0.0.1:
 
 * **connections** (python-qpid-proton, one ``Container`` for every connection): 200 connections at once,
@@ -173,10 +174,10 @@ class Probe(Protocol):
     def stats(self, *, collect: bool = False) -> dict[str, Any]: ...
 
 
-async def _serve_broker() -> None:
+async def _serve_broker(config: dict[str, Any]) -> None:
     import minibroker
 
-    async with minibroker.serve({"server": {"port": 0}}) as running:
+    async with minibroker.serve({**config, "server": {**config.get("server", {}), "port": 0}}) as running:
         print(f"minibroker listening on {running.url}", flush=True)
         commands = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
         pending = b""
@@ -198,20 +199,21 @@ async def _serve_broker() -> None:
                     print(json.dumps({"rss_kib": rss_kib(os.getpid())}), flush=True)
 
 
-def serve_broker() -> None:
-    """The broker process: ``minibroker.serve`` plus the stats line protocol on stdin; stdin's end stops it."""
+def serve_broker(config: dict[str, Any]) -> None:
+    """The broker process: ``minibroker.serve`` with ``config`` plus the stats line protocol on stdin; stdin's
+    end stops it."""
     import logging
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    trio.run(_serve_broker)
+    trio.run(_serve_broker, config)
 
 
 class BrokerProcess:
     """A broker in a process of its own (``--serve-broker``), with its /proc figures and its own stats."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--serve-broker"],
+            [sys.executable, str(Path(__file__).resolve()), "--serve-broker", json.dumps(config or {})],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
         )  # fmt: skip
         assert self.proc.stdout is not None
@@ -1287,15 +1289,15 @@ def _print_leftovers(before: dict[str, Any], after: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every count by this (default 1.0)")
-    parser.add_argument("--only", default="connections,throughput,churn", help="comma-separated scenarios")
+    parser.add_argument("--only", default="connections,throughput,churn,attacks", help="comma-separated scenarios")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     parser.add_argument("--time-limit", type=float, default=900.0, help="seconds per scenario at scale 1")
     parser.add_argument("--size", type=int, default=128, help="body bytes of each throughput message")
     parser.add_argument("--workers", type=int, default=8, help="churn threads")
-    parser.add_argument("--serve-broker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-broker", metavar="CONFIG_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_broker:
-        serve_broker()
+    if args.serve_broker is not None:
+        serve_broker(json.loads(args.serve_broker))
         return 0
     scale = args.scale
     only = {s.strip() for s in args.only.split(",") if s.strip()}
@@ -1384,6 +1386,14 @@ def main() -> int:
         say(f"  queue soak.churn after: {cres.broker_after.get('queues', {}).get('soak.churn')}")
         say(f"  {'OK' if cres.ok else 'FAILED'}")
         figures["churn"] = {**asdict(cres), "ok": cres.ok, "broker_exit_code": code}
+
+    if "attacks" in only:
+        from bench.attacks import ATTACKS, run_attacks
+
+        say(f"attacks: {len(ATTACKS)} attacks on the broker's limits, each with a bystander (bench/attacks.py)")
+        results = run_attacks(list(ATTACKS), scale, say)
+        all_ok &= all(res.ok for res in results)
+        figures["attacks"] = [asdict(res) for res in results]
 
     figures["ok"] = all_ok
     if args.json:
