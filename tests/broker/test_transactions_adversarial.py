@@ -547,6 +547,57 @@ async def test_r6_rollback_with_a_partial_post_is_accepted(mb: MemoryBroker, aut
     assert await c.discharge(txn2) == Accepted()
 
 
+async def test_r6_a_release_bounced_through_the_controllers_other_transaction(
+    mb: MemoryBroker, autojump_clock: MockClock
+) -> None:
+    """The scenario of the model test's falsifying example, frame by frame. The controller holds T1 and T2; a
+    post naming T1 is partial; m, acquired outside any transaction, was settled under T1 with accepted, and
+    its link now acquires under T2. discharge(T1, fail=false) detaches the controller (R6): T1 rolls back (m
+    gets the default outcome, released) and so does T2. If m went out again under T2 meanwhile, that delivery
+    is settled released in the same answer: the client is left holding nothing, and m is on "q" once, as it
+    was."""
+    c = await client(mb)
+    await c.coordinator()
+    await c.sender("q", 1)
+    await post_ok(c, 1, "m")
+    t1 = await c.declare()
+    t2 = await c.declare()
+    await c.sender("q1", 3)
+    await c.peer.transfer(3, c.next_id(), BIG[:1000], state=TransactionalState(txn_id=t1), more=True)
+    await c.receiver("q", 2)
+    await c.credit(2, 1)
+    (m,) = await c.take(1)
+    m_id = m.performative.delivery_id
+    assert m.performative.state is None  # acquired outside any transaction
+    await c.peer.disposition(m_id, settled=True, state=TransactionalState(txn_id=t1, outcome=Accepted()))
+    await c.credit(2, 1, properties={TXN_ID: t2})
+    await c.peer.expect_nothing()  # the queue is empty: m is held by T1
+    await c.control(Discharge(txn_id=t1, fail=False))
+    got = await gather(c.peer)
+    assert_detached(got, {c.handles[COORD]}, Condition.TRANSACTION_ROLLBACK)
+    again = [f.performative for f in got if isinstance(f.performative, Transfer)]
+    settled = [f.performative for f in got if isinstance(f.performative, Disposition)]
+    assert [f.payload for f in got if isinstance(f.performative, Transfer)] in ([], [m.payload]), got
+    for t in again:  # handed to the link acquiring under T2 before T2 rolled back too: released at once
+        assert t.state == TransactionalState(txn_id=t2)
+        assert t.delivery_id is not None
+        assert released(t.delivery_id) in settled, got
+    assert m_id not in {d.first for d in settled}, "a disposition for a delivery the client had settled"
+    await answer_detach(c, COORD)
+    assert mb.broker.transactions == []
+    assert mb.broker.txn_stats.rolled_back == 2
+    queue = mb.broker.queues["q"]
+    assert (queue.depth, queue.acquired) == (1, 0)
+    # the link acquired under T2, which ended without a discharge: it sends again after a flow that says what next
+    await c.credit(2, 1, properties={Symbol("other"): 1})
+    (m2,) = await c.take(1)
+    assert m2.payload == m.payload
+    await c.peer.disposition(m2.performative.delivery_id, state=Accepted())
+    await c.peer.transfer(3, None, BIG[1000:], more=False)  # the partial post completes: T1 is gone
+    answer = await c.peer.expect(Disposition)
+    assert condition(answer.state) == Condition.UNKNOWN_TXN_ID
+
+
 # -- R7: settled control messages, and a coordinator attach asking for them -------------------------------
 @pytest.mark.parametrize("control", ["declare", "discharge"])
 async def test_r7_settled_declare_or_discharge_detaches_the_controller(

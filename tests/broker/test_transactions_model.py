@@ -587,7 +587,6 @@ class TransactionsModel(RuleBasedStateMachine):
                 continue
             by_slot[conn.slot] = observed
         expected = self.expected
-        self.expected = Expected()
         self._check_no_duplicates()
         bounced: list[tuple[Delivery, Txn]] = []
         for slot, obs in by_slot.items():
@@ -610,7 +609,8 @@ class TransactionsModel(RuleBasedStateMachine):
                     event("a delivery held back by the session window")
         for d, txn in bounced:  # delivered under a transaction that rolled back later in the same step
             event("delivery under a transaction that rolled back in the same step")
-            self._decide(d, txn, committed=False)
+            self._decide(d, txn, committed=False)  # its release is expected in this step, in ``expected``
+        self.expected = Expected()  # what the rest of this method adds is for the next step
         for slot, obs in by_slot.items():
             for link, delivery_id in obs.aborted:
                 d = self.aborts_due.pop((slot, delivery_id), None)
@@ -1120,7 +1120,14 @@ class TransactionsModel(RuleBasedStateMachine):
         where_to = self._destinations(conn)
         if (plan != "plain" and txn is None) or not where_to:
             return
-        link, to = self._target(conn, data.draw(st.sampled_from(where_to), label="to"), data)
+        self.start_post(slot, data.draw(st.sampled_from(where_to), label="to"), plan, txn, settled=settled, data=data)
+
+    def start_post(
+        self, slot: int, where: str, plan: str, txn: Txn | None, *, settled: bool, data: st.DataObject | None = None
+    ) -> None:
+        """Send the first frame of a two-frame post (``finish_partial_post`` sends the rest)."""
+        conn = self.conns[slot]
+        link, to = self._target(conn, where, data)
         msg = self._new_msg(to)
         whole = payload(msg.name, big=True, to=to)
         cut = len(whole) // 2
@@ -1646,6 +1653,31 @@ def _release_and_redeliver(machine: TransactionsModel) -> None:
     _check_all(machine)
     (again,) = machine._open_deliveries()
     assert again.msg is delivery.msg
+    machine.teardown()
+
+
+def test_r6_a_release_bounced_through_a_second_transaction_of_the_controller() -> None:
+    """Scripted (the falsifying example hypothesis found, shrunk by hand): the controller of T1 and T2 discharges
+    T1 while a post naming T1 is partial (R6). T1 rolls back first: m, which the client settled under T1, gets
+    the default outcome (released) and goes back to q2, where a consumer acquiring under T2 takes it; then the
+    controller's detach rolls T2 back, which releases that delivery. Both happen in one step: the model must
+    expect the broker's ``released`` for the bounced delivery in that step, not in the next one."""
+    machine = TransactionsModel()
+    machine.connect_all(slow=False, rejects=True)
+    t1 = machine.declare(0)
+    assert t1 is not None
+    machine.start_post(0, "q1", "first", t1, settled=False)
+    consumer = machine.attach_consumer(0, "q2", False, None, 1)
+    assert consumer is not None
+    machine.post(1, "q2", "plain", settled=False, big=False)
+    (delivery,) = machine._open_deliveries()
+    machine.dispose(delivery, TransactionalState(txn_id=t1.id, outcome=Accepted()), settled=True)
+    t2 = machine.declare(0)
+    assert t2 is not None
+    machine.flow(consumer, 1, "txn", txn=t2)
+    machine.discharge(0, t1.id, fail=False)  # R6: T1 rolls back, the controller is detached, T2 rolls back
+    _check_all(machine)
+    assert [m.name for m in machine._available(consumer.node)] == [delivery.msg.name]
     machine.teardown()
 
 
