@@ -1388,6 +1388,8 @@ def main() -> int:
         figures["churn"] = {**asdict(cres), "ok": cres.ok, "broker_exit_code": code}
 
     if "attacks" in only:
+        if str(ROOT) not in sys.path:  # run as a script: bench/ is on the path, the checkout is not
+            sys.path.insert(0, str(ROOT))
         from bench.attacks import ATTACKS, run_attacks
 
         say(f"attacks: {len(ATTACKS)} attacks on the broker's limits, each with a bystander (bench/attacks.py)")
