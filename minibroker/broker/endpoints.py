@@ -13,7 +13,8 @@ names a transaction, staged (``Coordinator.post``). A transactional relay post t
 does not create one: the node is created by the commit, so a rollback leaves nothing behind.
 
 A link that detaches hands its unsettled deliveries to the coordinator (a transaction may hold them) and
-takes with it the dynamic node it created; deleting a node detaches every link still attached to it with
+takes with it the dynamic node it created (which only its connection may receive from:
+``Nodes.receive_refusal``); deleting a node detaches every link still attached to it with
 ``amqp:resource-deleted``.
 
 Broker-wide bounds are kept here, where links come and go: links attached at once (``max_links``), nodes
@@ -124,10 +125,10 @@ class Endpoints:
     def _lookup(
         self, conn: ServerConnection, name: str, kind: str | None, *, create: bool = True
     ) -> Node | Error | None:
-        """The node ``name`` in ``conn``'s namespace, created on demand (when auto-create is on and ``create``)
-        unless that would pass ``max_nodes``: then the error to refuse with."""
+        """The node ``name`` in ``conn``'s namespace, created on demand (when ``create`` and ``Nodes.creatable``:
+        never in the dynamic name space) unless that would pass ``max_nodes``: then the error to refuse with."""
         node = self.nodes.lookup(conn, name, kind, create=False)
-        if node is None and create and self.settings.auto_create:
+        if node is None and create and self.nodes.creatable(name):
             refusal = self.nodes.refuse_new_node()
             if refusal is not None:
                 return refusal
@@ -172,6 +173,10 @@ class Endpoints:
             conn.refuse_attach(link, found)
             return
         node = found
+        refusal = None if source.dynamic else self.nodes.receive_refusal(conn, node)
+        if refusal is not None:  # another connection's dynamic node
+            conn.refuse_attach(link, refusal)
+            return
         browse = decision.browse and isinstance(node, Queue)
         if isinstance(node, Topic):
             refusal = self._subscription_refusal(conn, node, decision.subscription.key)
@@ -222,6 +227,7 @@ class Endpoints:
             conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no subscription named {decision.link_name!r}"))
             return
         refusal = denied(self._context(conn), "receive", subscription.topic.name)
+        refusal = refusal or self.nodes.receive_refusal(conn, subscription.topic)
         if refusal is None:  # (found by name alone: the topic's permission still applies)
             refusal = self._subscription_refusal(conn, subscription.topic, None)
         if refusal is not None:
@@ -410,7 +416,7 @@ class Endpoints:
             return None
         name, kind = parse_address(to)
         node = self._lookup(conn, name, kind, create=not transactional)
-        if node is None and transactional and self.settings.auto_create:
+        if node is None and transactional and self.nodes.creatable(name):
             return self.nodes.refuse_new_node() or Deferred(self.nodes.namespace_of(conn), name, kind)
         return node
 
