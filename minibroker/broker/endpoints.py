@@ -57,7 +57,7 @@ from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import Deferred
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import Link, LinkState
+from minibroker.engine.endpoints import IncomingDelivery, Link, LinkState
 from minibroker.engine.events import (
     LinkAttached,
     LinkDetached,
@@ -365,8 +365,17 @@ class Endpoints:
             return
         delivery = event.delivery
         message = Message(event.payload)
-        self.dispatcher.arrive(message)
         transactional = isinstance(delivery.state, TransactionalState) or bool(delivery.earlier_states)
+        if message.malformed is not None:
+            # Part 3 §3.2: the broker reads the header and annotations (durability, ttl, priority, delivery-count,
+            # scheduling); when they do not decode it cannot keep its promises for the message, so it refuses it
+            # (§2.8.15 decode-error): rejected, or dropped when pre-settled, like any refused pre-settled post
+            undecodable = error(
+                Condition.DECODE_ERROR, f"the message's header or annotations do not decode: {message.malformed}"
+            )
+            self._refuse_post(conn, context.link, delivery, message, transactional, undecodable)
+            return
+        self.dispatcher.arrive(message)
         target: Node | Deferred | None = context.node
         if target is None:  # the anonymous relay routes by ``to``
             to = message.to
@@ -375,11 +384,7 @@ class Endpoints:
             if isinstance(routed, Error):  # no room for the node it would create
                 refusal = routed
             if refusal is not None:
-                if transactional:  # refused, and so is the commit of the transaction it names
-                    self.coordinator.post(conn, delivery, None, message, refusal)
-                else:
-                    self.outbox.answer_now(conn, delivery, Rejected(error=refusal))
-                self._top_up(conn, context.link)
+                self._refuse_post(conn, context.link, delivery, message, transactional, refusal)
                 return
             assert not isinstance(routed, Error)
             target = routed
@@ -392,6 +397,23 @@ class Endpoints:
             assert not isinstance(target, Deferred)
             self.dispatcher.publish(conn, delivery, target, message)
         self._top_up(conn, context.link)
+
+    def _refuse_post(
+        self,
+        conn: ServerConnection,
+        link: Link,
+        delivery: IncomingDelivery,
+        message: Message,
+        transactional: bool,
+        refusal: Error,
+    ) -> None:
+        """Refuse a post: rejected (nothing to tell when pre-settled), and when transactional, so is the commit of
+        the transaction it names; the credit it used is made good."""
+        if transactional:
+            self.coordinator.post(conn, delivery, None, message, refusal)
+        else:
+            self.outbox.answer_now(conn, delivery, Rejected(error=refusal))
+        self._top_up(conn, link)
 
     def transfer_discarded(self, conn: ServerConnection, event: TransferDiscarded) -> None:
         """A transfer the engine discarded before it was whole: a transaction it was posted in cannot commit
@@ -407,9 +429,7 @@ class Endpoints:
         elif isinstance(link.context, Controller):
             self.coordinator.replenish(conn, link.context)
 
-    def _relay_target(
-        self, conn: ServerConnection, to: object, transactional: bool
-    ) -> Node | Deferred | Error | None:
+    def _relay_target(self, conn: ServerConnection, to: object, transactional: bool) -> Node | Deferred | Error | None:
         """The node the anonymous relay routes ``to`` to; a transactional post to an address with no node
         gets a ``Deferred`` one, created by the commit; an error when the node would pass ``max_nodes``."""
         if not to or not isinstance(to, str):
