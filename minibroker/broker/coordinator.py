@@ -569,9 +569,7 @@ class Coordinator:
             target = post.target
             if isinstance(target, Deferred):
                 namespace = target.namespace
-                node = namespace.node(target.name) or self.nodes.create(
-                    namespace, target.name, target.kind, auto=True
-                )
+                node = namespace.node(target.name) or self.nodes.create(namespace, target.name, target.kind, auto=True)
             else:
                 node = target
                 node.staged -= 1
@@ -634,9 +632,7 @@ class Coordinator:
                 extra[queue] = (count + 1, size + message.size)
         return None
 
-    def _rollback_all(
-        self, txns: Iterable[Transaction], *, stop: bool = False, contain: Contain | None = None
-    ) -> None:
+    def _rollback_all(self, txns: Iterable[Transaction], *, stop: bool = False, contain: Contain | None = None) -> None:
         """Roll back several transactions, then dispatch: a message released by one is not handed to a
         consumer still acquiring under another that is about to roll back too. ``stop``: they end without a
         discharge, so the links acquiring under them stop. ``contain``: each rollback on its own (a timer's)."""

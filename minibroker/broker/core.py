@@ -110,12 +110,15 @@ class Broker:
         clock: WallClock | None = None,
         *,
         durable: bool = False,
+        dynamic_ids: Iterator[str] | None = None,
     ) -> None:
+        """``txn_ids`` and ``dynamic_ids`` (the random part of dynamic nodes' addresses) may be given by a test
+        that needs them the same in every run."""
         self.settings = settings or BrokerSettings()
         self.clock = BrokerClock(clock)
         self.outbox = Outbox()
         self.recorder = Recorder(durable, DEFAULT_NAMESPACE, self.clock)
-        self.nodes = Nodes(self.settings, self.recorder)
+        self.nodes = Nodes(self.settings, self.recorder, dynamic_ids)
         self.dispatcher = Dispatcher(self.clock, self.nodes, self.recorder, self.outbox, self._deadline_moved)
         self.coordinator = Coordinator(
             self.settings,

@@ -13,7 +13,8 @@ names a transaction, staged (``Coordinator.post``). A transactional relay post t
 does not create one: the node is created by the commit, so a rollback leaves nothing behind.
 
 A link that detaches hands its unsettled deliveries to the coordinator (a transaction may hold them) and
-takes with it the dynamic node it created; deleting a node detaches every link still attached to it with
+takes with it the dynamic node it created (which only its connection may receive from:
+``Nodes.receive_refusal``); deleting a node detaches every link still attached to it with
 ``amqp:resource-deleted``.
 
 Broker-wide bounds are kept here, where links come and go: links attached at once (``max_links``), nodes
@@ -56,7 +57,7 @@ from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import Deferred
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import Link, LinkState
+from minibroker.engine.endpoints import IncomingDelivery, Link, LinkState
 from minibroker.engine.events import (
     LinkAttached,
     LinkDetached,
@@ -124,10 +125,10 @@ class Endpoints:
     def _lookup(
         self, conn: ServerConnection, name: str, kind: str | None, *, create: bool = True
     ) -> Node | Error | None:
-        """The node ``name`` in ``conn``'s namespace, created on demand (when auto-create is on and ``create``)
-        unless that would pass ``max_nodes``: then the error to refuse with."""
+        """The node ``name`` in ``conn``'s namespace, created on demand (when ``create`` and ``Nodes.creatable``:
+        never in the dynamic name space) unless that would pass ``max_nodes``: then the error to refuse with."""
         node = self.nodes.lookup(conn, name, kind, create=False)
-        if node is None and create and self.settings.auto_create:
+        if node is None and create and self.nodes.creatable(name):
             refusal = self.nodes.refuse_new_node()
             if refusal is not None:
                 return refusal
@@ -172,6 +173,10 @@ class Endpoints:
             conn.refuse_attach(link, found)
             return
         node = found
+        refusal = None if source.dynamic else self.nodes.receive_refusal(conn, node)
+        if refusal is not None:  # another connection's dynamic node
+            conn.refuse_attach(link, refusal)
+            return
         browse = decision.browse and isinstance(node, Queue)
         if isinstance(node, Topic):
             refusal = self._subscription_refusal(conn, node, decision.subscription.key)
@@ -222,6 +227,7 @@ class Endpoints:
             conn.refuse_attach(link, error(Condition.NOT_FOUND, f"no subscription named {decision.link_name!r}"))
             return
         refusal = denied(self._context(conn), "receive", subscription.topic.name)
+        refusal = refusal or self.nodes.receive_refusal(conn, subscription.topic)
         if refusal is None:  # (found by name alone: the topic's permission still applies)
             refusal = self._subscription_refusal(conn, subscription.topic, None)
         if refusal is not None:
@@ -359,8 +365,17 @@ class Endpoints:
             return
         delivery = event.delivery
         message = Message(event.payload)
-        self.dispatcher.arrive(message)
         transactional = isinstance(delivery.state, TransactionalState) or bool(delivery.earlier_states)
+        if message.malformed is not None:
+            # Part 3 §3.2: the broker reads the header and annotations (durability, ttl, priority, delivery-count,
+            # scheduling); when they do not decode it cannot keep its promises for the message, so it refuses it
+            # (§2.8.15 decode-error): rejected, or dropped when pre-settled, like any refused pre-settled post
+            undecodable = error(
+                Condition.DECODE_ERROR, f"the message's header or annotations do not decode: {message.malformed}"
+            )
+            self._refuse_post(conn, context.link, delivery, message, transactional, undecodable)
+            return
+        self.dispatcher.arrive(message)
         target: Node | Deferred | None = context.node
         if target is None:  # the anonymous relay routes by ``to``
             to = message.to
@@ -369,11 +384,7 @@ class Endpoints:
             if isinstance(routed, Error):  # no room for the node it would create
                 refusal = routed
             if refusal is not None:
-                if transactional:  # refused, and so is the commit of the transaction it names
-                    self.coordinator.post(conn, delivery, None, message, refusal)
-                else:
-                    self.outbox.answer_now(conn, delivery, Rejected(error=refusal))
-                self._top_up(conn, context.link)
+                self._refuse_post(conn, context.link, delivery, message, transactional, refusal)
                 return
             assert not isinstance(routed, Error)
             target = routed
@@ -386,6 +397,23 @@ class Endpoints:
             assert not isinstance(target, Deferred)
             self.dispatcher.publish(conn, delivery, target, message)
         self._top_up(conn, context.link)
+
+    def _refuse_post(
+        self,
+        conn: ServerConnection,
+        link: Link,
+        delivery: IncomingDelivery,
+        message: Message,
+        transactional: bool,
+        refusal: Error,
+    ) -> None:
+        """Refuse a post: rejected (nothing to tell when pre-settled), and when transactional, so is the commit of
+        the transaction it names; the credit it used is made good."""
+        if transactional:
+            self.coordinator.post(conn, delivery, None, message, refusal)
+        else:
+            self.outbox.answer_now(conn, delivery, Rejected(error=refusal))
+        self._top_up(conn, link)
 
     def transfer_discarded(self, conn: ServerConnection, event: TransferDiscarded) -> None:
         """A transfer the engine discarded before it was whole: a transaction it was posted in cannot commit
@@ -401,16 +429,14 @@ class Endpoints:
         elif isinstance(link.context, Controller):
             self.coordinator.replenish(conn, link.context)
 
-    def _relay_target(
-        self, conn: ServerConnection, to: object, transactional: bool
-    ) -> Node | Deferred | Error | None:
+    def _relay_target(self, conn: ServerConnection, to: object, transactional: bool) -> Node | Deferred | Error | None:
         """The node the anonymous relay routes ``to`` to; a transactional post to an address with no node
         gets a ``Deferred`` one, created by the commit; an error when the node would pass ``max_nodes``."""
         if not to or not isinstance(to, str):
             return None
         name, kind = parse_address(to)
         node = self._lookup(conn, name, kind, create=not transactional)
-        if node is None and transactional and self.settings.auto_create:
+        if node is None and transactional and self.nodes.creatable(name):
             return self.nodes.refuse_new_node() or Deferred(self.nodes.namespace_of(conn), name, kind)
         return node
 

@@ -7,6 +7,11 @@ it (anonymous relay's ``to``, an absolute expiry time, which a cheap field count
 messages). A message goes out byte-identical unless the broker had to change it (its delivery-count, or
 annotations added by dead-lettering or a ``modified`` outcome); then only the sections before the
 properties are re-encoded in front of the untouched remainder.
+
+A message whose header, delivery-annotations or message-annotations do not decode (say, annotation keys that
+are neither symbols nor ulongs, §3.2.10) is ``malformed``: the broker refuses it (``amqp:decode-error``, see
+``endpoints.py``), and such a message is never rebuilt either (it goes out as it came), so the broker never
+emits a message with a lost header or two sections of one kind (§3.2: at most one of each, in order).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class Content:
         "fields",
         "header",
         "key",
+        "malformed",
         "payload",
         "priority",
         "properties_start",
@@ -74,6 +80,8 @@ class Content:
         self.body_offset = 0
         self.count = 0  # the delivery-count written in ``payload``'s header
         self.priority = DEFAULT_PRIORITY
+        self.malformed: str | None = None
+        """Why the sections read here do not decode (the message is refused), or None."""
         pos = 0
         try:
             if _section_code(payload, 0) == _HEADER:
@@ -92,7 +100,8 @@ class Content:
                 if isinstance(annotations, MessageAnnotations):
                     self.annotations = annotations.value
             self.annotations_end = pos
-        except DecodeError:
+        except DecodeError as exc:
+            self.malformed = str(exc)
             self.header = None
             self.annotations = None
             self.count = 0
@@ -185,6 +194,11 @@ class Message:
         return self.content.properties_start
 
     @property
+    def malformed(self) -> str | None:
+        """Why the header or annotations do not decode, or None (see ``Content``)."""
+        return self.content.malformed
+
+    @property
     def size(self) -> int:
         """Bytes of the encoded message."""
         return len(self.payload)
@@ -258,8 +272,11 @@ class Message:
         self.content = content
 
     def _rebuilt(self, annotations: dict[Any, Any] | None) -> bytes:
-        """Header (with the current delivery-count) + original delivery-annotations + ``annotations`` + rest."""
+        """Header (with the current delivery-count) + original delivery-annotations + ``annotations`` + rest.
+        A malformed message is not rebuilt: where its sections end is not known, and none may appear twice."""
         content = self.content
+        if content.malformed is not None:
+            return content.payload
         header = Header() if content.header is None else Header(*content.header.field_values())
         count = min(self.delivery_count, MAX_DELIVERY_COUNT)
         header.delivery_count = UInt(count) if count else header.delivery_count

@@ -3,15 +3,21 @@
 A node is created by configuration (in every namespace, at its creation), on demand (an attach to an unknown
 address, when auto-create is on), as a dynamic node for a link asking for one (§3.5.3; deleted with its
 link), or as a dead-letter or expiry address. Topic subscriptions are created and deleted here too. Every
-queue that keeps its messages across restarts is handed to the journal recorder when it is created.
+queue that keeps its messages across restarts is handed to the journal recorder when it is created. A node is
+never created over another of the same name.
+
+Dynamic nodes (Part 3 §3.5.3 source/target ``dynamic``: "the receiving link endpoint [...] MUST generate the
+address") get ``dynamic.<connection>.<random>``: unpredictable, and unique among the namespace's nodes. Nobody
+else may make a node in that name space (an attach or relay post to an unknown ``dynamic.`` address finds no
+node rather than creating one), so a generated address always names the dynamic node it was generated for.
 
 Not here: what happens to the links of a node that is deleted (``endpoints.py``), or to the messages in it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from itertools import count
+import secrets
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from minibroker.amqp.definitions import Error
@@ -22,6 +28,9 @@ from minibroker.broker.recorder import Recorder
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic, shared_subscription_name
 from minibroker.engine.connection import ServerConnection
+
+DYNAMIC_PREFIX = "dynamic."
+"""The name space of generated addresses (``dynamic_name``)."""
 
 if TYPE_CHECKING:  # the selector module is imported only by brokers that see a selector
     from minibroker.broker.selector import Selector
@@ -38,13 +47,13 @@ class SubscriptionSpec(NamedTuple):
 class Nodes:
     """The namespaces of one broker, their nodes, and the namespace of each connection."""
 
-    def __init__(self, settings: BrokerSettings, recorder: Recorder) -> None:
+    def __init__(self, settings: BrokerSettings, recorder: Recorder, dynamic_ids: Iterator[str] | None = None) -> None:
         self.settings = settings
         self.recorder = recorder
+        self._dynamic_ids = dynamic_ids if dynamic_ids is not None else _random_ids()
         self.namespaces: dict[str, Namespace] = {}
         self.connections: set[ServerConnection] = set()
         self._namespace_of: dict[ServerConnection, Namespace] = {}
-        self._dynamic_ids = count(1)
         self.queue_gone: Callable[[Queue], None] = lambda queue: None
         self.auto_nodes: dict[Node, None] = {}
         """Nodes created on demand, oldest first, while ``auto_delete_idle`` is on (the idle sweep's to look at)."""
@@ -63,11 +72,10 @@ class Nodes:
         return namespace
 
     def populate(self, namespace: Namespace) -> None:
-        """Create the configured nodes in ``namespace``."""
-        for name in self.settings.queues:
-            self.create(namespace, name, QUEUE)
-        for name in self.settings.topics:
-            self.create(namespace, name, TOPIC)
+        """Create the configured nodes in ``namespace`` (a name configured as both is a topic: ``policy_for``)."""
+        for name in [*self.settings.queues, *self.settings.topics]:
+            if namespace.node(name) is None:
+                self.create(namespace, name, None)
 
     def connection_made(self, conn: ServerConnection, namespace: Namespace | None) -> None:
         namespace = namespace or self.default
@@ -97,7 +105,9 @@ class Nodes:
     def create(self, namespace: Namespace, name: str, kind: str | None, *, auto: bool = False) -> Node:
         """Create a node; the configuration decides its kind and policy, else ``kind``, else a queue. ``auto``:
         created on demand (an attach, a relay post, a dead-letter), so deleted once idle (``auto_delete_idle``)
-        unless it is configured."""
+        unless it is configured. A node of that name must not exist: one is never silently replaced."""
+        if namespace.node(name) is not None:
+            raise ValueError(f"a node named {name!r} already exists in namespace {namespace.name!r}")
         configured, policy = self.settings.policy_for(name)
         node: Node
         if (configured or kind) == TOPIC:
@@ -127,33 +137,54 @@ class Nodes:
     def queue(self, name: str, namespace: Namespace | None = None) -> Queue:
         """The queue called ``name`` (in the default namespace unless told), created if needed."""
         namespace = namespace or self.default
-        queue = namespace.queues.get(name)
-        if queue is None:
-            created = self.create(namespace, name, QUEUE)
-            assert isinstance(created, Queue), f"{name!r} is configured as a topic"
-            queue = created
-        return queue
+        node = namespace.node(name) or self.create(namespace, name, QUEUE)
+        assert isinstance(node, Queue), f"{name!r} is a topic"
+        return node
 
     def lookup(self, conn: ServerConnection, name: str, kind: str | None, *, create: bool = True) -> Node | None:
-        """The node ``name`` in ``conn``'s namespace, created (as ``kind``) when auto-create is on and ``create``."""
+        """The node ``name`` in ``conn``'s namespace, created (as ``kind``) when ``create`` and ``creatable``."""
         namespace = self.namespace_of(conn)
         node = namespace.node(name)
-        if node is None and create and self.settings.auto_create:
+        if node is None and create and self.creatable(name):
             node = self.create(namespace, name, kind, auto=True)
         return node
 
+    def creatable(self, name: str) -> bool:
+        """Whether a peer's attach or relay post to ``name``, which names no node, may create one: when auto-create
+        is on, and never in the dynamic name space (only the broker makes nodes there, with ``dynamic``)."""
+        return self.settings.auto_create and not name.startswith(DYNAMIC_PREFIX)
+
     def dynamic_name(self, conn: ServerConnection) -> str:
-        """A fresh generated address for a dynamic node of ``conn``: ``dynamic.<connection>.<n>``."""
-        return f"dynamic.{conn.conn_id}.{next(self._dynamic_ids)}"
+        """A fresh generated address for a dynamic node of ``conn`` (§3.5.3): ``dynamic.<connection>.<random>``,
+        unguessable (128 random bits, unless the broker was given ``dynamic_ids``) and naming no node of
+        ``conn``'s namespace."""
+        namespace = self.namespace_of(conn)
+        while True:
+            name = f"{DYNAMIC_PREFIX}{conn.conn_id}.{next(self._dynamic_ids)}"
+            if namespace.node(name) is None:
+                return name
 
     def dynamic(self, conn: ServerConnection, capabilities: Any, name: str | None = None) -> Node:
         """A node with a generated address (``name``, or a fresh one) for a dynamic terminus (§3.5.3), deleted
-        with its link."""
+        with its link; ``conn`` owns it: only its links may receive from it (``receive_refusal``)."""
         _, kind = parse_address("", capabilities)
         name = name if name is not None else self.dynamic_name(conn)
         node = self.create(self.namespace_of(conn), name, kind)
         node.dynamic = True
+        node.owner = conn
         return node
+
+    @staticmethod
+    def receive_refusal(conn: ServerConnection, node: Node) -> Error | None:
+        """``amqp:unauthorized-access`` when ``conn`` may not attach a receiver to ``node``: a dynamic node is
+        received from only by the connection that created it (as a JMS temporary destination); anyone who knows
+        its address may send to it (request/reply)."""
+        if node.dynamic and node.owner is not conn:
+            return error(
+                Condition.UNAUTHORIZED_ACCESS,
+                f"{node.name!r} is a dynamic node of another connection: only that connection may receive from it",
+            )
+        return None
 
     def delete(self, node: Node) -> list[Queue]:
         """Delete ``node`` (a dynamic node whose link went away, an idle one); returns the queues that went with
@@ -229,6 +260,12 @@ class Nodes:
         topic = subscription.topic
         if topic.subscriptions.get(subscription.key) is subscription:
             del topic.subscriptions[subscription.key]
+
+
+def _random_ids() -> Iterator[str]:
+    """The random part of generated addresses: 128 bits from ``secrets``, unguessable."""
+    while True:
+        yield secrets.token_hex(16)
 
 
 def _source(selector: Selector | None) -> str | None:

@@ -4,7 +4,7 @@ Patterns are shell-style (``orders.*``, ``*``), matched against the node address
 without an entry may do everything, so configuring users alone only adds authentication. A refused attach
 gets ``amqp:unauthorized-access``.
 
-A dynamic node (a terminus asking the broker for a node with a generated address, ``dynamic.<connection>.<n>``,
+A dynamic node (a terminus asking the broker for a node with a generated address, ``dynamic.<connection>.<hex>``,
 as request/reply clients do for their reply queue) is matched by that generated address: a dynamic source
 needs ``receive``, a dynamic target ``send``. Grant ``dynamic.*`` to a user with permissions who needs them.
 """

@@ -97,6 +97,7 @@ class Queue:
         self.held_bytes = 0
         self.enqueued_total = 0
         self.dynamic = False  # created for a dynamic terminus; deleted with its link
+        self.owner: object = None  # the connection that created a dynamic node: only it may receive from it
         self.auto = False  # created on demand: deleted once idle for ``auto_delete_idle``
         self.idle_since: float | None = None  # when an idle sweep first found it idle (with ``idle_mark``)
         self.idle_mark = 0  # ``enqueued_total`` at that sweep: anything enqueued since means it was not idle

@@ -33,6 +33,9 @@ def restore(state: DurableState, nodes: Nodes, dispatcher: Dispatcher, recorder:
             continue
         namespace_name, _, topic_name, container, link = key
         topic = _topic(nodes, namespace_name, topic_name)
+        if topic is None:
+            log.warning("journal: ignored subscription %r of %r, which is now a queue", key, topic_name)
+            continue
         selector = None
         if selector_text:
             from minibroker.broker.selector import Selector, SelectorError
@@ -73,27 +76,19 @@ def _message(stored: StoredMessage, dispatcher: Dispatcher) -> Message:
     return message
 
 
-def _topic(nodes: Nodes, namespace_name: str, name: str) -> Topic:
+def _topic(nodes: Nodes, namespace_name: str, name: str) -> Topic | None:
+    """The topic ``name``, created if no node has that name; None when a queue has it (configured as one now)."""
     namespace = nodes.namespace(namespace_name)
-    topic = namespace.topics.get(name)
-    if topic is None:
-        node = nodes.create(namespace, name, TOPIC)
-        assert isinstance(node, Topic)
-        topic = node
-    return topic
+    node = namespace.node(name) or nodes.create(namespace, name, TOPIC)
+    return node if isinstance(node, Topic) else None
 
 
 def _queue(nodes: Nodes, key: NodeKey) -> Queue | None:
     if len(key) == 3 and key[1] == QUEUE:
         namespace_name, _, name = key
         namespace = nodes.namespace(namespace_name)
-        queue = namespace.queues.get(name)
-        if queue is None:
-            node = nodes.create(namespace, name, QUEUE)
-            if not isinstance(node, Queue):
-                return None
-            queue = node
-        return queue
+        node = namespace.node(name) or nodes.create(namespace, name, QUEUE)
+        return node if isinstance(node, Queue) else None
     if len(key) == 5 and key[1] == SUBSCRIPTION:
         namespace_name, _, topic_name, container, link = key
         topic = nodes.namespace(namespace_name).topics.get(topic_name)

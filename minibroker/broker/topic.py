@@ -64,6 +64,7 @@ class Topic:
         self.policy = policy or NodePolicy()
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
         self.dynamic = False
+        self.owner: object = None  # the connection that created a dynamic topic: only it may subscribe
         self.deleted = False  # a deleted (dynamic) topic: transactions that posted to it cannot commit
         self.auto = False  # created on demand: deleted once idle for ``auto_delete_idle``
         self.idle_since: float | None = None

@@ -124,9 +124,11 @@ _TAG = struct.Struct(">Q")
 _INCOMING_WINDOW = 2048  # transfer frames we accept before the peer needs a session flow from us
 _PENDING_LIMIT = 64  # outgoing transfer frames held back by the peer's window before we stop sending
 _CLOSE_GRACE = 2.0  # seconds we wait for the peer's close after sending ours with an error
-# What a transfer frame with more=true counts toward max-message-size at least. Half the smallest max-frame-size
-# (512): a sender filling frames of any size AMQP allows always carries more, so it is never charged extra.
-_FRAME_CHARGE = 256
+# Frames one message may take when max-message-size is set: one per _BYTES_PER_FRAME bytes of the limit (half the
+# smallest max-frame-size, 512, so a sender filling frames of any size AMQP allows stays well within), and never
+# fewer than _MIN_FRAMES. Endless empty or tiny continuation frames thus end, while bytes are counted exactly.
+_BYTES_PER_FRAME = 256
+_MIN_FRAMES = 1024
 
 
 class Phase(Enum):
@@ -709,12 +711,19 @@ class ServerConnection:
         self._events.append(SessionEnded(session, err))
 
     # -- links --------------------------------------------------------------------------------------
+    @staticmethod
+    def _check_handle(session: Session, handle: int | None, performative: str) -> None:
+        """§2.7.2 begin, handle-max: "A peer that receives a handle outside the supported range MUST close the
+        connection with the framing-error error-code" - whatever frame names it (attach, flow, transfer, detach).
+        On attach this is also what bounds the links of a session (max_links)."""
+        if handle is not None and handle > session.handle_max:
+            raise FramingError(
+                f"{performative} with handle {handle}, above the session's handle-max {session.handle_max}"
+            )
+
     def _on_attach(self, session: Session, attach: Attach) -> None:
         handle = int(attach.handle or 0)
-        if handle > session.handle_max:
-            # §2.7.2 begin: "A peer that receives a handle outside the supported range MUST close the connection
-            # with the framing-error error-code" (this is also what bounds the links of a session: max_links)
-            raise FramingError(f"attach with handle {handle}, above the session's handle-max {session.handle_max}")
+        self._check_handle(session, handle, "attach")
         if handle in session.links or handle in session.detach_sent:
             # §2.7.3: a handle stays in use until both ends have sent their detach; ours is out, the peer's is not
             raise HandleInUse(f"handle {handle} is already attached")
@@ -725,6 +734,7 @@ class ServerConnection:
         self._events.append(LinkAttached(link))
 
     def _on_detach(self, session: Session, detach: Detach) -> None:
+        self._check_handle(session, detach.handle, "detach")
         link = session.links.get(detach.handle or 0)
         if link is None:
             if detach.handle in session.detach_sent:
@@ -788,6 +798,7 @@ class ServerConnection:
 
     # -- flow ---------------------------------------------------------------------------------------
     def _on_flow(self, session: Session, flow: Flow) -> None:
+        self._check_handle(session, flow.handle, "flow")
         # §2.5.6: remote-incoming-window = next-incoming-id(flow) + incoming-window(flow) - next-outgoing-id
         next_incoming = session.next_outgoing_id if flow.next_incoming_id is None else flow.next_incoming_id
         window = (next_incoming + (flow.incoming_window or 0) - session.next_outgoing_id) & SERIAL_MASK
@@ -840,6 +851,7 @@ class ServerConnection:
 
     # -- transfers in -------------------------------------------------------------------------------
     def _on_transfer(self, session: Session, transfer: Transfer, payload: bytes) -> None:
+        self._check_handle(session, transfer.handle, "transfer")
         # §2.6.2: a transfer sent before the peer saw our detach is counted by the session, then dropped
         dropped = transfer.handle in session.detach_sent
         link = None if dropped else self._link(session, transfer.handle)
@@ -871,8 +883,6 @@ class ServerConnection:
             delivery = IncomingDelivery(
                 link, transfer.delivery_id, transfer.delivery_tag or b"", settled, transfer.state
             )
-            link.partial = []
-            link.partial_size = 0
         else:
             if transfer.settled:
                 delivery.settled = True
@@ -885,41 +895,52 @@ class ServerConnection:
             self._drop_partial(link)
             self._events.append(TransferDiscarded(link, _states(delivery), aborted=True))
             return
-        assert link.partial is not None
-        if payload:
-            link.partial.append(payload)
-        # every frame but the last counts at least _FRAME_CHARGE bytes: a peer sending a message in endless empty
-        # or tiny frames meets max-message-size as soon as one filling its frames would
-        link.partial_size += max(len(payload), _FRAME_CHARGE) if transfer.more else len(payload)
+        whole: bytes | bytearray
+        partial = link.partial
+        if partial is None:
+            # the first frame: a message in one frame is passed on as it came (the common case)
+            whole = payload
+            if transfer.more:
+                # reassembled in one buffer: tiny frames cost their bytes, not an object each
+                whole = link.partial = bytearray(payload)
+                link.partial_frames = 1
+        else:
+            partial += payload
+            link.partial_frames += 1
+            whole = partial
         limit = link.max_message_size
-        if limit and link.partial_size > limit:
-            self._drop_partial(link)
-            self._events.append(TransferDiscarded(link, _states(delivery)))
-            raise MessageSizeExceeded(
-                f"message of more than {limit} bytes exceeds max-message-size "
-                f"(every frame but the last counts at least {_FRAME_CHARGE})",
-                handle=link.input_handle,
-            )
+        if limit:
+            # §2.7.3 attach, max-message-size: "Any attempt to deliver a message larger than this results in a
+            # message-size-exceeded link-error"; the frame bound is ours, answered the same way
+            frame_limit = max(_MIN_FRAMES, limit // _BYTES_PER_FRAME)
+            if len(whole) > limit or link.partial_frames > frame_limit:
+                reason = (
+                    f"message of more than {limit} bytes exceeds max-message-size"
+                    if len(whole) > limit
+                    else f"message in more than {frame_limit} frames (max-message-size {limit} allows at most "
+                    f"one frame per {_BYTES_PER_FRAME} bytes, and at least {_MIN_FRAMES})"
+                )
+                self._drop_partial(link)
+                self._events.append(TransferDiscarded(link, _states(delivery)))
+                raise MessageSizeExceeded(reason, handle=link.input_handle)
         if transfer.more:
             if link.partial_delivery is None:
                 link.partial_delivery = delivery
                 self._partials += 1
             return
-        parts = link.partial
-        if link.partial_delivery is not None:
+        if partial is not None:
             self._drop_partial(link)
-        else:
-            link.partial = None
-        whole = parts[0] if len(parts) == 1 else b"".join(parts)
+            payload = bytes(partial)
         if not delivery.settled:
             session.incoming_unsettled[delivery.delivery_id] = delivery
-        self._events.append(TransferReceived(link, delivery, whole, transfer.message_format or 0))
+        self._events.append(TransferReceived(link, delivery, payload, transfer.message_format or 0))
 
     def _drop_partial(self, link: Link) -> None:
         """The delivery being reassembled on ``link`` is over (whole, aborted, or discarded)."""
         if link.partial_delivery is not None:
             self._partials -= 1
         link.partial = None
+        link.partial_frames = 0
         link.partial_delivery = None
 
     # -- dispositions in ----------------------------------------------------------------------------

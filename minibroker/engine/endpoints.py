@@ -107,7 +107,7 @@ class Link:
         "output_handle",
         "partial",
         "partial_delivery",
-        "partial_size",
+        "partial_frames",
         "rcv_settle_mode",
         "read_ahead",
         "role",
@@ -138,11 +138,11 @@ class Link:
         self.drain = False
         self.available = 0
         self.max_message_size: int | None = None
-        # Incoming multi-frame transfer being reassembled (§2.6.14): its non-empty payloads, joined once at the end,
-        # and what it counts toward max-message-size so far (bytes, and a minimum per frame).
-        self.partial: list[bytes] | None = None
+        # Incoming multi-frame transfer being reassembled (§2.6.14): its bytes so far, in one buffer (a frame costs
+        # its payload and nothing more), and how many frames it took (bounded when max-message-size is set).
+        self.partial: bytearray | None = None
         self.partial_delivery: IncomingDelivery | None = None
-        self.partial_size = 0
+        self.partial_frames = 0
         self.tag_counter = 0
         self.context: Any = None
         """The broker core's object for this link, given with ``accept_attach``."""

@@ -315,4 +315,3 @@ async def test_browsed_copies_left_unsettled_are_not_kept_after_the_browser_goes
         assert mb.broker.queues["browsed"].purge() == count
         await mb.settle()
     assert memory.grown < count * BIG // 10, f"{memory.grown} bytes kept after the browser went"
-

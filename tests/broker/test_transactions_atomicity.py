@@ -53,6 +53,11 @@ def txn_ids() -> Iterator[bytes]:
     return (b"txn-%d" % n for n in itertools.count(1))
 
 
+def dynamic_ids() -> Iterator[str]:
+    """The random part of the broker's dynamic addresses, the same in every run (so examples replay)."""
+    return (str(n) for n in itertools.count(1))
+
+
 QUEUES = ("q1", "q2", "q3")
 TXN_TIMEOUT = 10.0
 SETTINGS = BrokerSettings(transaction_timeout=TXN_TIMEOUT)
@@ -87,7 +92,7 @@ class Client:
 class AtomicityChecker(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.world = World(Broker(SETTINGS, txn_ids=txn_ids()))
+        self.world = World(Broker(SETTINGS, txn_ids=txn_ids(), dynamic_ids=dynamic_ids()))
         self.view = BrokerView(self.world)
         self.clients: dict[int, Client] = {}
         self.batches: dict[str, Batch] = {}

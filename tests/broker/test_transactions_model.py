@@ -112,6 +112,11 @@ def txn_ids() -> Iterator[bytes]:
     return (b"txn-%d" % n for n in itertools.count(1))
 
 
+def dynamic_ids() -> Iterator[str]:
+    """The random part of the broker's dynamic addresses, the same in every run (so examples replay)."""
+    return (str(n) for n in itertools.count(1))
+
+
 QUEUES = ("q1", "q2")
 SLOTS = (0, 1)
 TXN_TIMEOUT = 10.0  # transaction_timeout, in the seconds of the world's clock
@@ -342,7 +347,7 @@ class TransactionsModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.world = World(Broker(SETTINGS, txn_ids=txn_ids()))
+        self.world = World(Broker(SETTINGS, txn_ids=txn_ids(), dynamic_ids=dynamic_ids()))
         self.view = BrokerView(self.world)
         self.conns: dict[int, Conn] = {}
         self.names = itertools.count(1)

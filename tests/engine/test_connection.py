@@ -1112,22 +1112,37 @@ def test_message_above_max_message_size_detaches_the_link() -> None:
     assert condition(h.one(Detach)) == Condition.MESSAGE_SIZE_EXCEEDED
 
 
-def test_endless_empty_continuation_frames_meet_max_message_size() -> None:
-    # issue 12: empty frames with more=true were free, so a 1 kB limit let 4M frames grow the broker's memory
+def test_endless_empty_continuation_frames_meet_the_frame_bound_of_max_message_size() -> None:
+    # issue 12: empty frames with more=true were free, so a 1 kB limit let 4M frames grow the broker's memory; a
+    # message may take at most max(1024, max_message_size // 256) frames
     h = Harness(max_message_size=1000).opened().session()
     h.receiving_link(0)
     h.send(frames.transfer(0, 0, more=True), payload=b"x")
-    sent = 1
-    while not (out := h.out()) and sent < 100:
+    sent, detaches = 1, []
+    while not detaches and sent < 2000:
         h.send(frames.transfer(0, None, more=True))
         sent += 1
-    assert [type(f.performative) for f in out] == [Detach]
-    assert condition(out[0].performative) == Condition.MESSAGE_SIZE_EXCEEDED
-    assert sent == 4  # each frame but the last counts at least 256 bytes: the fourth crosses 1000
+        detaches = [f.performative for f in h.out() if isinstance(f.performative, Detach)]  # (session flows too)
+    assert condition(detaches[0]) == Condition.MESSAGE_SIZE_EXCEEDED
+    assert "more than 1024 frames" in str(detaches[0].error.description)
+    assert sent == 1025  # the frame past the bound, not a byte past the limit
 
 
-@pytest.mark.parametrize("frame_payload", [256, 300, 999])
-def test_a_message_of_exactly_max_message_size_in_frames_of_256_bytes_or_more_is_taken(frame_payload: int) -> None:
+def test_the_frame_bound_grows_with_max_message_size() -> None:
+    h = Harness(max_message_size=1 << 20).opened().session()  # 4096 frames: one per 256 bytes
+    h.receiving_link(0)
+    events = h.send(frames.transfer(0, 0, more=True), payload=b"x")
+    for _ in range(4094):
+        events += h.send(frames.transfer(0, None, more=True))
+    events += h.send(frames.transfer(0, None), payload=b"y")  # the 4096th frame: taken
+    assert [type(e) for e in events] == [TransferReceived]
+    assert events[0].payload == b"xy"
+    assert [f.performative for f in h.out() if not isinstance(f.performative, Flow)] == []
+
+
+@pytest.mark.parametrize("frame_payload", [1, 100, 256, 300, 999])
+def test_a_message_of_exactly_max_message_size_in_frames_of_any_size_is_taken(frame_payload: int) -> None:
+    # §2.7.3: only a message larger than max-message-size is refused; bytes are counted exactly, whatever the frames
     h = Harness(max_message_size=1000).opened().session()
     h.receiving_link(0)
     message = bytes(range(250)) * 4
@@ -1141,8 +1156,20 @@ def test_a_message_of_exactly_max_message_size_in_frames_of_256_bytes_or_more_is
     assert h.out() == []
 
 
+def test_one_byte_past_max_message_size_in_small_frames_detaches_the_link() -> None:
+    h = Harness(max_message_size=1000).opened().session()
+    h.receiving_link(0)
+    for i in range(10):
+        h.send(frames.transfer(0, 0 if i == 0 else None, more=True), payload=bytes(100))
+    assert h.out() == []  # exactly 1000 bytes so far
+    h.send(frames.transfer(0, None), payload=b"x")
+    detach = h.one(Detach)
+    assert condition(detach) == Condition.MESSAGE_SIZE_EXCEEDED
+    assert "more than 1000 bytes" in str(detach.error.description)
+
+
 def test_empty_continuation_frames_cost_no_memory_even_without_a_size_limit() -> None:
-    h = Harness().opened().session()  # no max-message-size: bytes are not limited, empty frames cost nothing
+    h = Harness().opened().session()  # no max-message-size: neither bytes nor frames are limited
     h.receiving_link(0)
     h.send(frames.transfer(0, 0, more=True), payload=b"abc")
     empties = frames.frame(0, frames.transfer(0, None, more=True)) * 1000
@@ -1160,6 +1187,28 @@ def test_empty_continuation_frames_cost_no_memory_even_without_a_size_limit() ->
     assert grown < 16 * 1024, f"10,000 empty frames held {grown} bytes"  # a reference each would be 80 kB
     (event,) = h.send(frames.transfer(0, None), payload=b"def")
     assert event.payload == b"abcdef"
+
+
+def test_tiny_continuation_frames_cost_their_bytes_only_without_a_size_limit() -> None:
+    # no frame bound without max-message-size: one-byte frames must not cost an object each (~40 bytes a byte)
+    h = Harness().opened().session()
+    h.receiving_link(0)
+    h.send(frames.transfer(0, 0, more=True), payload=b"a")
+    tiny = frames.frame(0, frames.transfer(0, None, more=True), b"b") * 1000
+    tracemalloc.start()
+    try:
+        h.feed(tiny)
+        h.out()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(10):
+            h.feed(tiny)
+            h.out()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 10_000 + 16 * 1024, f"10,000 one-byte frames held {grown} bytes"
+    (event,) = h.send(frames.transfer(0, None), payload=b"c")
+    assert event.payload == b"a" + b"b" * 11_000 + b"c"
 
 
 # -- proton's sans-IO engine as a second, real peer -------------------------------------------------------

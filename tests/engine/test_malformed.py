@@ -159,6 +159,18 @@ RULES = [
         Rule("session", frames.frame(0, frames.attach_sender("q", 1024)), Close, Condition.FRAMING_ERROR),
         id="attach-above-handle-max",
     ),
+    pytest.param(
+        Rule("session", frames.frame(0, frames.flow(handle=1024, link_credit=5)), Close, Condition.FRAMING_ERROR),
+        id="flow-above-handle-max",
+    ),
+    pytest.param(
+        Rule("session", frames.frame(0, frames.transfer(1024, 0), b"x"), Close, Condition.FRAMING_ERROR),
+        id="transfer-above-handle-max",
+    ),
+    pytest.param(
+        Rule("session", frames.frame(0, Detach(handle=UInt(1024))), Close, Condition.FRAMING_ERROR),
+        id="detach-above-handle-max",
+    ),
     # a disposition names delivery ids, not a handle: ids nobody holds are ignored (§2.7.6)
     pytest.param(
         Rule("session", frames.frame(0, frames.disposition(100, 200)), None, None), id="disposition-unknown-ids"

@@ -3,6 +3,7 @@ relay and browsing, each driven by python-qpid-proton against the real broker.""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -286,6 +287,50 @@ def test_sender_to_a_deleted_dynamic_node_is_detached(broker: ThreadedBroker) ->
         assert refusal(detached.value) == "amqp:resource-deleted"
 
 
+class DynamicTarget(LinkOption):
+    """A sender asking for a dynamic target (how Qpid JMS creates a temporary queue)."""
+
+    def apply(self, link: Any) -> None:
+        link.target.address = None
+        link.target.dynamic = True
+
+
+def test_dynamic_addresses_are_unguessable_and_unique(broker: ThreadedBroker) -> None:
+    # issue 12 review: ``dynamic.<conn>.<n>`` could be guessed, and squatted before the broker generated it
+    with connection(broker) as conn:
+        addresses = [conn.create_receiver(None, dynamic=True).link.remote_source.address for _ in range(3)]
+    assert len(set(addresses)) == 3
+    for address in addresses:
+        assert re.fullmatch(r"dynamic\.\d+\.[0-9a-f]{32}", address), address
+
+
+def test_no_node_is_made_in_the_dynamic_name_space_on_demand(broker: ThreadedBroker) -> None:
+    with connection(broker) as conn:
+        for attach in (lambda: conn.create_receiver("dynamic.2.1"), lambda: conn.create_sender("dynamic.2.1")):
+            with pytest.raises(LinkDetached) as refused:
+                attach()
+            assert refusal(refused.value) == "amqp:not-found"
+        relay = conn.create_sender(None)
+        delivery = send_and_wait(conn, relay, Message(address="dynamic.2.1", body="squat"))
+        assert delivery.remote_state == Delivery.REJECTED
+        assert remote_condition(delivery) == "amqp:not-found"
+    assert not [name for name in node_kinds(broker) if name.startswith("dynamic.")]
+
+
+def test_only_the_creating_connection_receives_from_a_dynamic_node(broker: ThreadedBroker) -> None:
+    # as a JMS temporary queue: made by a dynamic sender, consumed on the same connection, sent to by anyone
+    with connection(broker) as owner, connection(broker) as other:
+        temporary = owner.create_sender(None, options=DynamicTarget())
+        address = temporary.link.remote_target.address
+        assert address in node_kinds(broker)
+        with pytest.raises(LinkDetached) as refused:
+            other.create_receiver(address)
+        assert refusal(refused.value) == "amqp:unauthorized-access"
+        receiver = owner.create_receiver(address, credit=10)
+        other.create_sender(address).send(Message(body="reply"))
+        assert take(receiver, 1) == ["reply"]
+
+
 # -- anonymous relay -----------------------------------------------------------------------------------------
 def test_anonymous_relay_routes_each_message_by_its_to() -> None:
     with broker_with(topics={"news": {}}) as broker, connection(broker) as conn:
@@ -337,3 +382,12 @@ def test_browser_reads_without_consuming(broker: ThreadedBroker) -> None:
         assert take(consumer, 4) == ["a", "b", "c", "d"]
         wait_for(lambda: queue_stats(broker, "browsed") == (0, 0), "the consumer to take everything", conn=conn)
         assert_nothing_more(browser)
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_a_node_is_never_created_over_another(kind: str) -> None:
+    nodes = Broker().nodes
+    existing = nodes.create(nodes.default, "taken", "queue")
+    with pytest.raises(ValueError, match="already exists"):
+        nodes.create(nodes.default, "taken", kind)
+    assert nodes.default.node("taken") is existing

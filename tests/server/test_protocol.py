@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from minibroker.amqp import codec
 from minibroker.amqp.definitions import (
     Accepted,
+    AmqpValue,
     Attach,
     Begin,
     Close,
@@ -22,6 +24,8 @@ from minibroker.amqp.definitions import (
     End,
     Error,
     Flow,
+    Header,
+    MessageAnnotations,
     Open,
     Rejected,
     SaslMechanisms,
@@ -268,6 +272,36 @@ def test_rejected_with_a_string_keyed_info_is_a_rejection(broker: ThreadedBroker
     peer.send(Described(ULong(Close.DESCRIPTOR_CODE), [error]))
     assert peer.expect(Close).error is None
     peer.expect_closed()
+
+
+def _annotated(key: object, body: str) -> bytes:
+    """A durable header, message-annotations ``{key: 1}`` with the key encoded as given, an amqp-value body."""
+    annotations = codec.encode(Described(ULong(MessageAnnotations.DESCRIPTOR_CODE), {key: 1}))
+    return codec.encode(Header(durable=True, ttl=UInt(60_000))) + annotations + codec.encode(AmqpValue(body))
+
+
+def test_a_message_whose_annotations_do_not_decode_is_rejected_with_decode_error(
+    broker: ThreadedBroker, peer: ScriptedPeer
+) -> None:
+    # §3.2.10: annotation keys are symbols or ulongs (string keys are taken as symbols); other keys, and a header
+    # that does not decode, make a message the broker cannot keep its promises for (durable, ttl, priority)
+    peer.open()
+    peer.begin()
+    peer.attach_sender("annotated", handle=0)
+    peer.expect(Flow)
+    for delivery_id, key in enumerate(["clé", 7, UInt(3)]):
+        peer.transfer(0, delivery_id, _annotated(key, "bad"))
+        rejected = peer.expect(Disposition).state
+        assert isinstance(rejected, Rejected), rejected
+        assert rejected.error is not None
+        assert rejected.error.condition == Condition.DECODE_ERROR
+    peer.transfer(0, 3, _annotated("clé", "bad, pre-settled"), settled=True)  # dropped: nobody to tell
+    for delivery_id, key in enumerate([ULong(5), Symbol("x-opt-a"), "x-opt-b"], start=4):
+        peer.transfer(0, delivery_id, _annotated(key, "good"))  # the keys annotations may have (§3.2.10)
+        assert isinstance(peer.expect(Disposition).state, Accepted)
+    peer.close()
+    broker.wait_for(lambda: broker.queue("annotated").depth == 3)
+    assert [m.body for m in broker.queue("annotated").peek()] == ["good"] * 3
 
 
 def test_open_begin_attach_and_flow_properties_with_string_keys(broker: ThreadedBroker, peer: ScriptedPeer) -> None:

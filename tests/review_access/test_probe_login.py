@@ -1,0 +1,77 @@
+"""Probes: password checks and failure limits (issue 12, items 3 and 19; README "Limits and security",
+"Authentication").
+
+README: "Failed logins are limited per peer address ... and per user name"; "A check takes its allowance before
+it starts ... and gives it back if the password was right"; "A login for an unknown user is checked against a
+dummy hash as costly as the costliest configured one, so the time taken does not tell which users exist".
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from minibroker.auth import LoginThrottle, PasswordBook, hash_password
+from minibroker.server.login import LoginChecker
+
+
+async def test_a_login_whose_check_never_ran_is_not_counted_as_a_failure() -> None:
+    """While the hash threads are busy (an attacker's guesses), a correct login waits its turn until the handshake
+    time runs out. No password was checked, yet the allowance it took is never given back: ten such time-outs
+    and the bystander's address is refused unchecked, the right password included."""
+    book = PasswordBook({"alice": hash_password("right", iterations=1000)})
+    throttle = LoginThrottle(per_address=10, per_user=30, window=60.0, failure_delay=0.0)
+    checker = LoginChecker(book, throttle, threads=1, failure_delay=0.0)
+    async with trio.open_nursery() as nursery:
+        busy = trio.Event()
+        release = trio.Event()
+
+        async def hog() -> None:  # the attacker's guess occupying the only hash thread
+            async with checker.limiter:
+                busy.set()
+                await release.wait()
+
+        nursery.start_soon(hog)
+        await busy.wait()
+        for _ in range(10):
+            with trio.move_on_after(0.01):  # the handshake time runs out while the check waits
+                await checker.verify("alice", "right", "192.0.2.7")
+        release.set()
+    ok, _delay = await checker.verify("alice", "right", "192.0.2.7")
+    assert ok, "ten logins that were never checked used up the address's allowance: the right password is refused"
+
+
+def test_a_wrong_password_costs_a_known_user_as_much_as_an_unknown_one() -> None:
+    """Hashes made with different iteration counts (an older ``hash-password``, say): a wrong password for the
+    user with the cheaper hash fails six times faster than for an unknown user, which tells that the user exists."""
+    book = PasswordBook({"old": hash_password("a", iterations=100_000), "new": hash_password("b")})
+
+    def cost(user: str) -> float:
+        started = time.perf_counter()
+        assert not book.check(user, "wrong")
+        return time.perf_counter() - started
+
+    known = min(cost("old") for _ in range(3))
+    unknown = min(cost("nobody") for _ in range(3))
+    assert known > unknown * 0.7, f"a known user fails in {known:.3f} s, an unknown one in {unknown:.3f} s"
+
+
+def test_a_new_address_costs_the_limiter_little_once_it_remembers_the_most_it_may() -> None:
+    """``FailureLimiter`` remembers at most ``max_keys`` (10,000) addresses; past that, every new one scans all
+    of them (``_prune``) and then drops just one: 1.2 ms of event-loop time per login attempt from a fresh
+    address (an IPv6 peer with a /48 has 65,536 /64s), about 1000 times the cost below the bound."""
+    from minibroker.auth import FailureLimiter
+
+    limiter = FailureLimiter(10, 60.0)
+
+    def cost(prefix: str, count: int, now: float) -> float:
+        started = time.perf_counter()
+        for i in range(count):
+            limiter.take(f"{prefix}{i}", now)
+        return (time.perf_counter() - started) / count
+
+    below = cost("2001:db8:0:", 5_000, 0.0)
+    cost("2001:db8:1:", 5_000, 0.0)  # the limiter is full now, every bucket recently used (not full)
+    above = cost("2001:db8:2:", 1_000, 1.0)
+    assert above < 20 * below, f"a new address costs {above * 1e6:.0f} µs at the bound, {below * 1e6:.1f} µs below it"
