@@ -3,7 +3,8 @@
 The engine hands over the credentials (``SaslPolicy.deferred``) and waits for a verdict. ``LoginChecker``
 asks the throttle first (failed logins per peer address and per user), then checks the password in a worker
 thread, at most ``auth.hash_threads`` at once: a PBKDF2 hash takes ~0.3 s of CPU, which on the loop would
-stall every other connection, and which an unknown user costs as much as a known one.
+stall every other connection, and which an unknown user costs as much as a known one. A login that gives up
+before its check ran (its handshake time ran out while it waited for a thread) is not counted as a failure.
 """
 
 from __future__ import annotations
@@ -40,9 +41,21 @@ class LoginChecker:
                 throttled.by,
             )
             return False, throttled.delay
-        ok = self.book.remembered(user, password) or await trio.to_thread.run_sync(
-            self.book.check, user, password, limiter=self.limiter
-        )
+        verdict: list[bool] = []  # the check's answer, once it ran (in a worker thread)
+        if self.book.remembered(user, password):
+            verdict.append(True)
+        else:
+            try:
+                await trio.to_thread.run_sync(
+                    lambda: verdict.append(self.book.check(user, password)), limiter=self.limiter
+                )
+            finally:
+                if not verdict:
+                    # cancelled before the check ran (the handshake time ran out while it waited for a hash
+                    # thread, or the socket was evicted): no password was tried, so the allowance admit took is
+                    # given back; only wrong passwords count as failures
+                    self.throttle.succeeded(address, user, trio.current_time())
+        ok = verdict[0]
         if ok:
             self.throttle.succeeded(address, user, trio.current_time())
             return True, 0.0
