@@ -69,12 +69,13 @@ def iterations_of(stored: str) -> int:
 class PasswordBook:
     """The configured users and their passwords (``[auth.users]``).
 
-    ``check`` costs the same whether or not the user exists: an unknown user, and a user whose password is
-    empty (certificate only), is checked against a dummy hash with as many iterations as the costliest
-    configured hash. Plain passwords are compared at once, so with a mix of plain and hashed passwords, time
-    tells which plain users exist: hash every password. Credentials that passed are remembered (as a digest,
-    at most 1024 of them), so a client reconnecting with them is not made to wait for the hash again.
-    ``check`` is safe to call from several threads at once.
+    ``check`` costs the same whether or not the user exists, whatever each user's hash: every check spends as
+    many PBKDF2 iterations as the costliest configured hash. An unknown user, and a user whose password is
+    empty (certificate only), is checked against a dummy hash of that cost; a user whose hash has fewer
+    iterations (an older ``hash-password``), or whose password is plain, spends the missing ones on a padding
+    hash. (With plain passwords only, nothing is hashed and every check is immediate.) Credentials that passed
+    are remembered (as a digest, at most 1024 of them), so a client reconnecting with them is not made to wait
+    for the hash again. ``check`` is safe to call from several threads at once.
     """
 
     def __init__(self, users: Mapping[str, str]) -> None:
@@ -85,6 +86,9 @@ class PasswordBook:
             if iterations
             else secrets.token_hex(16)
         )
+        self._padding = {user: iterations - iterations_of(stored) for user, stored in self.users.items()}
+        """PBKDF2 iterations each user's check spends on top of its own hash, to cost the costliest one."""
+        self._pad_salt = secrets.token_bytes(16)
         self._verified: set[bytes] = set()
         self._lock = threading.Lock()
 
@@ -106,6 +110,9 @@ class PasswordBook:
         if not stored:  # unknown, or certificate only: as much work as for a known user, then no
             check_password(self._dummy, password)
             return False
+        padding = self._padding.get(user, 0)
+        if padding > 0:  # a cheaper hash, or a plain password: the costliest hash's time all the same
+            hashlib.pbkdf2_hmac("sha256", password.encode("utf-8", "surrogatepass"), self._pad_salt, padding)
         if not check_password(stored, password):
             return False  # failures are never remembered
         with self._lock:
@@ -119,22 +126,27 @@ class FailureLimiter:
     seconds. ``limit`` 0 disables it.
 
     A login takes a token before its password is checked (so parallel attempts cannot all start before the
-    first one fails) and gives it back when it succeeds; one that finds no token is refused without a check.
-    At most ``max_keys`` keys are remembered: full buckets are forgotten first, then the least recently used.
+    first one fails) and gives it back when it succeeds, or when its check never ran; one that finds no token
+    is refused without a check. At most ``max_keys`` keys are remembered: when a new key would pass that, full
+    buckets are forgotten, then the least recently used, down to ``max_keys`` less a tenth. So the scan of all
+    keys happens once per ``max_keys // 10`` new keys at most: O(1) per attempt, amortised, even when every
+    attempt comes from a new address.
     """
 
     def __init__(self, limit: int, window: float, *, max_keys: int = 10_000) -> None:
         self.limit = limit
         self.rate = limit / window  # tokens per second (window > 0)
         self.max_keys = max_keys
+        self._low_water = max_keys - max(1, max_keys // 10)
+        """How many keys a prune leaves at most."""
         self._buckets: OrderedDict[Hashable, list[float]] = OrderedDict()  # key -> [tokens, time, refused]
 
     def _bucket(self, key: Hashable, now: float) -> list[float]:
         bucket = self._buckets.get(key)
         if bucket is None:
+            if len(self._buckets) >= self.max_keys:
+                self._prune(now)  # before the new bucket goes in: it is full, and would be forgotten at once
             bucket = self._buckets[key] = [float(self.limit), now, 0.0]
-            if len(self._buckets) > self.max_keys:
-                self._prune(now)
         else:
             self._buckets.move_to_end(key)
             bucket[0] = min(float(self.limit), bucket[0] + (now - bucket[1]) * self.rate)
@@ -142,10 +154,12 @@ class FailureLimiter:
         return bucket
 
     def _prune(self, now: float) -> None:
+        """Forget full buckets, then the least recently used, until at most ``_low_water`` keys are left (a
+        batch, so that the next prune is ``max_keys // 10`` new keys away)."""
         rate, limit = self.rate, self.limit
         for key in [k for k, (tokens, then, _) in self._buckets.items() if tokens + (now - then) * rate >= limit]:
             del self._buckets[key]
-        while len(self._buckets) > self.max_keys:
+        while len(self._buckets) > self._low_water:
             self._buckets.popitem(last=False)
 
     def take(self, key: Hashable, now: float) -> bool:
@@ -224,7 +238,8 @@ class LoginThrottle:
         return None
 
     def succeeded(self, address: str | None, user: str, now: float) -> None:
-        """The checked password was right: the tokens ``admit`` took are given back."""
+        """The checked password was right, or it was never checked (the login gave up while it waited for a hash
+        thread): the tokens ``admit`` took are given back. Only wrong passwords count as failures."""
         if address is not None:
             self.addresses.give_back(address, now)
         self.users.give_back(self._user_key(user), now)

@@ -42,9 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minibroker",
         description="An embeddable AMQP 1.0 broker for testing, with complete transactions.",
-        epilog="minibroker check [--url amqp://[USER:PASSWORD@]HOST:PORT] [--user USER] [--password PASSWORD]: "
-        "exit 0 if a broker answers AMQP open within a second, else 1 (credentials are never printed; "
-        "MINIBROKER_CHECK_USER and MINIBROKER_CHECK_PASSWORD work too). "
+        epilog="minibroker check [--url amqp[s]://[USER:PASSWORD@]HOST:PORT] [--user USER] [--password PASSWORD] "
+        "[--ca-file PATH] [--insecure]: exit 0 if a broker answers AMQP open within a second, else 1 (credentials "
+        "are never printed; MINIBROKER_CHECK_USER and MINIBROKER_CHECK_PASSWORD work too; amqps is checked over "
+        "TLS). "
         "minibroker hash-password: print a password hash for [auth.users].",
     )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")

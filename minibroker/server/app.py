@@ -200,7 +200,12 @@ class _Server:
         self.opened = 0
         """Connections past their open: what ``server.max_connections`` limits."""
         self.pending: OrderedDict[int, trio.CancelScope] = OrderedDict()
-        """Connections still in their handshake, oldest first: what ``server.max_pending_handshakes`` limits."""
+        """Connections still in their handshake whose credentials are not being checked (silent or slow sockets,
+        logins already refused), oldest first: the first closed when ``server.max_pending_handshakes`` is met."""
+        self.checking: OrderedDict[int, trio.CancelScope] = OrderedDict()
+        """Connections still in their handshake whose PLAIN credentials are being checked, or passed: closed to
+        make room only when no other pending connection is left. Together with ``pending``, what
+        ``server.max_pending_handshakes`` limits."""
         self._eviction_logged = -float("inf")
         self.all_closed = trio.Event()
         self.changed = trio.Event()
@@ -240,7 +245,7 @@ class _Server:
 
     async def accepted(self, stream: trio.SocketStream, namespace: Namespace, *, tls: bool = False) -> None:
         """Serve one accepted socket. Until its open is admitted it counts as a pending handshake; when too many
-        are pending, the oldest is closed to make room (silent sockets cannot lock real clients out)."""
+        are pending, one is closed to make room (see ``_add_pending``)."""
         conn_id = next(self.ids)
         with trio.CancelScope() as scope:
             self._add_pending(conn_id, scope)
@@ -265,14 +270,19 @@ class _Server:
                     return
                 await self.serve_stream(secure, namespace, conn_id=conn_id, external_identity=identity)
             finally:
-                self.pending.pop(conn_id, None)
+                self._done_pending(conn_id)
         if scope.cancelled_caught:
             await trio.aclose_forcefully(stream)  # evicted, perhaps before a connection task owned the socket
 
     def _add_pending(self, conn_id: int, scope: trio.CancelScope) -> None:
+        """Count a new socket as a pending handshake. At ``server.max_pending_handshakes``, the oldest pending
+        connection whose credentials are not being checked is closed first (a socket that has sent no SASL init
+        yet, a login already refused); only when every pending connection is a login under check (or past it,
+        before its open) is the oldest of those closed. So silent sockets cannot push out a real client waiting
+        for its password check, however long the check takes."""
         limit = self.config.server.max_pending_handshakes
-        while len(self.pending) >= limit:
-            _oldest, evicted = self.pending.popitem(last=False)
+        while len(self.pending) + len(self.checking) >= limit:
+            _oldest, evicted = (self.pending or self.checking).popitem(last=False)
             evicted.cancel()
             now = trio.current_time()
             if now - self._eviction_logged >= 60.0:
@@ -282,6 +292,21 @@ class _Server:
                     limit,
                 )
         self.pending[conn_id] = scope
+
+    def _checking(self, conn_id: int, checking: bool) -> None:
+        """A pending connection's credentials go to be checked (True), or were refused (False): it moves among
+        those closed last, or back among those closed first (ahead of the others: its answer is known)."""
+        source, target = (self.pending, self.checking) if checking else (self.checking, self.pending)
+        scope = source.pop(conn_id, None)
+        if scope is not None:
+            target[conn_id] = scope
+            if not checking:
+                target.move_to_end(conn_id, last=False)
+
+    def _done_pending(self, conn_id: int) -> None:
+        """The connection is past its handshake, or gone: it no longer counts as pending."""
+        self.pending.pop(conn_id, None)
+        self.checking.pop(conn_id, None)
 
     async def serve_stream(
         self,
@@ -300,7 +325,7 @@ class _Server:
             nonlocal counted
             if self.opened >= limit:
                 return error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} connections")
-            self.pending.pop(conn_id, None)
+            self._done_pending(conn_id)
             self.opened += 1
             counted = True
             return None
@@ -315,6 +340,7 @@ class _Server:
             self.config.auth.failure_delay,
             login=self.login,
             address=peer_address(stream),
+            checking=lambda checking: self._checking(conn_id, checking),
         )
         self.tasks.add(task)
         try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import trio
@@ -102,6 +102,7 @@ class ConnectionTask:
         failure_delay: float = 0.0,
         login: LoginChecker | None = None,
         address: str | None = None,
+        checking: Callable[[bool], None] | None = None,
     ) -> None:
         self.id = conn_id
         self.namespace = namespace
@@ -110,6 +111,9 @@ class ConnectionTask:
         """Checks deferred PLAIN credentials; None: the engine's ``sasl.authenticate``, in a worker thread."""
         self.address = address
         """The peer's address (failed logins are limited per address)."""
+        self.checking = checking
+        """Told True when the peer's PLAIN credentials go to be checked, False when they are refused (the server
+        closes connections under check last when too many handshakes are pending)."""
         self.stream = stream
         self.broker = broker
         self.engine = engine
@@ -251,12 +255,16 @@ class ConnectionTask:
         deadline = engine.next_deadline()
         ok, delay, checked = False, self.failure_delay, False
         with trio.move_on_at(math.inf if deadline is None else deadline):
+            if self.checking is not None:
+                self.checking(True)
             if self.login is not None:
                 ok, delay = await self.login.verify(user, password, self.address)
             else:
                 ok = await trio.to_thread.run_sync(engine.sasl.authenticate, user, password)
             checked = True
             del password
+            if not ok and self.checking is not None:
+                self.checking(False)
             if not ok and delay:
                 # a failed login is answered late, so guessing is slow; the outcome is not queued meanwhile
                 await trio.sleep(delay)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import trio
+import trio.testing
 
 from minibroker.auth import LoginThrottle, PasswordBook, hash_password
 from minibroker.server.login import LoginChecker
@@ -75,3 +76,38 @@ def test_a_new_address_costs_the_limiter_little_once_it_remembers_the_most_it_ma
     cost("2001:db8:1:", 5_000, 0.0)  # the limiter is full now, every bucket recently used (not full)
     above = cost("2001:db8:2:", 1_000, 1.0)
     assert above < 20 * below, f"a new address costs {above * 1e6:.0f} µs at the bound, {below * 1e6:.1f} µs below it"
+
+
+async def test_hash_threads_serve_peer_addresses_in_turn() -> None:
+    """One address with many bad logins queued (one per connection) does not hold another address's login
+    behind all of them: checks queue for the threads one per address at a time, so the other address's login
+    is checked next but one, not sixth."""
+    book = PasswordBook({"alice": hash_password("right", iterations=1000)})
+    order: list[str] = []
+    check = book.check
+
+    def recording(user: str, password: str) -> bool:
+        order.append(password)
+        return check(user, password)
+
+    book.check = recording  # type: ignore[method-assign]
+    checker = LoginChecker(book, LoginThrottle(0, 0, 60.0, 0.0), threads=1, failure_delay=0.0)
+    async with trio.open_nursery() as nursery:
+        busy = trio.Event()
+        release = trio.Event()
+
+        async def hog() -> None:  # a check from elsewhere occupying the only hash thread
+            async with checker.limiter:
+                busy.set()
+                await release.wait()
+
+        nursery.start_soon(hog)
+        await busy.wait()
+        for i in range(5):
+            nursery.start_soon(checker.verify, "alice", f"wrong-{i}", "192.0.2.1")
+            await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(checker.verify, "alice", "right", "192.0.2.2")
+        await trio.testing.wait_all_tasks_blocked()
+        release.set()
+    assert order.index("right") <= 1, order
+    assert not checker._lanes  # lanes are forgotten once nobody waits

@@ -23,12 +23,13 @@ from tests.server.test_access import HOST, NO_LIMITS, connect
 def test_silent_sockets_do_not_push_out_a_login_whose_password_is_being_checked() -> None:
     users = {"alice": hash_password("right", iterations=3_000_000)}  # ~1 s of PBKDF2
     config = {"server": {"port": 0, "max_pending_handshakes": 4}, "auth": {**NO_LIMITS, "users": users}}
-    with run_in_thread(config) as running, connect(running) as peer:
+    # a generous time for the verdict: on a loaded machine the ~1 s hash can take several (5 s timed out once)
+    with run_in_thread(config) as running, connect(running, timeout=30.0) as peer:
         peer.send_header(b"AMQP\x03\x01\x00\x00")
         peer.expect_header()
         peer.expect_sasl(SaslMechanisms)
         peer.send(frames.sasl_plain("alice", "right"), frame_type=SASL_FRAME)
-        time.sleep(0.2)  # the check is under way
+        time.sleep(0.4)  # the check is under way (0.2 s was sometimes too early for a loaded broker to start it)
         silent = [socket.create_connection((HOST, running.port)) for _ in range(4)]
         try:
             outcome = peer.expect_sasl(SaslOutcome)

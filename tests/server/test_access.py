@@ -145,6 +145,40 @@ def test_unknown_and_known_users_take_as_long_to_fail() -> None:
     assert 0.6 * known < unknown < 1.6 * known, (known, unknown)
 
 
+def test_plain_passwords_beside_hashed_ones_cost_a_hash_too() -> None:
+    """With a hashed user configured, a plain-password user's check is padded to the costliest hash: a wrong
+    password for it fails no faster than for an unknown user (time does not tell which plain users exist), and
+    the right one still passes. With plain passwords only, nothing is hashed."""
+    book = minibroker.auth.PasswordBook({"plain": "right", "hashed": hash_password("x", iterations=200_000)})
+
+    def cost(user: str, password: str = "wrong") -> float:
+        started = time.perf_counter()
+        book.check(user, password)
+        return time.perf_counter() - started
+
+    plain = min(cost("plain") for _ in range(3))
+    unknown = min(cost("nobody") for _ in range(3))
+    assert plain > 0.7 * unknown, (plain, unknown)
+    assert book.check("plain", "right")
+    only_plain = minibroker.auth.PasswordBook({"plain": "right"})
+    started = time.perf_counter()
+    assert only_plain.check("plain", "right")
+    assert not only_plain.check("nobody", "right")
+    assert time.perf_counter() - started < 0.01
+
+
+def test_the_failure_limiter_at_its_bound_still_counts_new_keys() -> None:
+    """Once the limiter remembers ``max_keys`` keys, a new key's bucket is kept (the prune runs before it goes in,
+    in batches), so its failures count like any other."""
+    limiter = minibroker.auth.FailureLimiter(2, 60.0, max_keys=100)
+    for i in range(100):
+        assert limiter.take(f"filler-{i}", 0.0)
+    assert limiter.take("new", 0.0)
+    assert limiter.take("new", 0.0)
+    assert not limiter.take("new", 0.0)  # its two tokens are used up: remembered, not forgotten at once
+    assert len(limiter._buckets) <= 100
+
+
 def test_a_login_waiting_for_a_hash_thread_past_the_handshake_time_is_dropped_not_refused() -> None:
     """With one hash thread busy (~1 s) a second login waits; when its handshake time runs out first it is
     dropped as any stalled handshake is, without a misleading "wrong password" outcome."""

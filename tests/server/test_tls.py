@@ -289,3 +289,19 @@ def test_missing_certificate_file_exits_2(tmp_path: Path, pki: Pki) -> None:
     assert "tls.cert_file" in result.stderr
     assert str(missing) in result.stderr
     assert result.stdout == ""
+
+
+# -- minibroker check over amqps -----------------------------------------------------------------------------
+def test_check_an_amqps_url_verifies_the_broker_certificate(tls_broker: ThreadedBroker, pki: Pki) -> None:
+    """``minibroker check`` speaks TLS to an ``amqps`` URL: with the test CA (``--ca-file``) it is healthy; with the
+    system's CAs the certificate is not trusted; ``--insecure`` skips the verification; ``--ca-file`` with an
+    ``amqp`` URL is a usage error."""
+    from minibroker import health
+
+    url = f"amqps://127.0.0.1:{tls_port(tls_broker)}"
+    assert health.main(["--url", url, "--ca-file", str(pki.ca), "--timeout", "5"], environ={}) == 0
+    assert health.main(["--url", url, "--timeout", "5"], environ={}) == 1
+    assert health.main(["--url", url, "--insecure", "--timeout", "5"], environ={}) == 0
+    assert health.main(["--url", tls_broker.url, "--ca-file", str(pki.ca)], environ={}) == 2
+    with pytest.raises(health.NotHealthy, match="certificate verify failed"):
+        health.check(url, 5.0, tls=health.tls_context(str(pki.client_cert)))
