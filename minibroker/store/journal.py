@@ -4,9 +4,9 @@ its directory, write failures survived, and crash-safe compaction.
 Theory of operation
 -------------------
 The journal is a sequence of segment files ``journal-NNNNNNNN.log`` in the data directory, which a broker
-holds with an exclusive lock (``minibroker.lock``, holding the holder's pid) for as long as it runs. A segment
-starts with a header: a magic, the format version and 8 random bytes (the segment's *salt*), checksummed.
-Then records::
+holds with an exclusive lock (on the directory itself and on ``minibroker.lock``, which holds the holder's pid)
+for as long as it runs. A segment starts with a header: a magic, the format version and 8 random bytes (the
+segment's *salt*), checksummed. Then records::
 
     sync (the salt's first 4 bytes) | length (u32, bytes after this field) | crc32 (u32) | kind (u8) | body
 
@@ -32,7 +32,9 @@ covers them), and checks that a probe record can be written and fsynced. All fil
 ``FileOps``, which a test replaces to inject failures.
 
 Recovery reads every segment. An incomplete last record at the end of the last segment is a *torn tail* (a
-crash while writing): it is cut off, with a log line, after its bytes are kept in ``quarantine/``. A record
+crash while writing): it is cut off, with a log line, after its bytes are kept in ``quarantine/``; bad bytes at
+the start of a segment never are (a segment without the magic is read as one of the first format only while no
+segment of this format comes before it and its first bytes are not a damaged header). A record
 that does not check out with valid records after it (in the segment or in a later one) is *corruption*:
 recovery refuses (``JournalCorrupt``, naming the segment and the byte offset) and changes nothing, unless
 ``recover="skip-corrupt"``: then a copy of the segment goes to ``quarantine/`` first, and the segment is
@@ -572,9 +574,12 @@ class _Segment:
 
     @property
     def incomplete_snapshot(self) -> bool:
-        """A snapshot without its end and nothing damaged: one that never became the journal."""
+        """A snapshot without its end, nothing damaged before its torn tail (if any): one whose writing stopped."""
         return (
-            bool(self.records) and self.records[0].kind is Kind.SNAPSHOT and not self.complete_snapshot and not self.bad
+            bool(self.records)
+            and self.records[0].kind is Kind.SNAPSHOT
+            and not self.complete_snapshot
+            and all(b.resume is None and b.offset > 0 for b in self.bad)
         )
 
     @property
@@ -629,10 +634,34 @@ def _next_valid(data: bytes, start: int, salt: bytes | None) -> int | None:
     return None
 
 
-def _scan(path: Path) -> _Segment:
-    """Read a segment: its records, and where its bytes are not valid records."""
-    data = path.read_bytes()
-    if data[: len(MAGIC)] == MAGIC:
+def _damaged_header(data: bytes) -> bool:
+    """True when ``data`` (not starting with the magic) is a segment of this format whose first bytes were damaged:
+    its header checks out with the magic put back, or a valid record follows it, salted with its salt."""
+    if len(data) < _HEADER.size:
+        return False
+    if zlib.crc32(MAGIC + data[len(MAGIC) : 16]) == _U32.unpack_from(data, 16)[0]:
+        return True
+    return isinstance(_record_at(memoryview(data), _HEADER.size, data[8:16]), _Record)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise DataDirError(f"cannot read journal segment {path} ({exc.strerror or exc})") from None
+
+
+def _scan(path: Path, *, legacy: bool = True) -> _Segment:
+    """Read a segment: its records, and where its bytes are not valid records.
+
+    A segment without the magic is one of the first format only when ``legacy`` (no segment of this format comes
+    before it) and its first bytes are not a damaged header of this format; otherwise its header is damaged."""
+    data = _read(path)
+    if data[: len(MAGIC)] != MAGIC and (not legacy or _damaged_header(data)):
+        salt = data[8:16] if len(data) >= _HEADER.size else b"\x00" * 8
+        segment = _Segment(path, data, salt, min(len(data), _HEADER.size))
+        segment.bad.append(_Bad(0, segment.start if len(data) > _HEADER.size else None, "a damaged segment header"))
+    elif data[: len(MAGIC)] == MAGIC:
         if len(data) < _HEADER.size:
             segment = _Segment(path, data, b"\x00" * 8, len(data))
             segment.bad.append(_Bad(0, None, "an incomplete segment header"))
@@ -697,7 +726,7 @@ class Journal:
         self.error: OSError | None = None
         """Why the journal takes nothing now (a failed write or fsync); None while it works."""
         self._file: int | None = None
-        self._lock: int | None = None
+        self._lock: tuple[int, int] | None = None  # the data dir's fd and the lock file's, both locked
         self._segment = 0
         self._salt = b""
         self._written = 0  # bytes of complete records (and header) in the current segment
@@ -727,19 +756,28 @@ class Journal:
             raise DataDirError(f"cannot create data dir {directory}: {exc.strerror or exc}") from None
         lock_path = directory / LOCK_FILE
         try:
+            directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise DataDirError(f"cannot open data dir {directory} ({exc.strerror or exc})") from None
+        try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
+            os.close(directory_fd)
             raise DataDirError(f"data dir {directory} is not writable ({exc.strerror or exc})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_holder(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise DataDirError(
-                    f"data dir {directory} is in use by another minibroker (pid {holder}); one broker per data dir"
-                ) from None
-            raise DataDirError(f"cannot lock data dir {directory} ({exc.strerror or exc})") from None
+        # the directory itself is locked (deleting the lock file does not let a second broker in), and the lock
+        # file too (it holds the pid named to a second broker)
+        for locked in (directory_fd, fd):
+            try:
+                fcntl.flock(locked, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _read_holder(fd)
+                os.close(fd)
+                os.close(directory_fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise DataDirError(
+                        f"data dir {directory} is in use by another minibroker (pid {holder}); one broker per data dir"
+                    ) from None
+                raise DataDirError(f"cannot lock data dir {directory} ({exc.strerror or exc})") from None
         probe = directory / f".write-test-{os.getpid()}"
         try:
             os.ftruncate(fd, 0)
@@ -748,12 +786,14 @@ class Journal:
             os.unlink(probe)
         except OSError as exc:
             os.close(fd)
+            os.close(directory_fd)
             raise DataDirError(f"data dir {directory} is not writable ({exc.strerror or exc})") from None
-        self._lock = fd
+        self._lock = (directory_fd, fd)
 
     def _release_directory(self) -> None:
         if self._lock is not None:
-            os.close(self._lock)
+            for fd in self._lock:
+                os.close(fd)
             self._lock = None
 
     # -- recovery -----------------------------------------------------------------------------------------
@@ -774,9 +814,13 @@ class Journal:
             raise
 
     def _recover(self) -> DurableState:
-        segments = [_scan(path) for path in self.segments()]
-        stale_snapshots = [s for s in segments if s.incomplete_snapshot]  # never became the journal
-        segments = [s for s in segments if not s.incomplete_snapshot]
+        segments: list[_Segment] = []
+        for path in self.segments():
+            segments.append(_scan(path, legacy=all(s.salt is None for s in segments)))
+        # a snapshot without its end never became the journal while older segments are still there (they are
+        # removed only once it is complete); without them it is the journal, whatever happened to its end
+        stale_snapshots = [s for i, s in enumerate(segments) if i > 0 and s.incomplete_snapshot]
+        segments = [s for s in segments if all(s is not t for t in stale_snapshots)]
         start = max((i for i, s in enumerate(segments) if s.complete_snapshot), default=0)
         superseded, live = segments[:start], segments[start:]
 
@@ -784,8 +828,8 @@ class Journal:
         problems: list[tuple[_Segment, _Bad]] = []
         for i, segment in enumerate(live):
             for bad in segment.bad:
-                if bad.resume is None and i == len(live) - 1 and not segment.header_damaged:
-                    continue  # a torn tail: what a crash while writing leaves
+                if bad.resume is None and i == len(live) - 1 and bad.offset > 0 and not segment.header_damaged:
+                    continue  # a torn tail: what a crash while writing leaves (never a whole segment)
                 if bad.resume is None and i < len(live) - 1:
                     bad.reason += ", with valid segments after it"
                 problems.append((segment, bad))
@@ -841,6 +885,8 @@ class Journal:
                 # a new data dir, or one of the first format (whose segments are read, never appended to)
                 number = max((s.number for s in segments), default=0) + 1
                 self._start_segment(number, os.urandom(8), [], fsync=self.sync_enabled)
+            if dangling:
+                self._rewrite_without_dangling([s for s in live if id(s) not in corrupt and s.path.exists()])
             if self.sync_enabled:
                 self._fsync_directory()
         except OSError as exc:
@@ -916,6 +962,22 @@ class Journal:
         os.rename(tmp, segment.path)
         segment.data = head + body
         segment.bad.clear()
+
+    def _rewrite_without_dangling(self, uncopied: list[_Segment]) -> None:
+        """After skip-corrupt left records referring to what it skipped (they were skipped too): write the
+        recovered state as a snapshot and remove the older segments, so that the next start finds nothing to
+        skip (the segments are copied to quarantine first)."""
+        for segment in uncopied:
+            self._quarantine(f"{segment.path.name}.before-rewrite", segment.data)
+        old = self.segments()
+        salt = os.urandom(8)
+        self._start_segment(self._segment + 1, salt, self._snapshot(salt), fsync=self.sync_enabled)
+        for path in old:
+            path.unlink()
+        log.error(
+            "journal: records referring to skipped data were skipped too; the journal was rewritten as %s",
+            _SEGMENT.format(self._segment),
+        )
 
     def _open(self, path: Path, salt: bytes) -> None:
         self._file = self.ops.open(path, os.O_WRONLY | os.O_APPEND)

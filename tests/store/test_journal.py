@@ -22,6 +22,7 @@ from minibroker.store.journal import (
     encode_ops,
     encode_record,
     record_offsets,
+    segment_header,
 )
 
 KEY = ("default", "queue", "orders")
@@ -163,10 +164,10 @@ def test_a_crash_during_compaction_loses_nothing(tmp_path: Path, stage: str) -> 
             journal.append([Op(Kind.SETTLE, KEY, i)])
     journal.close()
     expected = sorted(_journal(tmp_path).state.messages[KEY])
-    snapshot = encode_record(Kind.SNAPSHOT, b"") + b"".join(
-        encode_ops([op]) for op in _journal(tmp_path).state.live_ops()
-    )
-    complete = snapshot + encode_record(Kind.SNAPSHOT_END, b"")
+    salt = b"compact!"  # a segment of this format (a headerless one after it would be a damaged header)
+    snapshot = segment_header(salt) + encode_record(Kind.SNAPSHOT, b"", salt)
+    snapshot += b"".join(encode_ops([op], salt) for op in _journal(tmp_path).state.live_ops())
+    complete = snapshot + encode_record(Kind.SNAPSHOT_END, b"", salt)
     old = sorted(tmp_path.glob("journal-*.log"))
     if stage == "tmp-written":
         (tmp_path / "journal-00000002.log.tmp").write_bytes(complete)
@@ -187,7 +188,8 @@ def test_incomplete_snapshot_is_ignored(tmp_path: Path) -> None:
     journal = _journal(tmp_path)
     journal.append([enqueue(1)])
     journal.close()
-    (tmp_path / "journal-00000002.log").write_bytes(encode_record(Kind.SNAPSHOT, b""))  # no SNAPSHOT_END
+    salt = bytes(8)
+    (tmp_path / "journal-00000002.log").write_bytes(segment_header(salt) + encode_record(Kind.SNAPSHOT, b"", salt))
     assert list(_journal(tmp_path).state.messages[KEY]) == [1]
 
 
