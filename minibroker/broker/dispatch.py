@@ -166,8 +166,9 @@ class Dispatcher:
 
     def journal_refusal(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
         """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on ``node`` while the journal
-        cannot write (disk full); None otherwise (at once while the journal writes)."""
-        if self.recorder.accepting or not message.durable:
+        cannot write (disk full) or the message is too large for a journal record; None otherwise (at once while
+        the journal writes)."""
+        if not self.recorder.may_refuse(message):
             return None
         return self.recorder.refusal(self.targets(node, message, origin), message)
 

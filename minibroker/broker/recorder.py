@@ -33,10 +33,13 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Subscription
+from minibroker.store import journal as store
 from minibroker.store.journal import Kind, NodeKey, Op
 
 Action = Callable[[], None]
 SUBSCRIPTION = "subscription"
+RECORD_MARGIN = 64 << 10
+"""What a record holds besides its messages' bytes, at most (node names, ids, a dead-letter's annotations)."""
 
 
 class JournalEntry(NamedTuple):
@@ -202,14 +205,30 @@ class Recorder:
         """True when ``message`` on ``queue`` goes to the journal."""
         return self.durable and message.durable and queue.journal is not None and self.node_key(queue) is not None
 
+    def may_refuse(self, message: Message) -> bool:
+        """False when ``message`` is surely taken by the journal (or not journaled): the usual, cheap case."""
+        return self.durable and message.durable and (not self.accepting or self.too_large(message.size) is not None)
+
     def refusal(self, targets: list[Queue], message: Message) -> Error | None:
         """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on one of ``targets`` while the
-        journal cannot write; else None (non-durable messages and nodes are served as ever)."""
-        if self.accepting or not message.durable:
+        journal cannot write, or is too large for a journal record; else None (non-durable messages and nodes
+        are served as ever)."""
+        if not self.may_refuse(message):
             return None
         if any(self.journals(queue, message) for queue in targets):
-            return journal_full_error()
+            return journal_full_error() if not self.accepting else self.too_large(message.size)
         return None
+
+    def too_large(self, size: int) -> Error | None:
+        """``amqp:resource-limit-exceeded`` when a record holding ``size`` bytes of messages would be larger
+        than the journal reads back (``MAX_RECORD``); checked before anything is applied."""
+        if not self.durable or size + RECORD_MARGIN <= store.MAX_RECORD:
+            return None
+        return error(
+            Condition.RESOURCE_LIMIT_EXCEEDED,
+            f"{size} bytes of durable messages in one step are more than a journal record holds "
+            f"({store.MAX_RECORD - RECORD_MARGIN} bytes)",
+        )
 
     # -- what is journaled --------------------------------------------------------------------------
     def node_key(self, queue: Queue) -> NodeKey | None:

@@ -148,6 +148,10 @@ class JournalUnavailable(JournalError):
     """A write or fsync failed (disk full, quota, I/O error): the journal takes nothing until ``repair()``."""
 
 
+class RecordTooLarge(JournalError):
+    """A record larger than recovery reads back (``MAX_RECORD``): not written, nothing applied."""
+
+
 class CorruptRecord(Exception):
     """A record body that does not parse (a bug, or a disk error past the checksum)."""
 
@@ -1026,14 +1030,18 @@ class Journal:
     def append(self, ops: list[Op]) -> int:
         """Write ``ops`` as one record (all or nothing); return its position for ``wait``-ing on a sync.
 
-        Raises ``JournalUnavailable`` when the journal is failed or the write fails: then nothing of the record
-        is on disk or in ``state``.
+        Raises ``JournalUnavailable`` when the journal is failed or the write fails, ``RecordTooLarge`` when
+        the record is larger than recovery reads back: then nothing of the record is on disk or in ``state``.
         """
         assert self._file is not None, "recover() first"
         if self.error is not None:
             raise JournalUnavailable(f"the journal cannot write: {self.error}")
+        shared = self._shared
         ops = self._share(ops)
         record = encode_ops(ops, self._salt)
+        if len(record) - _SYNC - _RECORD_HEAD.size > MAX_RECORD:
+            self._shared = shared
+            raise RecordTooLarge(f"a record of {len(record)} bytes is larger than the journal takes ({MAX_RECORD})")
         start = self._written
         try:
             self._write_all(self._file, record)

@@ -211,3 +211,17 @@ def test_state_replay_matches_model() -> None:
     state.apply(Op(Kind.UNSUBSCRIBE, SUB))
     assert SUB not in state.messages
     assert state.message_count == 1
+
+
+def test_a_record_larger_than_recovery_reads_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from minibroker.store import journal as journal_module
+
+    monkeypatch.setattr(journal_module, "MAX_RECORD", 1000)
+    journal = _journal(tmp_path)
+    with pytest.raises(journal_module.RecordTooLarge):
+        journal.append([enqueue(1, payload=b"x" * 600), enqueue(2, payload=b"y" * 600)])
+    assert journal.writable
+    assert not journal.state.messages.get(KEY)
+    journal.append([enqueue(3)])
+    journal.close()
+    assert list(_journal(tmp_path).state.messages[KEY]) == [3]
