@@ -80,6 +80,7 @@ class JournalWriter:
     def try_append(self, ops: list[Op]) -> bool:
         """Write ``ops`` now if the journal takes them; False (nothing written, nothing kept) if not."""
         if not self.accepting:
+            self._stalled(None)  # (logged and retried once, whoever noticed first)
             return False
         try:
             self.journal.append(ops)
@@ -143,8 +144,14 @@ class JournalWriter:
                     continue
                 crash_point("after-fsync")
                 self._answer()
-                if self.journal.needs_compaction() and self.journal.compact():
-                    log.info("journal compacted: %d live messages", self.journal.state.message_count)
+                if self.journal.needs_compaction():
+                    try:
+                        compacted = self.journal.compact()
+                    except JournalUnavailable as exc:
+                        self._stalled(exc)
+                        continue
+                    if compacted:
+                        log.info("journal compacted: %d live messages", self.journal.state.message_count)
             except Exception:  # a bug must not end the broker: log it, and try again later
                 log.exception("journal: unexpected error; trying again in %g s", self.retry_interval)
                 await trio.sleep(self.retry_interval)

@@ -1163,6 +1163,8 @@ class Journal:
 
         Returns False, keeping the old segments, when the journal is failed or the new segment cannot be
         written (disk full): then compaction is not tried again before the journal grew by another quarter.
+        Raises ``JournalUnavailable`` (the journal failed, the old segments kept) when the directory cannot be
+        fsynced once the new segment is in place: ``repair()`` fsyncs it.
         """
         if self._file is None or self.error is not None:
             return False
@@ -1182,8 +1184,10 @@ class Journal:
         try:
             self._fsync_directory()
         except OSError as exc:
-            self._directory_unsynced = True  # the new segment may not be durable yet: take nothing until it is
+            # the new segment may not be durable yet: take nothing until it is (``repair``), keep the old ones
+            self._directory_unsynced = True
             self._fail(exc)
+            raise JournalUnavailable(f"the journal cannot fsync its directory after a compaction: {exc}") from exc
         for path in old:
             try:
                 self.ops.unlink(path)
