@@ -83,6 +83,7 @@ _SYNC = 4  # bytes of the sync marker in front of a record of a salted segment
 _PROBE = 4096  # bytes of the probe record ``repair`` writes to check there is room again
 _MESSAGE_OVERHEAD = 64  # what a message costs in a snapshot besides its payload (for the compaction check)
 _BASE_LIVE = 1024
+_COMPACT_GROWTH = 3  # after a compaction, not again before the segment is this many times its snapshot
 _U32_MAX = 0xFFFFFFFF
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -409,8 +410,9 @@ class StoredMessage:
 class DurableState:
     """What the journal says exists: durable nodes, their messages, durable subscriptions, shared payloads.
 
-    ``live_bytes`` (what a snapshot of this state would about take) and ``message_count`` are kept up to date
-    by ``apply``: deciding whether to compact never walks the messages.
+    ``live_bytes`` (what a snapshot of this state would about take: payloads, and each message's and
+    subscription's node name) and ``message_count`` are kept up to date by ``apply``: deciding whether to
+    compact never walks the messages.
     """
 
     messages: dict[NodeKey, dict[int, StoredMessage]] = field(default_factory=dict)
@@ -420,6 +422,7 @@ class DurableState:
     refs: dict[int, int] = field(default_factory=dict)
     live_bytes: int = _BASE_LIVE
     message_count: int = 0
+    _key_sizes: dict[NodeKey, int] = field(default_factory=dict, repr=False)
 
     def apply(self, op: Op) -> None:
         freed: list[int] = []
@@ -467,7 +470,7 @@ class DurableState:
             node = self.messages.setdefault(op.key, {})
             old = node.get(op.message_id)
             if old is not None:
-                self._release(old, freed)
+                self._release(op.key, old, freed)
             node[op.message_id] = StoredMessage(
                 op.message_id,
                 op.delivery_count,
@@ -478,7 +481,7 @@ class DurableState:
                 op.timed,
             )
             self.refs[payload_id] += 1
-            self.live_bytes += _MESSAGE_OVERHEAD
+            self.live_bytes += _MESSAGE_OVERHEAD + self._key_size(op.key)
             self.message_count += 1
             if payload_id > self.max_message_id or op.message_id > self.max_message_id:
                 self.max_message_id = max(op.message_id, payload_id)
@@ -486,23 +489,37 @@ class DurableState:
             messages = self.messages.get(op.key)
             stored = messages.pop(op.message_id, None) if messages is not None else None
             if stored is not None:
-                self._release(stored, freed)
+                self._release(op.key, stored, freed)
         elif kind is Kind.COUNT:
             stored = self.messages.get(op.key, {}).get(op.message_id)
             if stored is not None:
                 stored.delivery_count = op.delivery_count
         elif kind is Kind.SUBSCRIBE:
+            old_selector = self.subscriptions.get(op.key)
+            if old_selector is not None:
+                self.live_bytes -= self._key_size(op.key) + len(old_selector)
             self.subscriptions[op.key] = op.selector
+            self.live_bytes += self._key_size(op.key) + len(op.selector)
             self.messages.setdefault(op.key, {})
         elif kind is Kind.UNSUBSCRIBE:
-            self.subscriptions.pop(op.key, None)
+            old_selector = self.subscriptions.pop(op.key, None)
+            if old_selector is not None:
+                self.live_bytes -= self._key_size(op.key) + len(old_selector)
             for stored in self.messages.pop(op.key, {}).values():
-                self._release(stored, freed)
+                self._release(op.key, stored, freed)
+            self._key_sizes.pop(op.key, None)
         else:
             raise CorruptRecord(f"record kind {kind.name} is not an operation")
 
-    def _release(self, stored: StoredMessage, freed: list[int]) -> None:
-        self.live_bytes -= _MESSAGE_OVERHEAD
+    def _key_size(self, key: NodeKey) -> int:
+        """Bytes of ``key`` in a record (each of its messages repeats it in a snapshot); computed once a key."""
+        size = self._key_sizes.get(key)
+        if size is None:
+            size = self._key_sizes[key] = 1 + sum(4 + len(part.encode("utf-8", "surrogatepass")) for part in key)
+        return size
+
+    def _release(self, key: NodeKey, stored: StoredMessage, freed: list[int]) -> None:
+        self.live_bytes -= _MESSAGE_OVERHEAD + self._key_size(key)
         self.message_count -= 1
         refs = self.refs[stored.payload_id] - 1
         self.refs[stored.payload_id] = refs
@@ -1177,6 +1194,8 @@ class Journal:
         old = self.segments()
         try:
             self._start_segment(number, salt, self._snapshot(salt))
+            # not again before the journal is well past its snapshot (whatever the live size says)
+            self._compact_floor = _COMPACT_GROWTH * self._written
         except OSError as exc:
             self._compact_floor = self._written + self._written // 4
             log.warning("journal: compaction abandoned (%s); the old segments are kept", exc.strerror or exc)

@@ -36,8 +36,9 @@ async def test_compaction_does_not_run_on_every_fsync(tmp_path: Path, monkeypatc
         await c.sender("orders", 1)
         await c.post(1, durable("x"))
         assert isinstance(await answer(c), Accepted)
+        # (fix review: with the names counted the live size is the journal's, so no compaction is due at all;
+        # the probe asked for at least one here, which only held while names were not counted)
         first = compactions
-        assert first >= 1
         for i in range(10):  # an innocent producer's durable sends
             await c.post(1, durable(f"bystander-{i}"))
             assert isinstance(await answer(c), Accepted)

@@ -225,3 +225,23 @@ def test_a_record_larger_than_recovery_reads_is_refused(tmp_path: Path, monkeypa
     journal.append([enqueue(3)])
     journal.close()
     assert list(_journal(tmp_path).state.messages[KEY]) == [3]
+
+
+def test_no_compaction_again_before_the_journal_is_well_past_its_snapshot(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, compact_at=1)
+    journal.recover()
+    for i in range(1, 101):
+        journal.append([enqueue(i, payload=b"p" * 1000)])
+    journal.sync()
+    assert journal.compact()
+    snapshot = (tmp_path / "journal-00000002.log").stat().st_size
+    journal.state.live_bytes = 1  # whatever the live size says (an estimate)
+    assert not journal.needs_compaction()
+    i = 1000
+    while (tmp_path / "journal-00000002.log").stat().st_size <= 3 * snapshot:
+        assert not journal.needs_compaction()
+        i += 1
+        journal.append([enqueue(i, payload=b"q" * 1000)])
+        journal.append([Op(Kind.SETTLE, KEY, i)])
+    assert journal.needs_compaction()
+    journal.close()

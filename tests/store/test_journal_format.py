@@ -24,6 +24,7 @@ from minibroker.store.journal import (
     JournalCorrupt,
     Kind,
     Op,
+    _pack_key,
     decode_ops,
     encode_ops,
     encode_record,
@@ -244,7 +245,9 @@ def test_live_size_kept_up_to_date_matches_a_count(ops: list[Op]) -> None:
     messages = [m for node in state.messages.values() for m in node.values()]
     payloads = {m.payload_id: m.payload for m in messages}
     assert state.message_count == len(messages)
-    assert state.live_bytes == 1024 + 64 * len(messages) + sum(len(p) for p in payloads.values())
+    names = sum(len(_pack_key(key)) * len(node) for key, node in state.messages.items())
+    names += sum(len(_pack_key(key)) + len(selector) for key, selector in state.subscriptions.items())
+    assert state.live_bytes == 1024 + 64 * len(messages) + names + sum(len(p) for p in payloads.values())
     assert set(state.payloads) == set(payloads)
 
 
