@@ -27,9 +27,10 @@ a departing link (its source's default outcome), or a transaction's commit or ro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Released
 from minibroker.amqp.errors import Condition, error
@@ -49,6 +50,19 @@ from minibroker.engine.endpoints import IncomingDelivery
 
 if TYPE_CHECKING:
     from minibroker.broker.selector import MessageFields, Selector
+
+_MAX_TIME_MS = 10**15  # about 31,700 years: a delay, delivery time or expiry beyond it is ignored
+
+
+def _sane_ms(value: object) -> TypeGuard[int | float]:
+    """True for a time in milliseconds the broker honours: a finite number (not a bool) of sane magnitude."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and -_MAX_TIME_MS <= value <= _MAX_TIME_MS
+    )
+
 
 _DELIVERY_TIME = "x-opt-delivery-time"  # Artemis, ActiveMQ: wall-clock ms
 _DELIVERY_DELAY = "x-opt-delivery-delay"  # Artemis, ActiveMQ: ms from arrival
@@ -140,7 +154,7 @@ class Dispatcher:
         ttl = message.ttl
         expires = now + ttl / 1000 if ttl else None
         absolute = message.absolute_expiry_time()
-        if absolute:
+        if absolute and _sane_ms(absolute):
             at = self.clock.from_wall_ms(absolute)
             expires = at if expires is None else min(expires, at)
         message.expires_at = expires
@@ -148,7 +162,7 @@ class Dispatcher:
             deliver_at = None
             for key, relative in ((_DELIVERY_TIME, False), (_SCHEDULED_ENQUEUE_TIME, False), (_DELIVERY_DELAY, True)):
                 value = message.annotation(key)
-                if isinstance(value, int | float) and not isinstance(value, bool):
+                if _sane_ms(value):  # a non-finite or absurd time is ignored: the message is not scheduled
                     deliver_at = now + value / 1000 if relative else self.clock.from_wall_ms(value)
                     break
             message.deliver_at = deliver_at if deliver_at is not None and deliver_at > now else None

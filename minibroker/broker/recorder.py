@@ -20,6 +20,7 @@ no-op and actions run at once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -251,8 +252,8 @@ class Recorder:
 
     def _wall_ms(self, instant: float | None) -> int | None:
         """A broker-clock instant as wall-clock milliseconds (what the journal keeps: the clock restarts)."""
-        if instant is None:
-            return None
+        if instant is None or not math.isfinite(instant):
+            return None  # (``arrive`` ignores such times: never reached, and never an error here)
         return round((instant + self._clock.wall.offset) * 1000)
 
     def enqueued(self, queue: Queue, message: Message) -> None:
