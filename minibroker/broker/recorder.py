@@ -301,6 +301,6 @@ class Recorder:
         if subscribed:
             subscription.journal = self
             selector = getattr(subscription.selector, "source", "") or ""
-            self._record(Op(Kind.SUBSCRIBE, key, selector=selector))
+            self._record(Op(Kind.SUBSCRIBE, key, selector=selector, shared=subscription.shared))
         else:
             self._record(Op(Kind.UNSUBSCRIBE, key))

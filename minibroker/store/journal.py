@@ -119,6 +119,7 @@ _LEGACY = {
 _OPERATIONS = frozenset((Kind.ENQUEUE, Kind.SETTLE, Kind.COUNT, Kind.SUBSCRIBE, Kind.UNSUBSCRIBE, Kind.ENQUEUE_REF))
 _KIND_BYTES = frozenset(int(k) for k in Kind)
 _HAS_EXPIRY, _HAS_DELIVERY, _UNTIMED = 1, 2, 4
+_SHARED = 1  # SUBSCRIBE flags
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -255,6 +256,7 @@ class Op:
     deliver_at: int | None = None
     payload_id: int = 0
     timed: bool = True
+    shared: bool = False  # a SUBSCRIBE: the subscription is shared (its links compete for its messages)
 
     def encode(self) -> bytes:
         kind = self.kind
@@ -284,7 +286,8 @@ class Op:
         if kind is Kind.COUNT:
             return head + _U64.pack(self.message_id) + _U32.pack(_clamp(self.delivery_count, 0, _U32_MAX))
         if kind is Kind.SUBSCRIBE:
-            return head + _pack_str(self.selector)
+            # the flags byte came later: a reader before it ignores it, a record before it has none (not shared)
+            return head + _pack_str(self.selector) + bytes([_SHARED if self.shared else 0])
         if kind is Kind.UNSUBSCRIBE:
             return head
         raise ValueError(f"{kind!r} is not an operation")
@@ -321,8 +324,9 @@ class Op:
                 (message_id,) = _U64.unpack_from(data, pos)
                 return cls(kind, key, message_id, _U32.unpack_from(data, pos + 8)[0])
             if kind is Kind.SUBSCRIBE:
-                selector, _ = _unpack_str(data, pos)
-                return cls(kind, key, selector=selector)
+                selector, pos = _unpack_str(data, pos)
+                flags = data[pos] if pos < len(data) else 0
+                return cls(kind, key, selector=selector, shared=bool(flags & _SHARED))
             if kind is Kind.UNSUBSCRIBE:
                 return cls(kind, key)
         except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
@@ -417,6 +421,7 @@ class DurableState:
 
     messages: dict[NodeKey, dict[int, StoredMessage]] = field(default_factory=dict)
     subscriptions: dict[NodeKey, str] = field(default_factory=dict)
+    shared: set[NodeKey] = field(default_factory=set)  # the subscriptions that are shared
     max_message_id: int = 0
     payloads: dict[int, bytes] = field(default_factory=dict)
     refs: dict[int, int] = field(default_factory=dict)
@@ -500,9 +505,14 @@ class DurableState:
                 self.live_bytes -= self._key_size(op.key) + len(old_selector)
             self.subscriptions[op.key] = op.selector
             self.live_bytes += self._key_size(op.key) + len(op.selector)
+            if op.shared:
+                self.shared.add(op.key)
+            else:
+                self.shared.discard(op.key)
             self.messages.setdefault(op.key, {})
         elif kind is Kind.UNSUBSCRIBE:
             old_selector = self.subscriptions.pop(op.key, None)
+            self.shared.discard(op.key)
             if old_selector is not None:
                 self.live_bytes -= self._key_size(op.key) + len(old_selector)
             for stored in self.messages.pop(op.key, {}).values():
@@ -529,7 +539,7 @@ class DurableState:
     def live_ops(self) -> Iterator[Op]:
         """Operations that recreate this state (for compaction): each payload written once."""
         for key, selector in self.subscriptions.items():
-            yield Op(Kind.SUBSCRIBE, key, selector=selector)
+            yield Op(Kind.SUBSCRIBE, key, selector=selector, shared=key in self.shared)
         written: set[int] = set()
         for key, messages in self.messages.items():
             for m in messages.values():
