@@ -145,6 +145,9 @@ class Dispatcher:
         self._stopped: dict[Queue, set[Consumer]] = {}  # attached, but out of their group until restarted
         self._by_conn: dict[ServerConnection, set[Consumer]] = {}
         self._seq = 0
+        # the last forwarded copy: (the original's bytes, its delivery-count, the annotations added, the copy's
+        # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
+        self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
         nodes.queue_gone = self.timers.queue_gone
 
     # -- into nodes ---------------------------------------------------------------------------------
@@ -588,7 +591,13 @@ class Dispatcher:
         namespace = queue.namespace if queue.namespace is not None else self.nodes.default
         node = namespace.node(address) or self.nodes.create(namespace, address, QUEUE, auto=True)
         copy = message.copy()
-        copy.annotate(annotations)
+        last = self._forwarded
+        same = last is not None and last[0] is message.payload and last[1:3] == (copy.delivery_count, annotations)
+        if last is not None and same:
+            copy.annotate(annotations, last[3])  # the same bytes: one copy in memory, one in the journal
+        else:
+            copy.annotate(annotations)
+            self._forwarded = (message.payload, copy.delivery_count, annotations, copy.payload)
         copy.expires_at = None
         copy.deliver_at = None
         copy.excluded = None
