@@ -145,17 +145,27 @@ class JournalWriter:
                 crash_point("after-fsync")
                 self._answer()
                 if self.journal.needs_compaction():
-                    try:
-                        compacted = self.journal.compact()
-                    except JournalUnavailable as exc:
-                        self._stalled(exc)
-                        continue
-                    if compacted:
-                        log.info("journal compacted: %d live messages", self.journal.state.message_count)
+                    await self._compact()
             except Exception:  # a bug must not end the broker: log it, and try again later
                 log.exception("journal: unexpected error; trying again in %g s", self.retry_interval)
                 await trio.sleep(self.retry_interval)
                 self._work.set()
+
+    async def _compact(self) -> None:
+        """Compact the journal, its snapshot written in a worker thread: the broker goes on meanwhile (what it
+        journals goes to the old segment and after the snapshot; answers wait for the end of the compaction)."""
+        compaction = self.journal.begin_compaction()
+        if compaction is None:
+            return
+        await trio.to_thread.run_sync(self.journal.write_snapshot, compaction)
+        try:
+            compacted = self.journal.finish_compaction(compaction)
+        except JournalUnavailable as exc:
+            self._stalled(exc)
+            return
+        if compacted:
+            log.info("journal compacted: %d live messages", self.journal.state.message_count)
+            self._answer()  # what was appended meanwhile is fsynced in the new segment
 
     async def _recover(self) -> None:
         """Until the journal writes again: repair it, write the backlog, fsync; then answer and accept again."""

@@ -41,7 +41,10 @@ recovery refuses (``JournalCorrupt``, naming the segment and the byte offset) an
 rewritten without the bad bytes.
 
 Compaction writes the live state into a fresh segment that starts with a SNAPSHOT record and ends with a
-SNAPSHOT_END record, fsyncs it, then deletes the older segments. Recovery starts from the newest segment
+SNAPSHOT_END record, fsyncs it, then deletes the older segments. The state is captured first
+(``begin_compaction``), the snapshot written from the capture (``write_snapshot``: the I/O layer runs it in a
+worker thread while records go on being appended to the current segment), then the records appended meanwhile
+are written after it and it replaces the old segments (``finish_compaction``). Recovery starts from the newest segment
 whose snapshot is complete, so a crash at any moment of compaction loses nothing and replays nothing twice.
 A compaction that cannot be written (disk full) is abandoned: its file is removed, the old segments stay.
 
@@ -538,25 +541,59 @@ class DurableState:
 
     def live_ops(self) -> Iterator[Op]:
         """Operations that recreate this state (for compaction): each payload written once."""
-        for key, selector in self.subscriptions.items():
-            yield Op(Kind.SUBSCRIBE, key, selector=selector, shared=key in self.shared)
-        written: set[int] = set()
-        for key, messages in self.messages.items():
-            for m in messages.values():
-                shared = m.payload_id in written
-                written.add(m.payload_id)
-                yield Op(
-                    Kind.ENQUEUE_REF if shared else Kind.ENQUEUE,
-                    key,
-                    m.message_id,
-                    m.delivery_count,
-                    b"" if shared else m.payload,
-                    "",
-                    m.expires_at,
-                    m.deliver_at,
-                    0 if m.payload_id == m.message_id else m.payload_id,
-                    m.timed,
-                )
+        return _live_ops(self.capture())
+
+    def capture(self) -> _Capture:
+        """What ``live_ops`` needs, taken now (cheap: no message is copied) and read later, in a worker thread
+        while the state goes on changing: a message's delivery-count may then be newer than at the capture, which
+        the records appended after the capture (replayed after the snapshot) make right anyway."""
+        messages = [(key, list(node.values())) for key, node in self.messages.items()]
+        return _Capture(dict(self.subscriptions), set(self.shared), messages)
+
+
+@dataclass
+class _Capture:
+    subscriptions: dict[NodeKey, str]
+    shared: set[NodeKey]
+    messages: list[tuple[NodeKey, list[StoredMessage]]]
+
+
+def _live_ops(capture: _Capture) -> Iterator[Op]:
+    for key, selector in capture.subscriptions.items():
+        yield Op(Kind.SUBSCRIBE, key, selector=selector, shared=key in capture.shared)
+    written: set[int] = set()
+    for key, messages in capture.messages:
+        for m in messages:
+            shared = m.payload_id in written
+            written.add(m.payload_id)
+            yield Op(
+                Kind.ENQUEUE_REF if shared else Kind.ENQUEUE,
+                key,
+                m.message_id,
+                m.delivery_count,
+                b"" if shared else m.payload,
+                "",
+                m.expires_at,
+                m.deliver_at,
+                0 if m.payload_id == m.message_id else m.payload_id,
+                m.timed,
+            )
+
+
+@dataclass
+class Compaction:
+    """A compaction under way (``Journal.begin_compaction``): its snapshot is written by ``write_snapshot`` (in a
+    worker thread), the records appended meanwhile go after it (``finish_compaction``)."""
+
+    number: int
+    salt: bytes
+    old: list[Path]
+    capture: _Capture
+    tmp: Path
+    tail: list[list[Op]] = field(default_factory=list)
+    fd: int | None = None
+    size: int = 0
+    error: OSError | None = None
 
 
 # -- reading segments -------------------------------------------------------------------------------------
@@ -767,6 +804,7 @@ class Journal:
         self._directory_unsynced = False
         self._compact_floor = 0
         self._shared: tuple[bytes, int] | None = None  # the last payload written, and its id
+        self._compaction: Compaction | None = None  # a compaction under way
         self.appended = 0  # records appended since start (positions handed out)
         self._tail = (0, 0)  # (appended, _written) of the last append
         self.synced = 0  # records known to be on disk
@@ -1002,7 +1040,9 @@ class Journal:
             self._quarantine(f"{segment.path.name}.before-rewrite", segment.data)
         old = self.segments()
         salt = os.urandom(8)
-        self._start_segment(self._segment + 1, salt, self._snapshot(salt), fsync=self.sync_enabled)
+        self._start_segment(
+            self._segment + 1, salt, self._snapshot(salt, self.state.live_ops()), fsync=self.sync_enabled
+        )
         for path in old:
             path.unlink()
         log.error(
@@ -1079,6 +1119,8 @@ class Journal:
             raise JournalUnavailable(f"the journal cannot write: {exc}") from exc
         self._written += len(record)
         self.state.apply_all(ops)
+        if self._compaction is not None:
+            self._compaction.tail.append(ops)  # for the new segment too
         self.appended += 1
         self._tail = (self.appended, self._written)  # one assignment: ``sync`` (another thread) reads both
         if self.sync_enabled:
@@ -1186,30 +1228,85 @@ class Journal:
         )
 
     def compact(self) -> bool:
-        """Rewrite the live state into a new segment, then delete the older ones (crash-safe).
+        """Rewrite the live state into a new segment, then delete the older ones (crash-safe): all three steps
+        of a compaction at once (the I/O layer runs ``write_snapshot`` in a worker thread instead).
 
         Returns False, keeping the old segments, when the journal is failed or the new segment cannot be
         written (disk full): then compaction is not tried again before the journal grew by another quarter.
         Raises ``JournalUnavailable`` (the journal failed, the old segments kept) when the directory cannot be
         fsynced once the new segment is in place: ``repair()`` fsyncs it.
         """
-        if self._file is None or self.error is not None:
+        compaction = self.begin_compaction()
+        if compaction is None:
             return False
-        try:
-            self.sync()
-        except JournalUnavailable:
-            return False
+        self.write_snapshot(compaction)
+        return self.finish_compaction(compaction)
+
+    def begin_compaction(self) -> Compaction | None:
+        """Capture the live state for a snapshot (None: the journal is failed, or a compaction is under way).
+        Records appended from now on are kept for the new segment too, until ``finish_compaction``."""
+        if self._file is None or self.error is not None or self._compaction is not None:
+            return None
         number = self._segment + 1
-        salt = os.urandom(8)
-        old = self.segments()
+        final = self.directory / _SEGMENT.format(number)
+        compaction = Compaction(
+            number, os.urandom(8), self.segments(), self.state.capture(), final.with_name(final.name + ".tmp")
+        )
+        self._compaction = compaction
+        return compaction
+
+    def write_snapshot(self, compaction: Compaction) -> None:
+        """Write and fsync the snapshot under a temporary name. Touches nothing of the journal but ``compaction``
+        (safe in a worker thread while records are appended); a failure is kept for ``finish_compaction``."""
         try:
-            self._start_segment(number, salt, self._snapshot(salt))
-            # not again before the journal is well past its snapshot (whatever the live size says)
-            self._compact_floor = _COMPACT_GROWTH * self._written
+            compaction.fd = self.ops.open(compaction.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            salt = compaction.salt
+            for chunk in _prepend(segment_header(salt), self._snapshot(salt, _live_ops(compaction.capture))):
+                self._write_all(compaction.fd, chunk)
+                compaction.size += len(chunk)
+            if self.sync_enabled:
+                self.ops.fsync(compaction.fd)
         except OSError as exc:
+            compaction.error = exc
+
+    def finish_compaction(self, compaction: Compaction) -> bool:
+        """Append the records written since the capture to the snapshot, fsync it, rename it into place, append to
+        it from now on, and delete the older segments. Returns and raises as ``compact``."""
+        self._compaction = None
+        fd = compaction.fd
+        try:
+            if compaction.error is not None:
+                raise compaction.error
+            if self.error is not None or fd is None:
+                raise OSError(errno.EIO, f"the journal failed meanwhile ({self.error})")
+            tail = b"".join(encode_ops(ops, compaction.salt) for ops in compaction.tail)
+            self._write_all(fd, tail)
+            if self.sync_enabled:
+                self.ops.fsync(fd)
+            self.ops.rename(compaction.tmp, self.directory / _SEGMENT.format(compaction.number))
+        except OSError as exc:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    self.ops.close(fd)
+            with contextlib.suppress(OSError):
+                self.ops.unlink(compaction.tmp)
             self._compact_floor = self._written + self._written // 4
             log.warning("journal: compaction abandoned (%s); the old segments are kept", exc.strerror or exc)
             return False
+        previous = self._file
+        self._file = fd
+        self._segment = compaction.number
+        self._salt = compaction.salt
+        self._written = self._synced_offset = compaction.size + len(tail)
+        self._tail = (self.appended, self._written)
+        self.synced = self.appended  # everything is in the new segment, fsynced
+        self._unsynced.clear()
+        self._shared = None
+        if previous is not None:
+            with contextlib.suppress(OSError):
+                self.ops.close(previous)
+        # not again before the journal is well past its snapshot (whatever the live size says)
+        self._compact_floor = _COMPACT_GROWTH * self._written
         try:
             self._fsync_directory()
         except OSError as exc:
@@ -1217,7 +1314,7 @@ class Journal:
             self._directory_unsynced = True
             self._fail(exc)
             raise JournalUnavailable(f"the journal cannot fsync its directory after a compaction: {exc}") from exc
-        for path in old:
+        for path in compaction.old:
             try:
                 self.ops.unlink(path)
             except OSError as exc:
@@ -1226,11 +1323,12 @@ class Journal:
             self._fsync_directory()
         return True
 
-    def _snapshot(self, salt: bytes) -> Iterator[bytes]:
-        """The records of a snapshot of the live state, in chunks of about 1 MiB."""
+    @staticmethod
+    def _snapshot(salt: bytes, ops: Iterable[Op]) -> Iterator[bytes]:
+        """The records of a snapshot of ``ops`` (the live state), in chunks of about 1 MiB."""
         chunk = [encode_record(Kind.SNAPSHOT, b"", salt)]
         size = 0
-        for op in self.state.live_ops():
+        for op in ops:
             record = encode_ops([op], salt)
             chunk.append(record)
             size += len(record)
@@ -1249,6 +1347,10 @@ class Journal:
 
     def close(self) -> None:
         """fsync (when it can) and close; release the data dir."""
+        compaction, self._compaction = self._compaction, None
+        if compaction is not None and compaction.fd is not None:  # abandoned (recovery removes its file)
+            with contextlib.suppress(OSError):
+                self.ops.close(compaction.fd)
         if self._file is not None:
             try:
                 self.sync()

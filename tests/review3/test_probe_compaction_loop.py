@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from minibroker.amqp.definitions import Accepted
-from minibroker.store.journal import Journal
+from minibroker.store.journal import Compaction, Journal
 from minibroker.testing.memory import memory_broker
 from tests.broker.test_transactions_frames import client
 from tests.server.test_durability import answer, durable
@@ -17,14 +17,14 @@ LONG = "q" * 60_000
 
 async def test_compaction_does_not_run_on_every_fsync(tmp_path: Path, monkeypatch) -> None:
     compactions = 0
-    real = Journal.compact
+    real = Journal.begin_compaction  # (fix review: the writer now compacts in steps, starting with this one)
 
-    def counting(self: Journal) -> bool:
+    def counting(self: Journal) -> Compaction | None:
         nonlocal compactions
         compactions += 1
         return real(self)
 
-    monkeypatch.setattr(Journal, "compact", counting)
+    monkeypatch.setattr(Journal, "begin_compaction", counting)
     async with memory_broker(data_dir=tmp_path) as mb:
         assert mb.writer is not None
         attacker = await client(mb)

@@ -245,3 +245,43 @@ def test_no_compaction_again_before_the_journal_is_well_past_its_snapshot(tmp_pa
         journal.append([Op(Kind.SETTLE, KEY, i)])
     assert journal.needs_compaction()
     journal.close()
+
+
+def test_records_appended_while_the_snapshot_is_written_follow_it(tmp_path: Path) -> None:
+    """The I/O layer writes the snapshot in a worker thread while the broker goes on appending."""
+    journal = Journal(tmp_path, compact_at=1)
+    journal.recover()
+    for i in range(1, 21):
+        journal.append([enqueue(i, payload=b"p" * 100)])
+    for i in range(1, 11):
+        journal.append([Op(Kind.SETTLE, KEY, i)])
+    compaction = journal.begin_compaction()
+    assert compaction is not None
+    assert journal.begin_compaction() is None  # one at a time
+    journal.append([enqueue(21)])
+    journal.append([Op(Kind.SETTLE, KEY, 11)])
+    journal.write_snapshot(compaction)
+    journal.append([Op(Kind.SETTLE, KEY, 12), enqueue(22)])
+    journal.append([Op(Kind.COUNT, KEY, 13, 5)])
+    assert journal.finish_compaction(compaction)
+    assert journal.synced == journal.appended
+    journal.append([enqueue(23)])
+    journal.close()
+    assert [p.name for p in tmp_path.glob("journal-*")] == ["journal-00000002.log"]
+    state = _journal(tmp_path).state
+    assert sorted(state.messages[KEY]) == [*range(13, 24)]
+    assert state.messages[KEY][13].delivery_count == 5
+
+
+def test_a_compaction_abandoned_at_close_leaves_nothing_behind(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, compact_at=1)
+    journal.recover()
+    journal.append([enqueue(1)])
+    compaction = journal.begin_compaction()
+    assert compaction is not None
+    journal.write_snapshot(compaction)
+    journal.append([enqueue(2)])
+    journal.close()
+    recovered = _journal(tmp_path)
+    assert sorted(recovered.state.messages[KEY]) == [1, 2]
+    assert not list(tmp_path.glob("*.tmp"))
