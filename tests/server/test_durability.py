@@ -352,3 +352,26 @@ async def test_the_broker_goes_on_while_a_compaction_writes_its_snapshot(tmp_pat
     assert released == [True]
     async with memory_broker(data_dir=tmp_path) as mb:
         assert mb.broker.queues["orders"].depth == 2  # trigger, during
+
+
+async def test_a_durable_message_larger_than_a_journal_record_is_refused(
+    tmp_path: Path, autojump_clock: MockClock, monkeypatch: Any
+) -> None:
+    """Review 3, finding 4: refused before it is queued (a record above MAX_RECORD would be cut at restart)."""
+    from minibroker.broker import recorder as recorder_module
+    from minibroker.store import journal as journal_module
+
+    monkeypatch.setattr(journal_module, "MAX_RECORD", 40_000)
+    monkeypatch.setattr(recorder_module, "RECORD_MARGIN", 1_000)
+    async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
+        c = await client(mb)
+        await c.sender("orders", 0)
+        await c.post(0, durable("x" * 50_000))
+        state = await answer(c)
+        assert refused_for_disk(state)
+        assert "journal record" in state.error.description
+        await c.post(0, frames.message("y" * 50_000))  # not durable: not journaled, taken
+        assert isinstance(await answer(c), Accepted)
+        await c.post(0, durable("small"))
+        assert isinstance(await answer(c), Accepted)
+        assert mb.broker.queues["orders"].depth == 2
