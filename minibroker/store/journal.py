@@ -38,14 +38,16 @@ segment of this format comes before it and its first bytes are not a damaged hea
 that does not check out with valid records after it (in the segment or in a later one) is *corruption*:
 recovery refuses (``JournalCorrupt``, naming the segment and the byte offset) and changes nothing, unless
 ``recover="skip-corrupt"``: then a copy of the segment goes to ``quarantine/`` first, and the segment is
-rewritten without the bad bytes.
+rewritten without the bad bytes; records that refer to a skipped payload are skipped too, and then the journal
+is rewritten as a snapshot of what was recovered (so that the next strict start finds nothing to skip).
 
 Compaction writes the live state into a fresh segment that starts with a SNAPSHOT record and ends with a
 SNAPSHOT_END record, fsyncs it, then deletes the older segments. The state is captured first
 (``begin_compaction``), the snapshot written from the capture (``write_snapshot``: the I/O layer runs it in a
 worker thread while records go on being appended to the current segment), then the records appended meanwhile
 are written after it and it replaces the old segments (``finish_compaction``). Recovery starts from the newest segment
-whose snapshot is complete, so a crash at any moment of compaction loses nothing and replays nothing twice.
+whose snapshot is complete, so a crash at any moment of compaction loses nothing and replays nothing twice (a
+snapshot without its end is ignored while older segments are there; once they are gone, it is the journal).
 A compaction that cannot be written (disk full) is abandoned: its file is removed, the old segments stay.
 
 This module does file I/O and nothing else: no trio, no clock. Nothing here needs more than O(1) work per
