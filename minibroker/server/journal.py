@@ -157,7 +157,11 @@ class JournalWriter:
         compaction = self.journal.begin_compaction()
         if compaction is None:
             return
-        await trio.to_thread.run_sync(self.journal.write_snapshot, compaction)
+        try:
+            await trio.to_thread.run_sync(self.journal.write_snapshot, compaction)
+        except BaseException:  # cancelled (the broker stops), or a bug: the old segments stay
+            self.journal.abandon_compaction(compaction)
+            raise
         try:
             compacted = self.journal.finish_compaction(compaction)
         except JournalUnavailable as exc:

@@ -1325,6 +1325,18 @@ class Journal:
             self._fsync_directory()
         return True
 
+    def abandon_compaction(self, compaction: Compaction) -> None:
+        """Give up a compaction under way (the broker stops, or ``write_snapshot`` failed unexpectedly): its
+        file is removed, the old segments stay."""
+        if self._compaction is compaction:
+            self._compaction = None
+        if compaction.fd is not None:
+            with contextlib.suppress(OSError):
+                self.ops.close(compaction.fd)
+            compaction.fd = None
+        with contextlib.suppress(OSError):
+            self.ops.unlink(compaction.tmp)
+
     @staticmethod
     def _snapshot(salt: bytes, ops: Iterable[Op]) -> Iterator[bytes]:
         """The records of a snapshot of ``ops`` (the live state), in chunks of about 1 MiB."""
@@ -1349,10 +1361,8 @@ class Journal:
 
     def close(self) -> None:
         """fsync (when it can) and close; release the data dir."""
-        compaction, self._compaction = self._compaction, None
-        if compaction is not None and compaction.fd is not None:  # abandoned (recovery removes its file)
-            with contextlib.suppress(OSError):
-                self.ops.close(compaction.fd)
+        if self._compaction is not None:
+            self.abandon_compaction(self._compaction)
         if self._file is not None:
             try:
                 self.sync()
