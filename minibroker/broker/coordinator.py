@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from minibroker.amqp.definitions import (
+    Accepted,
     Declare,
     Declared,
     Discharge,
@@ -268,12 +269,25 @@ class Coordinator:
         self.recorder.record_then(work, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
 
     def _journal_refusal(self, txn: Transaction) -> Error | None:
-        """While the journal cannot write (disk full), a commit with durable work fails (nothing is applied)."""
-        if self.recorder.accepting:
+        """While the journal cannot write (disk full), a commit with durable work fails; so does one whose record
+        would be larger than the journal takes (its messages, and the copies its outcomes may forward to a
+        dead-letter or expiry address). Checked before anything is applied."""
+        size = sum(post.message.size for post in txn.posts if post.message.durable)
+        durable = size > 0 or any(post.message.durable for post in txn.posts)
+        for dispatched in txn.held() if txn.acquired or txn.outcomes else ():
+            if not dispatched.message.durable_id:
+                continue
+            durable = True
+            outcome = txn.outcomes.get(dispatched)
+            if outcome is None and not dispatched.consumer.presettled:
+                outcome = dispatched.consumer.default_outcome
+            if outcome is not None and not isinstance(outcome, Accepted):
+                size += dispatched.message.size  # may be forwarded: a copy in the record
+        if not durable:
             return None
-        if any(post.message.durable for post in txn.posts) or any(d.message.durable_id for d in txn.held()):
+        if not self.recorder.accepting:
             return journal_full_error()
-        return None
+        return self.recorder.too_large(size)
 
     def _after(self, held_back: list[OutgoingDelivery], answer: Callable[[], None]) -> None:
         """Answer a discharge that rolled back now, or once the aborted transfers of its acquired deliveries have

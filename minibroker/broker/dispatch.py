@@ -27,9 +27,10 @@ a departing link (its source's default outcome), or a transaction's commit or ro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Released
 from minibroker.amqp.errors import Condition, error
@@ -49,6 +50,19 @@ from minibroker.engine.endpoints import IncomingDelivery
 
 if TYPE_CHECKING:
     from minibroker.broker.selector import MessageFields, Selector
+
+_MAX_TIME_MS = 10**15  # about 31,700 years: a delay, delivery time or expiry beyond it is ignored
+
+
+def _sane_ms(value: object) -> TypeGuard[int | float]:
+    """True for a time in milliseconds the broker honours: a finite number (not a bool) of sane magnitude."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and -_MAX_TIME_MS <= value <= _MAX_TIME_MS
+    )
+
 
 _DELIVERY_TIME = "x-opt-delivery-time"  # Artemis, ActiveMQ: wall-clock ms
 _DELIVERY_DELAY = "x-opt-delivery-delay"  # Artemis, ActiveMQ: ms from arrival
@@ -131,6 +145,9 @@ class Dispatcher:
         self._stopped: dict[Queue, set[Consumer]] = {}  # attached, but out of their group until restarted
         self._by_conn: dict[ServerConnection, set[Consumer]] = {}
         self._seq = 0
+        # the last forwarded copy: (the original's bytes, its delivery-count, the annotations added, the copy's
+        # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
+        self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
         nodes.queue_gone = self.timers.queue_gone
 
     # -- into nodes ---------------------------------------------------------------------------------
@@ -140,7 +157,7 @@ class Dispatcher:
         ttl = message.ttl
         expires = now + ttl / 1000 if ttl else None
         absolute = message.absolute_expiry_time()
-        if absolute:
+        if absolute and _sane_ms(absolute):
             at = self.clock.from_wall_ms(absolute)
             expires = at if expires is None else min(expires, at)
         message.expires_at = expires
@@ -148,7 +165,7 @@ class Dispatcher:
             deliver_at = None
             for key, relative in ((_DELIVERY_TIME, False), (_SCHEDULED_ENQUEUE_TIME, False), (_DELIVERY_DELAY, True)):
                 value = message.annotation(key)
-                if isinstance(value, int | float) and not isinstance(value, bool):
+                if _sane_ms(value):  # a non-finite or absurd time is ignored: the message is not scheduled
                     deliver_at = now + value / 1000 if relative else self.clock.from_wall_ms(value)
                     break
             message.deliver_at = deliver_at if deliver_at is not None and deliver_at > now else None
@@ -166,8 +183,9 @@ class Dispatcher:
 
     def journal_refusal(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
         """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on ``node`` while the journal
-        cannot write (disk full); None otherwise (at once while the journal writes)."""
-        if self.recorder.accepting or not message.durable:
+        cannot write (disk full) or the message is too large for a journal record; None otherwise (at once while
+        the journal writes)."""
+        if not self.recorder.may_refuse(message):
             return None
         return self.recorder.refusal(self.targets(node, message, origin), message)
 
@@ -573,7 +591,13 @@ class Dispatcher:
         namespace = queue.namespace if queue.namespace is not None else self.nodes.default
         node = namespace.node(address) or self.nodes.create(namespace, address, QUEUE, auto=True)
         copy = message.copy()
-        copy.annotate(annotations)
+        last = self._forwarded
+        same = last is not None and last[0] is message.payload and last[1:3] == (copy.delivery_count, annotations)
+        if last is not None and same:
+            copy.annotate(annotations, last[3])  # the same bytes: one copy in memory, one in the journal
+        else:
+            copy.annotate(annotations)
+            self._forwarded = (message.payload, copy.delivery_count, annotations, copy.payload)
         copy.expires_at = None
         copy.deliver_at = None
         copy.excluded = None

@@ -257,16 +257,19 @@ class Message:
             return content.payload
         return self._rebuilt(content.annotations)
 
-    def annotate(self, extra: dict[str, Any]) -> None:
+    def annotate(self, extra: dict[str, Any], payload: bytes | None = None) -> None:
         """Merge ``extra`` into the message-annotations (dead-letter reasons, ``modified`` annotations).
 
         This copy gets a content of its own (other copies keep theirs), with the same place and times. Only
         for a copy on no ready list (acquired, or not yet posted): its delivery order does not change anyway.
+        ``payload``: the bytes this gives, made already for another copy of the same content (then shared).
         """
         old = self.content
-        merged = dict(old.annotations or {})
-        merged.update({Symbol(k) if type(k) is str else k: v for k, v in extra.items()})
-        content = Content(self._rebuilt(merged))
+        if payload is None:
+            merged = dict(old.annotations or {})
+            merged.update({Symbol(k) if type(k) is str else k: v for k, v in extra.items()})
+            payload = self._rebuilt(merged)
+        content = Content(payload)
         content.seq, content.key = old.seq, old.key
         content.expires_at, content.deliver_at = old.expires_at, old.deliver_at
         self.content = content

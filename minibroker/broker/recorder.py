@@ -20,6 +20,7 @@ no-op and actions run at once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,10 +34,13 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Subscription
+from minibroker.store import journal as store
 from minibroker.store.journal import Kind, NodeKey, Op
 
 Action = Callable[[], None]
 SUBSCRIPTION = "subscription"
+RECORD_MARGIN = 64 << 10
+"""What a record holds besides its messages' bytes, at most (node names, ids, a dead-letter's annotations)."""
 
 
 class JournalEntry(NamedTuple):
@@ -202,14 +206,30 @@ class Recorder:
         """True when ``message`` on ``queue`` goes to the journal."""
         return self.durable and message.durable and queue.journal is not None and self.node_key(queue) is not None
 
+    def may_refuse(self, message: Message) -> bool:
+        """False when ``message`` is surely taken by the journal (or not journaled): the usual, cheap case."""
+        return self.durable and message.durable and (not self.accepting or self.too_large(message.size) is not None)
+
     def refusal(self, targets: list[Queue], message: Message) -> Error | None:
         """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on one of ``targets`` while the
-        journal cannot write; else None (non-durable messages and nodes are served as ever)."""
-        if self.accepting or not message.durable:
+        journal cannot write, or is too large for a journal record; else None (non-durable messages and nodes
+        are served as ever)."""
+        if not self.may_refuse(message):
             return None
         if any(self.journals(queue, message) for queue in targets):
-            return journal_full_error()
+            return journal_full_error() if not self.accepting else self.too_large(message.size)
         return None
+
+    def too_large(self, size: int) -> Error | None:
+        """``amqp:resource-limit-exceeded`` when a record holding ``size`` bytes of messages would be larger
+        than the journal reads back (``MAX_RECORD``); checked before anything is applied."""
+        if not self.durable or size + RECORD_MARGIN <= store.MAX_RECORD:
+            return None
+        return error(
+            Condition.RESOURCE_LIMIT_EXCEEDED,
+            f"{size} bytes of durable messages in one step are more than a journal record holds "
+            f"({store.MAX_RECORD - RECORD_MARGIN} bytes)",
+        )
 
     # -- what is journaled --------------------------------------------------------------------------
     def node_key(self, queue: Queue) -> NodeKey | None:
@@ -232,8 +252,8 @@ class Recorder:
 
     def _wall_ms(self, instant: float | None) -> int | None:
         """A broker-clock instant as wall-clock milliseconds (what the journal keeps: the clock restarts)."""
-        if instant is None:
-            return None
+        if instant is None or not math.isfinite(instant):
+            return None  # (``arrive`` ignores such times: never reached, and never an error here)
         return round((instant + self._clock.wall.offset) * 1000)
 
     def enqueued(self, queue: Queue, message: Message) -> None:
@@ -281,6 +301,6 @@ class Recorder:
         if subscribed:
             subscription.journal = self
             selector = getattr(subscription.selector, "source", "") or ""
-            self._record(Op(Kind.SUBSCRIBE, key, selector=selector))
+            self._record(Op(Kind.SUBSCRIBE, key, selector=selector, shared=subscription.shared))
         else:
             self._record(Op(Kind.UNSUBSCRIBE, key))

@@ -5,7 +5,7 @@ their delivery-counts, their expiry and their delivery time; nothing from an unc
 transaction was ever recorded, and nothing accepted is left. The journal keeps times as wall-clock instants:
 they are mapped onto the new broker clock here, so a message that expired while the broker was down is
 expired at once (``Broker.restore``) and a scheduled one waits for its time. A subscription is named by its
-topic, container-id and link name, whatever characters they hold.
+topic, container-id and link name, whatever characters they hold, and comes back shared if it was.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def restore(state: DurableState, nodes: Nodes, dispatcher: Dispatcher, recorder:
                 )
             except SelectorError:
                 selector = None
-        subscription = topic.subscribe((container, link), durable=True, shared=False, selector=selector)
+        shared = key in state.shared
+        subscription = topic.subscribe((container, link), durable=True, shared=shared, selector=selector)
         subscription.links = 0
         subscription.journal = recorder
     restored = 0

@@ -25,7 +25,7 @@ from minibroker.broker.core import Broker
 from minibroker.broker.recorder import Action, JournalEntry
 from minibroker.server.connection import wake_writers
 from minibroker.store.crash import crash_point
-from minibroker.store.journal import Journal, JournalError, JournalUnavailable, Op
+from minibroker.store.journal import Journal, JournalError, JournalUnavailable, Op, RecordTooLarge
 
 log = logging.getLogger("minibroker.store")
 
@@ -68,6 +68,9 @@ class JournalWriter:
                 self.backlog.append(JournalEntry(ops, then))
                 self._stalled(exc)
                 return
+            except RecordTooLarge as exc:  # the broker checks sizes first: a bug; what it did is never answered
+                log.error("journal: %s; not written, and what it did is not acknowledged", exc)
+                return
             crash_point("after-write")
         else:
             position = self.journal.appended
@@ -77,11 +80,15 @@ class JournalWriter:
     def try_append(self, ops: list[Op]) -> bool:
         """Write ``ops`` now if the journal takes them; False (nothing written, nothing kept) if not."""
         if not self.accepting:
+            self._stalled(None)  # (logged and retried once, whoever noticed first)
             return False
         try:
             self.journal.append(ops)
         except JournalUnavailable as exc:
             self._stalled(exc)
+            return False
+        except RecordTooLarge as exc:
+            log.error("journal: %s; refused", exc)
             return False
         crash_point("after-write")
         return True
@@ -137,12 +144,32 @@ class JournalWriter:
                     continue
                 crash_point("after-fsync")
                 self._answer()
-                if self.journal.needs_compaction() and self.journal.compact():
-                    log.info("journal compacted: %d live messages", self.journal.state.message_count)
+                if self.journal.needs_compaction():
+                    await self._compact()
             except Exception:  # a bug must not end the broker: log it, and try again later
                 log.exception("journal: unexpected error; trying again in %g s", self.retry_interval)
                 await trio.sleep(self.retry_interval)
                 self._work.set()
+
+    async def _compact(self) -> None:
+        """Compact the journal, its snapshot written in a worker thread: the broker goes on meanwhile (what it
+        journals goes to the old segment and after the snapshot; answers wait for the end of the compaction)."""
+        compaction = self.journal.begin_compaction()
+        if compaction is None:
+            return
+        try:
+            await trio.to_thread.run_sync(self.journal.write_snapshot, compaction)
+        except BaseException:  # cancelled (the broker stops), or a bug: the old segments stay
+            self.journal.abandon_compaction(compaction)
+            raise
+        try:
+            compacted = self.journal.finish_compaction(compaction)
+        except JournalUnavailable as exc:
+            self._stalled(exc)
+            return
+        if compacted:
+            log.info("journal compacted: %d live messages", self.journal.state.message_count)
+            self._answer()  # what was appended meanwhile is fsynced in the new segment
 
     async def _recover(self) -> None:
         """Until the journal writes again: repair it, write the backlog, fsync; then answer and accept again."""
@@ -167,7 +194,12 @@ class JournalWriter:
         """Write the records that waited, in order (raises ``JournalUnavailable`` at the first refused)."""
         while self.backlog:
             entry = self.backlog[0]
-            position = self.journal.append(entry.ops) if entry.ops else self.journal.appended
+            try:
+                position = self.journal.append(entry.ops) if entry.ops else self.journal.appended
+            except RecordTooLarge as exc:  # a bug (the broker checks sizes first): never answered
+                log.error("journal: %s; not written, and what it did is not acknowledged", exc)
+                self.backlog.popleft()
+                continue
             self.backlog.popleft()
             if entry.ops:
                 crash_point("after-write")

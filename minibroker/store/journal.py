@@ -4,9 +4,9 @@ its directory, write failures survived, and crash-safe compaction.
 Theory of operation
 -------------------
 The journal is a sequence of segment files ``journal-NNNNNNNN.log`` in the data directory, which a broker
-holds with an exclusive lock (``minibroker.lock``, holding the holder's pid) for as long as it runs. A segment
-starts with a header: a magic, the format version and 8 random bytes (the segment's *salt*), checksummed.
-Then records::
+holds with an exclusive lock (on the directory itself and on ``minibroker.lock``, which holds the holder's pid)
+for as long as it runs. A segment starts with a header: a magic, the format version and 8 random bytes (the
+segment's *salt*), checksummed. Then records::
 
     sync (the salt's first 4 bytes) | length (u32, bytes after this field) | crc32 (u32) | kind (u8) | body
 
@@ -32,15 +32,22 @@ covers them), and checks that a probe record can be written and fsynced. All fil
 ``FileOps``, which a test replaces to inject failures.
 
 Recovery reads every segment. An incomplete last record at the end of the last segment is a *torn tail* (a
-crash while writing): it is cut off, with a log line, after its bytes are kept in ``quarantine/``. A record
+crash while writing): it is cut off, with a log line, after its bytes are kept in ``quarantine/``; bad bytes at
+the start of a segment never are (a segment without the magic is read as one of the first format only while no
+segment of this format comes before it and its first bytes are not a damaged header). A record
 that does not check out with valid records after it (in the segment or in a later one) is *corruption*:
 recovery refuses (``JournalCorrupt``, naming the segment and the byte offset) and changes nothing, unless
 ``recover="skip-corrupt"``: then a copy of the segment goes to ``quarantine/`` first, and the segment is
-rewritten without the bad bytes.
+rewritten without the bad bytes; records that refer to a skipped payload are skipped too, and then the journal
+is rewritten as a snapshot of what was recovered (so that the next strict start finds nothing to skip).
 
 Compaction writes the live state into a fresh segment that starts with a SNAPSHOT record and ends with a
-SNAPSHOT_END record, fsyncs it, then deletes the older segments. Recovery starts from the newest segment
-whose snapshot is complete, so a crash at any moment of compaction loses nothing and replays nothing twice.
+SNAPSHOT_END record, fsyncs it, then deletes the older segments. The state is captured first
+(``begin_compaction``), the snapshot written from the capture (``write_snapshot``: the I/O layer runs it in a
+worker thread while records go on being appended to the current segment), then the records appended meanwhile
+are written after it and it replaces the old segments (``finish_compaction``). Recovery starts from the newest segment
+whose snapshot is complete, so a crash at any moment of compaction loses nothing and replays nothing twice (a
+snapshot without its end is ignored while older segments are there; once they are gone, it is the journal).
 A compaction that cannot be written (disk full) is abandoned: its file is removed, the old segments stay.
 
 This module does file I/O and nothing else: no trio, no clock. Nothing here needs more than O(1) work per
@@ -81,6 +88,7 @@ _SYNC = 4  # bytes of the sync marker in front of a record of a salted segment
 _PROBE = 4096  # bytes of the probe record ``repair`` writes to check there is room again
 _MESSAGE_OVERHEAD = 64  # what a message costs in a snapshot besides its payload (for the compaction check)
 _BASE_LIVE = 1024
+_COMPACT_GROWTH = 3  # after a compaction, not again before the segment is this many times its snapshot
 _U32_MAX = 0xFFFFFFFF
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -116,6 +124,7 @@ _LEGACY = {
 _OPERATIONS = frozenset((Kind.ENQUEUE, Kind.SETTLE, Kind.COUNT, Kind.SUBSCRIBE, Kind.UNSUBSCRIBE, Kind.ENQUEUE_REF))
 _KIND_BYTES = frozenset(int(k) for k in Kind)
 _HAS_EXPIRY, _HAS_DELIVERY, _UNTIMED = 1, 2, 4
+_SHARED = 1  # SUBSCRIBE flags
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -144,6 +153,10 @@ class JournalCorrupt(JournalError):
 
 class JournalUnavailable(JournalError):
     """A write or fsync failed (disk full, quota, I/O error): the journal takes nothing until ``repair()``."""
+
+
+class RecordTooLarge(JournalError):
+    """A record larger than recovery reads back (``MAX_RECORD``): not written, nothing applied."""
 
 
 class CorruptRecord(Exception):
@@ -248,6 +261,7 @@ class Op:
     deliver_at: int | None = None
     payload_id: int = 0
     timed: bool = True
+    shared: bool = False  # a SUBSCRIBE: the subscription is shared (its links compete for its messages)
 
     def encode(self) -> bytes:
         kind = self.kind
@@ -277,7 +291,8 @@ class Op:
         if kind is Kind.COUNT:
             return head + _U64.pack(self.message_id) + _U32.pack(_clamp(self.delivery_count, 0, _U32_MAX))
         if kind is Kind.SUBSCRIBE:
-            return head + _pack_str(self.selector)
+            # the flags byte came later: a reader before it ignores it, a record before it has none (not shared)
+            return head + _pack_str(self.selector) + bytes([_SHARED if self.shared else 0])
         if kind is Kind.UNSUBSCRIBE:
             return head
         raise ValueError(f"{kind!r} is not an operation")
@@ -314,8 +329,9 @@ class Op:
                 (message_id,) = _U64.unpack_from(data, pos)
                 return cls(kind, key, message_id, _U32.unpack_from(data, pos + 8)[0])
             if kind is Kind.SUBSCRIBE:
-                selector, _ = _unpack_str(data, pos)
-                return cls(kind, key, selector=selector)
+                selector, pos = _unpack_str(data, pos)
+                flags = data[pos] if pos < len(data) else 0
+                return cls(kind, key, selector=selector, shared=bool(flags & _SHARED))
             if kind is Kind.UNSUBSCRIBE:
                 return cls(kind, key)
         except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
@@ -403,17 +419,20 @@ class StoredMessage:
 class DurableState:
     """What the journal says exists: durable nodes, their messages, durable subscriptions, shared payloads.
 
-    ``live_bytes`` (what a snapshot of this state would about take) and ``message_count`` are kept up to date
-    by ``apply``: deciding whether to compact never walks the messages.
+    ``live_bytes`` (what a snapshot of this state would about take: payloads, and each message's and
+    subscription's node name) and ``message_count`` are kept up to date by ``apply``: deciding whether to
+    compact never walks the messages.
     """
 
     messages: dict[NodeKey, dict[int, StoredMessage]] = field(default_factory=dict)
     subscriptions: dict[NodeKey, str] = field(default_factory=dict)
+    shared: set[NodeKey] = field(default_factory=set)  # the subscriptions that are shared
     max_message_id: int = 0
     payloads: dict[int, bytes] = field(default_factory=dict)
     refs: dict[int, int] = field(default_factory=dict)
     live_bytes: int = _BASE_LIVE
     message_count: int = 0
+    _key_sizes: dict[NodeKey, int] = field(default_factory=dict, repr=False)
 
     def apply(self, op: Op) -> None:
         freed: list[int] = []
@@ -461,7 +480,7 @@ class DurableState:
             node = self.messages.setdefault(op.key, {})
             old = node.get(op.message_id)
             if old is not None:
-                self._release(old, freed)
+                self._release(op.key, old, freed)
             node[op.message_id] = StoredMessage(
                 op.message_id,
                 op.delivery_count,
@@ -472,7 +491,7 @@ class DurableState:
                 op.timed,
             )
             self.refs[payload_id] += 1
-            self.live_bytes += _MESSAGE_OVERHEAD
+            self.live_bytes += _MESSAGE_OVERHEAD + self._key_size(op.key)
             self.message_count += 1
             if payload_id > self.max_message_id or op.message_id > self.max_message_id:
                 self.max_message_id = max(op.message_id, payload_id)
@@ -480,23 +499,42 @@ class DurableState:
             messages = self.messages.get(op.key)
             stored = messages.pop(op.message_id, None) if messages is not None else None
             if stored is not None:
-                self._release(stored, freed)
+                self._release(op.key, stored, freed)
         elif kind is Kind.COUNT:
             stored = self.messages.get(op.key, {}).get(op.message_id)
             if stored is not None:
                 stored.delivery_count = op.delivery_count
         elif kind is Kind.SUBSCRIBE:
+            old_selector = self.subscriptions.get(op.key)
+            if old_selector is not None:
+                self.live_bytes -= self._key_size(op.key) + len(old_selector)
             self.subscriptions[op.key] = op.selector
+            self.live_bytes += self._key_size(op.key) + len(op.selector)
+            if op.shared:
+                self.shared.add(op.key)
+            else:
+                self.shared.discard(op.key)
             self.messages.setdefault(op.key, {})
         elif kind is Kind.UNSUBSCRIBE:
-            self.subscriptions.pop(op.key, None)
+            old_selector = self.subscriptions.pop(op.key, None)
+            self.shared.discard(op.key)
+            if old_selector is not None:
+                self.live_bytes -= self._key_size(op.key) + len(old_selector)
             for stored in self.messages.pop(op.key, {}).values():
-                self._release(stored, freed)
+                self._release(op.key, stored, freed)
+            self._key_sizes.pop(op.key, None)
         else:
             raise CorruptRecord(f"record kind {kind.name} is not an operation")
 
-    def _release(self, stored: StoredMessage, freed: list[int]) -> None:
-        self.live_bytes -= _MESSAGE_OVERHEAD
+    def _key_size(self, key: NodeKey) -> int:
+        """Bytes of ``key`` in a record (each of its messages repeats it in a snapshot); computed once a key."""
+        size = self._key_sizes.get(key)
+        if size is None:
+            size = self._key_sizes[key] = 1 + sum(4 + len(part.encode("utf-8", "surrogatepass")) for part in key)
+        return size
+
+    def _release(self, key: NodeKey, stored: StoredMessage, freed: list[int]) -> None:
+        self.live_bytes -= _MESSAGE_OVERHEAD + self._key_size(key)
         self.message_count -= 1
         refs = self.refs[stored.payload_id] - 1
         self.refs[stored.payload_id] = refs
@@ -505,25 +543,59 @@ class DurableState:
 
     def live_ops(self) -> Iterator[Op]:
         """Operations that recreate this state (for compaction): each payload written once."""
-        for key, selector in self.subscriptions.items():
-            yield Op(Kind.SUBSCRIBE, key, selector=selector)
-        written: set[int] = set()
-        for key, messages in self.messages.items():
-            for m in messages.values():
-                shared = m.payload_id in written
-                written.add(m.payload_id)
-                yield Op(
-                    Kind.ENQUEUE_REF if shared else Kind.ENQUEUE,
-                    key,
-                    m.message_id,
-                    m.delivery_count,
-                    b"" if shared else m.payload,
-                    "",
-                    m.expires_at,
-                    m.deliver_at,
-                    0 if m.payload_id == m.message_id else m.payload_id,
-                    m.timed,
-                )
+        return _live_ops(self.capture())
+
+    def capture(self) -> _Capture:
+        """What ``live_ops`` needs, taken now (cheap: no message is copied) and read later, in a worker thread
+        while the state goes on changing: a message's delivery-count may then be newer than at the capture, which
+        the records appended after the capture (replayed after the snapshot) make right anyway."""
+        messages = [(key, list(node.values())) for key, node in self.messages.items()]
+        return _Capture(dict(self.subscriptions), set(self.shared), messages)
+
+
+@dataclass
+class _Capture:
+    subscriptions: dict[NodeKey, str]
+    shared: set[NodeKey]
+    messages: list[tuple[NodeKey, list[StoredMessage]]]
+
+
+def _live_ops(capture: _Capture) -> Iterator[Op]:
+    for key, selector in capture.subscriptions.items():
+        yield Op(Kind.SUBSCRIBE, key, selector=selector, shared=key in capture.shared)
+    written: set[int] = set()
+    for key, messages in capture.messages:
+        for m in messages:
+            shared = m.payload_id in written
+            written.add(m.payload_id)
+            yield Op(
+                Kind.ENQUEUE_REF if shared else Kind.ENQUEUE,
+                key,
+                m.message_id,
+                m.delivery_count,
+                b"" if shared else m.payload,
+                "",
+                m.expires_at,
+                m.deliver_at,
+                0 if m.payload_id == m.message_id else m.payload_id,
+                m.timed,
+            )
+
+
+@dataclass
+class Compaction:
+    """A compaction under way (``Journal.begin_compaction``): its snapshot is written by ``write_snapshot`` (in a
+    worker thread), the records appended meanwhile go after it (``finish_compaction``)."""
+
+    number: int
+    salt: bytes
+    old: list[Path]
+    capture: _Capture
+    tmp: Path
+    tail: list[list[Op]] = field(default_factory=list)
+    fd: int | None = None
+    size: int = 0
+    error: OSError | None = None
 
 
 # -- reading segments -------------------------------------------------------------------------------------
@@ -572,9 +644,12 @@ class _Segment:
 
     @property
     def incomplete_snapshot(self) -> bool:
-        """A snapshot without its end and nothing damaged: one that never became the journal."""
+        """A snapshot without its end, nothing damaged before its torn tail (if any): one whose writing stopped."""
         return (
-            bool(self.records) and self.records[0].kind is Kind.SNAPSHOT and not self.complete_snapshot and not self.bad
+            bool(self.records)
+            and self.records[0].kind is Kind.SNAPSHOT
+            and not self.complete_snapshot
+            and all(b.resume is None and b.offset > 0 for b in self.bad)
         )
 
     @property
@@ -629,10 +704,34 @@ def _next_valid(data: bytes, start: int, salt: bytes | None) -> int | None:
     return None
 
 
-def _scan(path: Path) -> _Segment:
-    """Read a segment: its records, and where its bytes are not valid records."""
-    data = path.read_bytes()
-    if data[: len(MAGIC)] == MAGIC:
+def _damaged_header(data: bytes) -> bool:
+    """True when ``data`` (not starting with the magic) is a segment of this format whose first bytes were damaged:
+    its header checks out with the magic put back, or a valid record follows it, salted with its salt."""
+    if len(data) < _HEADER.size:
+        return False
+    if zlib.crc32(MAGIC + data[len(MAGIC) : 16]) == _U32.unpack_from(data, 16)[0]:
+        return True
+    return isinstance(_record_at(memoryview(data), _HEADER.size, data[8:16]), _Record)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise DataDirError(f"cannot read journal segment {path} ({exc.strerror or exc})") from None
+
+
+def _scan(path: Path, *, legacy: bool = True) -> _Segment:
+    """Read a segment: its records, and where its bytes are not valid records.
+
+    A segment without the magic is one of the first format only when ``legacy`` (no segment of this format comes
+    before it) and its first bytes are not a damaged header of this format; otherwise its header is damaged."""
+    data = _read(path)
+    if data[: len(MAGIC)] != MAGIC and (not legacy or _damaged_header(data)):
+        salt = data[8:16] if len(data) >= _HEADER.size else b"\x00" * 8
+        segment = _Segment(path, data, salt, min(len(data), _HEADER.size))
+        segment.bad.append(_Bad(0, segment.start if len(data) > _HEADER.size else None, "a damaged segment header"))
+    elif data[: len(MAGIC)] == MAGIC:
         if len(data) < _HEADER.size:
             segment = _Segment(path, data, b"\x00" * 8, len(data))
             segment.bad.append(_Bad(0, None, "an incomplete segment header"))
@@ -697,7 +796,7 @@ class Journal:
         self.error: OSError | None = None
         """Why the journal takes nothing now (a failed write or fsync); None while it works."""
         self._file: int | None = None
-        self._lock: int | None = None
+        self._lock: tuple[int, int] | None = None  # the data dir's fd and the lock file's, both locked
         self._segment = 0
         self._salt = b""
         self._written = 0  # bytes of complete records (and header) in the current segment
@@ -707,6 +806,7 @@ class Journal:
         self._directory_unsynced = False
         self._compact_floor = 0
         self._shared: tuple[bytes, int] | None = None  # the last payload written, and its id
+        self._compaction: Compaction | None = None  # a compaction under way
         self.appended = 0  # records appended since start (positions handed out)
         self._tail = (0, 0)  # (appended, _written) of the last append
         self.synced = 0  # records known to be on disk
@@ -727,19 +827,28 @@ class Journal:
             raise DataDirError(f"cannot create data dir {directory}: {exc.strerror or exc}") from None
         lock_path = directory / LOCK_FILE
         try:
+            directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise DataDirError(f"cannot open data dir {directory} ({exc.strerror or exc})") from None
+        try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
+            os.close(directory_fd)
             raise DataDirError(f"data dir {directory} is not writable ({exc.strerror or exc})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_holder(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise DataDirError(
-                    f"data dir {directory} is in use by another minibroker (pid {holder}); one broker per data dir"
-                ) from None
-            raise DataDirError(f"cannot lock data dir {directory} ({exc.strerror or exc})") from None
+        # the directory itself is locked (deleting the lock file does not let a second broker in), and the lock
+        # file too (it holds the pid named to a second broker)
+        for locked in (directory_fd, fd):
+            try:
+                fcntl.flock(locked, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _read_holder(fd)
+                os.close(fd)
+                os.close(directory_fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise DataDirError(
+                        f"data dir {directory} is in use by another minibroker (pid {holder}); one broker per data dir"
+                    ) from None
+                raise DataDirError(f"cannot lock data dir {directory} ({exc.strerror or exc})") from None
         probe = directory / f".write-test-{os.getpid()}"
         try:
             os.ftruncate(fd, 0)
@@ -748,12 +857,14 @@ class Journal:
             os.unlink(probe)
         except OSError as exc:
             os.close(fd)
+            os.close(directory_fd)
             raise DataDirError(f"data dir {directory} is not writable ({exc.strerror or exc})") from None
-        self._lock = fd
+        self._lock = (directory_fd, fd)
 
     def _release_directory(self) -> None:
         if self._lock is not None:
-            os.close(self._lock)
+            for fd in self._lock:
+                os.close(fd)
             self._lock = None
 
     # -- recovery -----------------------------------------------------------------------------------------
@@ -774,9 +885,13 @@ class Journal:
             raise
 
     def _recover(self) -> DurableState:
-        segments = [_scan(path) for path in self.segments()]
-        stale_snapshots = [s for s in segments if s.incomplete_snapshot]  # never became the journal
-        segments = [s for s in segments if not s.incomplete_snapshot]
+        segments: list[_Segment] = []
+        for path in self.segments():
+            segments.append(_scan(path, legacy=all(s.salt is None for s in segments)))
+        # a snapshot without its end never became the journal while older segments are still there (they are
+        # removed only once it is complete); without them it is the journal, whatever happened to its end
+        stale_snapshots = [s for i, s in enumerate(segments) if i > 0 and s.incomplete_snapshot]
+        segments = [s for s in segments if all(s is not t for t in stale_snapshots)]
         start = max((i for i, s in enumerate(segments) if s.complete_snapshot), default=0)
         superseded, live = segments[:start], segments[start:]
 
@@ -784,8 +899,8 @@ class Journal:
         problems: list[tuple[_Segment, _Bad]] = []
         for i, segment in enumerate(live):
             for bad in segment.bad:
-                if bad.resume is None and i == len(live) - 1 and not segment.header_damaged:
-                    continue  # a torn tail: what a crash while writing leaves
+                if bad.resume is None and i == len(live) - 1 and bad.offset > 0 and not segment.header_damaged:
+                    continue  # a torn tail: what a crash while writing leaves (never a whole segment)
                 if bad.resume is None and i < len(live) - 1:
                     bad.reason += ", with valid segments after it"
                 problems.append((segment, bad))
@@ -841,6 +956,8 @@ class Journal:
                 # a new data dir, or one of the first format (whose segments are read, never appended to)
                 number = max((s.number for s in segments), default=0) + 1
                 self._start_segment(number, os.urandom(8), [], fsync=self.sync_enabled)
+            if dangling:
+                self._rewrite_without_dangling([s for s in live if id(s) not in corrupt and s.path.exists()])
             if self.sync_enabled:
                 self._fsync_directory()
         except OSError as exc:
@@ -917,6 +1034,24 @@ class Journal:
         segment.data = head + body
         segment.bad.clear()
 
+    def _rewrite_without_dangling(self, uncopied: list[_Segment]) -> None:
+        """After skip-corrupt left records referring to what it skipped (they were skipped too): write the
+        recovered state as a snapshot and remove the older segments, so that the next start finds nothing to
+        skip (the segments are copied to quarantine first)."""
+        for segment in uncopied:
+            self._quarantine(f"{segment.path.name}.before-rewrite", segment.data)
+        old = self.segments()
+        salt = os.urandom(8)
+        self._start_segment(
+            self._segment + 1, salt, self._snapshot(salt, self.state.live_ops()), fsync=self.sync_enabled
+        )
+        for path in old:
+            path.unlink()
+        log.error(
+            "journal: records referring to skipped data were skipped too; the journal was rewritten as %s",
+            _SEGMENT.format(self._segment),
+        )
+
     def _open(self, path: Path, salt: bytes) -> None:
         self._file = self.ops.open(path, os.O_WRONLY | os.O_APPEND)
         self._written = self._synced_offset = os.fstat(self._file).st_size
@@ -964,14 +1099,18 @@ class Journal:
     def append(self, ops: list[Op]) -> int:
         """Write ``ops`` as one record (all or nothing); return its position for ``wait``-ing on a sync.
 
-        Raises ``JournalUnavailable`` when the journal is failed or the write fails: then nothing of the record
-        is on disk or in ``state``.
+        Raises ``JournalUnavailable`` when the journal is failed or the write fails, ``RecordTooLarge`` when
+        the record is larger than recovery reads back: then nothing of the record is on disk or in ``state``.
         """
         assert self._file is not None, "recover() first"
         if self.error is not None:
             raise JournalUnavailable(f"the journal cannot write: {self.error}")
+        shared = self._shared
         ops = self._share(ops)
         record = encode_ops(ops, self._salt)
+        if len(record) - _SYNC - _RECORD_HEAD.size > MAX_RECORD:
+            self._shared = shared
+            raise RecordTooLarge(f"a record of {len(record)} bytes is larger than the journal takes ({MAX_RECORD})")
         start = self._written
         try:
             self._write_all(self._file, record)
@@ -982,6 +1121,8 @@ class Journal:
             raise JournalUnavailable(f"the journal cannot write: {exc}") from exc
         self._written += len(record)
         self.state.apply_all(ops)
+        if self._compaction is not None:
+            self._compaction.tail.append(ops)  # for the new segment too
         self.appended += 1
         self._tail = (self.appended, self._written)  # one assignment: ``sync`` (another thread) reads both
         if self.sync_enabled:
@@ -1089,32 +1230,93 @@ class Journal:
         )
 
     def compact(self) -> bool:
-        """Rewrite the live state into a new segment, then delete the older ones (crash-safe).
+        """Rewrite the live state into a new segment, then delete the older ones (crash-safe): all three steps
+        of a compaction at once (the I/O layer runs ``write_snapshot`` in a worker thread instead).
 
         Returns False, keeping the old segments, when the journal is failed or the new segment cannot be
         written (disk full): then compaction is not tried again before the journal grew by another quarter.
+        Raises ``JournalUnavailable`` (the journal failed, the old segments kept) when the directory cannot be
+        fsynced once the new segment is in place: ``repair()`` fsyncs it.
         """
-        if self._file is None or self.error is not None:
+        compaction = self.begin_compaction()
+        if compaction is None:
             return False
-        try:
-            self.sync()
-        except JournalUnavailable:
-            return False
+        self.write_snapshot(compaction)
+        return self.finish_compaction(compaction)
+
+    def begin_compaction(self) -> Compaction | None:
+        """Capture the live state for a snapshot (None: the journal is failed, or a compaction is under way).
+        Records appended from now on are kept for the new segment too, until ``finish_compaction``."""
+        if self._file is None or self.error is not None or self._compaction is not None:
+            return None
         number = self._segment + 1
-        salt = os.urandom(8)
-        old = self.segments()
+        final = self.directory / _SEGMENT.format(number)
+        compaction = Compaction(
+            number, os.urandom(8), self.segments(), self.state.capture(), final.with_name(final.name + ".tmp")
+        )
+        self._compaction = compaction
+        return compaction
+
+    def write_snapshot(self, compaction: Compaction) -> None:
+        """Write and fsync the snapshot under a temporary name. Touches nothing of the journal but ``compaction``
+        (safe in a worker thread while records are appended); a failure is kept for ``finish_compaction``."""
         try:
-            self._start_segment(number, salt, self._snapshot(salt))
+            compaction.fd = self.ops.open(compaction.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            salt = compaction.salt
+            for chunk in _prepend(segment_header(salt), self._snapshot(salt, _live_ops(compaction.capture))):
+                self._write_all(compaction.fd, chunk)
+                compaction.size += len(chunk)
+            if self.sync_enabled:
+                self.ops.fsync(compaction.fd)
         except OSError as exc:
+            compaction.error = exc
+
+    def finish_compaction(self, compaction: Compaction) -> bool:
+        """Append the records written since the capture to the snapshot, fsync it, rename it into place, append to
+        it from now on, and delete the older segments. Returns and raises as ``compact``."""
+        self._compaction = None
+        fd = compaction.fd
+        try:
+            if compaction.error is not None:
+                raise compaction.error
+            if self.error is not None or fd is None:
+                raise OSError(errno.EIO, f"the journal failed meanwhile ({self.error})")
+            tail = b"".join(encode_ops(ops, compaction.salt) for ops in compaction.tail)
+            self._write_all(fd, tail)
+            if self.sync_enabled:
+                self.ops.fsync(fd)
+            self.ops.rename(compaction.tmp, self.directory / _SEGMENT.format(compaction.number))
+        except OSError as exc:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    self.ops.close(fd)
+            with contextlib.suppress(OSError):
+                self.ops.unlink(compaction.tmp)
             self._compact_floor = self._written + self._written // 4
             log.warning("journal: compaction abandoned (%s); the old segments are kept", exc.strerror or exc)
             return False
+        previous = self._file
+        self._file = fd
+        self._segment = compaction.number
+        self._salt = compaction.salt
+        self._written = self._synced_offset = compaction.size + len(tail)
+        self._tail = (self.appended, self._written)
+        self.synced = self.appended  # everything is in the new segment, fsynced
+        self._unsynced.clear()
+        self._shared = None
+        if previous is not None:
+            with contextlib.suppress(OSError):
+                self.ops.close(previous)
+        # not again before the journal is well past its snapshot (whatever the live size says)
+        self._compact_floor = _COMPACT_GROWTH * self._written
         try:
             self._fsync_directory()
         except OSError as exc:
-            self._directory_unsynced = True  # the new segment may not be durable yet: take nothing until it is
+            # the new segment may not be durable yet: take nothing until it is (``repair``), keep the old ones
+            self._directory_unsynced = True
             self._fail(exc)
-        for path in old:
+            raise JournalUnavailable(f"the journal cannot fsync its directory after a compaction: {exc}") from exc
+        for path in compaction.old:
             try:
                 self.ops.unlink(path)
             except OSError as exc:
@@ -1123,11 +1325,24 @@ class Journal:
             self._fsync_directory()
         return True
 
-    def _snapshot(self, salt: bytes) -> Iterator[bytes]:
-        """The records of a snapshot of the live state, in chunks of about 1 MiB."""
+    def abandon_compaction(self, compaction: Compaction) -> None:
+        """Give up a compaction under way (the broker stops, or ``write_snapshot`` failed unexpectedly): its
+        file is removed, the old segments stay."""
+        if self._compaction is compaction:
+            self._compaction = None
+        if compaction.fd is not None:
+            with contextlib.suppress(OSError):
+                self.ops.close(compaction.fd)
+            compaction.fd = None
+        with contextlib.suppress(OSError):
+            self.ops.unlink(compaction.tmp)
+
+    @staticmethod
+    def _snapshot(salt: bytes, ops: Iterable[Op]) -> Iterator[bytes]:
+        """The records of a snapshot of ``ops`` (the live state), in chunks of about 1 MiB."""
         chunk = [encode_record(Kind.SNAPSHOT, b"", salt)]
         size = 0
-        for op in self.state.live_ops():
+        for op in ops:
             record = encode_ops([op], salt)
             chunk.append(record)
             size += len(record)
@@ -1146,6 +1361,8 @@ class Journal:
 
     def close(self) -> None:
         """fsync (when it can) and close; release the data dir."""
+        if self._compaction is not None:
+            self.abandon_compaction(self._compaction)
         if self._file is not None:
             try:
                 self.sync()

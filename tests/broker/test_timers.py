@@ -185,6 +185,15 @@ async def test_scheduled_message_becomes_visible_after_ten_minutes(
     assert counts(mb.broker, "later") == (0, 1, 0)
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 1e300])
+async def test_a_non_finite_or_absurd_delivery_time_is_ignored(
+    mb: MemoryBroker, autojump_clock: MockClock, value: float
+) -> None:
+    producer = await client(mb, "later")
+    await producer.send(message("now", x_opt_delivery_delay=value))
+    assert counts(mb.broker, "later") == (1, 0, 0)  # ready at once, not scheduled
+
+
 async def test_an_earlier_deadline_rearms_the_timer(mb: MemoryBroker, autojump_clock: MockClock) -> None:
     """A timer already waiting for a far deadline (a one-hour ttl) must wake for a nearer one added later."""
     producer = await client(mb, "later")

@@ -306,3 +306,72 @@ async def test_a_publish_to_many_durable_subscriptions_journals_its_payload_once
         topic = mb.broker.topics["prices"]
         assert len(topic.subscriptions) == subscriptions
         assert all(s.depth == 1 and s.ready[0].payload == payload for s in topic.subscriptions.values())
+
+
+async def test_the_broker_goes_on_while_a_compaction_writes_its_snapshot(tmp_path: Path) -> None:
+    """Review 3, finding 7: the snapshot is written in a worker thread; messages journaled meanwhile follow it."""
+    import threading
+
+    from minibroker.store.journal import Journal
+
+    release = threading.Event()
+    started = threading.Event()
+    real = Journal.write_snapshot
+
+    released: list[bool] = []
+
+    def slow(self: Journal, compaction: Any) -> None:
+        started.set()
+        released.append(release.wait(5))  # on the event loop it would time out: nothing could release it
+        real(self, compaction)
+
+    async with memory_broker(data_dir=tmp_path) as mb:
+        assert mb.writer is not None
+        journal = mb.writer.journal
+        journal.write_snapshot = slow.__get__(journal)  # type: ignore[method-assign]
+        c = await client(mb)
+        await c.sender("orders", 0)
+        await c.sender("plain", 1)
+        await c.receiver("orders", 2)
+        for i in range(20):
+            await c.post(0, durable(f"m{i}", MessageAnnotations({Symbol("pad"): "x" * 500})))
+            assert isinstance(await answer(c), Accepted)
+        await c.credit(2, 20)
+        await c.take(20)
+        await c.peer.disposition(0, 19, settled=True, state=Accepted())
+        journal.compact_at = 1
+        await c.post(0, durable("trigger"))  # its fsync is followed by a compaction, held in its thread
+        assert isinstance(await answer(c), Accepted)
+        await trio.to_thread.run_sync(started.wait, 10)
+        await c.post(1, frames.message("not durable"))  # served while the snapshot is being written
+        assert isinstance(await answer(c), Accepted)
+        await c.post(0, durable("during"))  # journaled meanwhile: answered once the compaction is done
+        release.set()
+        assert isinstance(await answer(c), Accepted)
+        await until(lambda: len(journal.segments()) == 1 and journal.segments()[0].name != "journal-00000001.log")
+    assert released == [True]
+    async with memory_broker(data_dir=tmp_path) as mb:
+        assert mb.broker.queues["orders"].depth == 2  # trigger, during
+
+
+async def test_a_durable_message_larger_than_a_journal_record_is_refused(
+    tmp_path: Path, autojump_clock: MockClock, monkeypatch: Any
+) -> None:
+    """Review 3, finding 4: refused before it is queued (a record above MAX_RECORD would be cut at restart)."""
+    from minibroker.broker import recorder as recorder_module
+    from minibroker.store import journal as journal_module
+
+    monkeypatch.setattr(journal_module, "MAX_RECORD", 40_000)
+    monkeypatch.setattr(recorder_module, "RECORD_MARGIN", 1_000)
+    async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
+        c = await client(mb)
+        await c.sender("orders", 0)
+        await c.post(0, durable("x" * 50_000))
+        state = await answer(c)
+        assert refused_for_disk(state)
+        assert "journal record" in state.error.description
+        await c.post(0, frames.message("y" * 50_000))  # not durable: not journaled, taken
+        assert isinstance(await answer(c), Accepted)
+        await c.post(0, durable("small"))
+        assert isinstance(await answer(c), Accepted)
+        assert mb.broker.queues["orders"].depth == 2

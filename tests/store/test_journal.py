@@ -22,6 +22,7 @@ from minibroker.store.journal import (
     encode_ops,
     encode_record,
     record_offsets,
+    segment_header,
 )
 
 KEY = ("default", "queue", "orders")
@@ -163,10 +164,10 @@ def test_a_crash_during_compaction_loses_nothing(tmp_path: Path, stage: str) -> 
             journal.append([Op(Kind.SETTLE, KEY, i)])
     journal.close()
     expected = sorted(_journal(tmp_path).state.messages[KEY])
-    snapshot = encode_record(Kind.SNAPSHOT, b"") + b"".join(
-        encode_ops([op]) for op in _journal(tmp_path).state.live_ops()
-    )
-    complete = snapshot + encode_record(Kind.SNAPSHOT_END, b"")
+    salt = b"compact!"  # a segment of this format (a headerless one after it would be a damaged header)
+    snapshot = segment_header(salt) + encode_record(Kind.SNAPSHOT, b"", salt)
+    snapshot += b"".join(encode_ops([op], salt) for op in _journal(tmp_path).state.live_ops())
+    complete = snapshot + encode_record(Kind.SNAPSHOT_END, b"", salt)
     old = sorted(tmp_path.glob("journal-*.log"))
     if stage == "tmp-written":
         (tmp_path / "journal-00000002.log.tmp").write_bytes(complete)
@@ -187,7 +188,8 @@ def test_incomplete_snapshot_is_ignored(tmp_path: Path) -> None:
     journal = _journal(tmp_path)
     journal.append([enqueue(1)])
     journal.close()
-    (tmp_path / "journal-00000002.log").write_bytes(encode_record(Kind.SNAPSHOT, b""))  # no SNAPSHOT_END
+    salt = bytes(8)
+    (tmp_path / "journal-00000002.log").write_bytes(segment_header(salt) + encode_record(Kind.SNAPSHOT, b"", salt))
     assert list(_journal(tmp_path).state.messages[KEY]) == [1]
 
 
@@ -209,3 +211,77 @@ def test_state_replay_matches_model() -> None:
     state.apply(Op(Kind.UNSUBSCRIBE, SUB))
     assert SUB not in state.messages
     assert state.message_count == 1
+
+
+def test_a_record_larger_than_recovery_reads_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from minibroker.store import journal as journal_module
+
+    monkeypatch.setattr(journal_module, "MAX_RECORD", 1000)
+    journal = _journal(tmp_path)
+    with pytest.raises(journal_module.RecordTooLarge):
+        journal.append([enqueue(1, payload=b"x" * 600), enqueue(2, payload=b"y" * 600)])
+    assert journal.writable
+    assert not journal.state.messages.get(KEY)
+    journal.append([enqueue(3)])
+    journal.close()
+    assert list(_journal(tmp_path).state.messages[KEY]) == [3]
+
+
+def test_no_compaction_again_before_the_journal_is_well_past_its_snapshot(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, compact_at=1)
+    journal.recover()
+    for i in range(1, 101):
+        journal.append([enqueue(i, payload=b"p" * 1000)])
+    journal.sync()
+    assert journal.compact()
+    snapshot = (tmp_path / "journal-00000002.log").stat().st_size
+    journal.state.live_bytes = 1  # whatever the live size says (an estimate)
+    assert not journal.needs_compaction()
+    i = 1000
+    while (tmp_path / "journal-00000002.log").stat().st_size <= 3 * snapshot:
+        assert not journal.needs_compaction()
+        i += 1
+        journal.append([enqueue(i, payload=b"q" * 1000)])
+        journal.append([Op(Kind.SETTLE, KEY, i)])
+    assert journal.needs_compaction()
+    journal.close()
+
+
+def test_records_appended_while_the_snapshot_is_written_follow_it(tmp_path: Path) -> None:
+    """The I/O layer writes the snapshot in a worker thread while the broker goes on appending."""
+    journal = Journal(tmp_path, compact_at=1)
+    journal.recover()
+    for i in range(1, 21):
+        journal.append([enqueue(i, payload=b"p" * 100)])
+    for i in range(1, 11):
+        journal.append([Op(Kind.SETTLE, KEY, i)])
+    compaction = journal.begin_compaction()
+    assert compaction is not None
+    assert journal.begin_compaction() is None  # one at a time
+    journal.append([enqueue(21)])
+    journal.append([Op(Kind.SETTLE, KEY, 11)])
+    journal.write_snapshot(compaction)
+    journal.append([Op(Kind.SETTLE, KEY, 12), enqueue(22)])
+    journal.append([Op(Kind.COUNT, KEY, 13, 5)])
+    assert journal.finish_compaction(compaction)
+    assert journal.synced == journal.appended
+    journal.append([enqueue(23)])
+    journal.close()
+    assert [p.name for p in tmp_path.glob("journal-*")] == ["journal-00000002.log"]
+    state = _journal(tmp_path).state
+    assert sorted(state.messages[KEY]) == [*range(13, 24)]
+    assert state.messages[KEY][13].delivery_count == 5
+
+
+def test_a_compaction_abandoned_at_close_leaves_nothing_behind(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, compact_at=1)
+    journal.recover()
+    journal.append([enqueue(1)])
+    compaction = journal.begin_compaction()
+    assert compaction is not None
+    journal.write_snapshot(compaction)
+    journal.append([enqueue(2)])
+    journal.close()
+    recovered = _journal(tmp_path)
+    assert sorted(recovered.state.messages[KEY]) == [1, 2]
+    assert not list(tmp_path.glob("*.tmp"))

@@ -24,6 +24,7 @@ from minibroker.store.journal import (
     JournalCorrupt,
     Kind,
     Op,
+    _pack_key,
     decode_ops,
     encode_ops,
     encode_record,
@@ -244,7 +245,9 @@ def test_live_size_kept_up_to_date_matches_a_count(ops: list[Op]) -> None:
     messages = [m for node in state.messages.values() for m in node.values()]
     payloads = {m.payload_id: m.payload for m in messages}
     assert state.message_count == len(messages)
-    assert state.live_bytes == 1024 + 64 * len(messages) + sum(len(p) for p in payloads.values())
+    names = sum(len(_pack_key(key)) * len(node) for key, node in state.messages.items())
+    names += sum(len(_pack_key(key)) + len(selector) for key, selector in state.subscriptions.items())
+    assert state.live_bytes == 1024 + 64 * len(messages) + names + sum(len(p) for p in payloads.values())
     assert set(state.payloads) == set(payloads)
 
 
@@ -361,3 +364,20 @@ def test_an_unknown_format_version_refuses(tmp_path: Path) -> None:
     (tmp_path / "journal-00000001.log").write_bytes(head + struct.pack(">I", zlib.crc32(head)))
     with pytest.raises(Exception, match="format version 9"):
         _journal(tmp_path)
+
+
+def test_a_subscription_keeps_being_shared_and_older_records_read_as_not_shared(tmp_path: Path) -> None:
+    key = ("default", "subscription", "news", "", "orders")
+    op = Op(Kind.SUBSCRIBE, key, selector="a = 1", shared=True)
+    assert Op.decode(op.encode()) == op
+    older = op.encode()[:-1]  # a SUBSCRIBE written before the flags byte
+    assert Op.decode(older) == Op(Kind.SUBSCRIBE, key, selector="a = 1")
+    journal = Journal(tmp_path, compact_at=1)
+    journal.recover()
+    journal.append([op])
+    journal.sync()
+    assert journal.compact()
+    journal.close()
+    journal = Journal(tmp_path)
+    assert journal.recover().shared == {key}
+    journal.close()
