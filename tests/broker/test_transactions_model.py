@@ -890,6 +890,11 @@ class TransactionsModel(RuleBasedStateMachine):
                 return self.nodes[q]
         return None
 
+    def _reserved(self, address: str) -> bool:
+        """A `dynamic.` address whose node is gone (or never was): no post or attach may make it."""
+        existing = self.nodes.get(address)
+        return address.startswith("dynamic.") and (existing is None or existing.deleted)
+
     def _arrived(self, conn: Conn, msg: Msg, link: str, named: list[bytes], delivery_id: int, settled: bool) -> None:
         """A post arrived whole; ``named``: the txn-ids its frames named, in order (after inheritance)."""
         key = (conn.slot, delivery_id)
@@ -897,6 +902,9 @@ class TransactionsModel(RuleBasedStateMachine):
         distinct = list(dict.fromkeys(named))
         relay_to = msg.address if link == conn.relay else None
         node = self._node_of_link(conn, link)
+        # README: the relay reaches no node when ``to`` is missing, or names a `dynamic.` address with no node
+        # (nobody but the broker makes a node there): rejected, amqp:not-found
+        nowhere = link == conn.relay and (relay_to is None or self._reserved(str(relay_to)))
         if len(distinct) > 1:
             # D1, §4.4.1: "all frames MUST be explicitly associated with the same transaction"
             event("a post whose frames name two transactions (D1)")
@@ -907,7 +915,7 @@ class TransactionsModel(RuleBasedStateMachine):
                 self._controller_gone(conn)
                 self.controller_lost = True
         elif not distinct:
-            if link == conn.relay and relay_to is None:
+            if nowhere:
                 answer = Answer("rejected", condition=NOT_FOUND)
                 self._gone(msg)
             else:
@@ -919,7 +927,7 @@ class TransactionsModel(RuleBasedStateMachine):
                 event("post naming an unusable txn-id")
                 answer = Answer("rejected", condition=self._unknown_condition(conn, distinct[0]))
                 self._gone(msg)
-            elif link == conn.relay and relay_to is None:
+            elif nowhere:
                 answer = Answer("rejected", condition=NOT_FOUND)
                 txn.refused_post = True
                 self._gone(msg)
