@@ -323,11 +323,8 @@ class Op:
                 payload = bytes(data[pos:]) if kind is Kind.ENQUEUE else b""
                 timed = not flags & _UNTIMED
                 return cls(kind, key, message_id, count, payload, "", expires, deliver, payload_id, timed)
-            if kind is Kind.SETTLE:
-                return cls(kind, key, _U64.unpack_from(data, pos)[0])
-            if kind is Kind.COUNT:
-                (message_id,) = _U64.unpack_from(data, pos)
-                return cls(kind, key, message_id, _U32.unpack_from(data, pos + 8)[0])
+            if kind in (Kind.SETTLE, Kind.COUNT):
+                return cls._settle_or_count(kind, key, data, pos)
             if kind is Kind.SUBSCRIBE:
                 selector, pos = _unpack_str(data, pos)
                 flags = data[pos] if pos < len(data) else 0
@@ -345,15 +342,21 @@ class Op:
             (message_id,) = _U64.unpack_from(data, pos)
             (count,) = _U32.unpack_from(data, pos + 8)
             return cls(kind, key, message_id, count, bytes(data[pos + 12 :]), timed=False)
-        if kind is Kind.SETTLE:
-            return cls(kind, key, _U64.unpack_from(data, pos)[0])
-        if kind is Kind.COUNT:
-            (message_id,) = _U64.unpack_from(data, pos)
-            return cls(kind, key, message_id, _U32.unpack_from(data, pos + 8)[0])
+        if kind in (Kind.SETTLE, Kind.COUNT):
+            return cls._settle_or_count(kind, key, data, pos)
         if kind is Kind.SUBSCRIBE:
             selector, _ = _unpack_str(data, pos)
             return cls(kind, key, selector=selector)
         return cls(kind, key)
+
+    @classmethod
+    def _settle_or_count(cls, kind: Kind, key: NodeKey, data: bytes, pos: int) -> Op:
+        """The body of a SETTLE (message id) or COUNT (message id, delivery-count) record, the same in both
+        formats."""
+        (message_id,) = _U64.unpack_from(data, pos)
+        if kind is Kind.SETTLE:
+            return cls(kind, key, message_id)
+        return cls(kind, key, message_id, _U32.unpack_from(data, pos + 8)[0])
 
 
 def _seed(salt: bytes) -> int:
