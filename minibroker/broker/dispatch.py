@@ -408,20 +408,32 @@ class Dispatcher:
             for consumer in group.in_turn():
                 if not consumer.can_take():
                     continue
-                chosen = self._first_for(queue, consumer)
+                chosen, expired = self._first_for(queue, consumer)
                 if chosen is not None:
                     queue.acquire(chosen)
                     group.rotate_past(consumer)
                     self._send(consumer, chosen)
+                if expired:
+                    # only now: forwarding a copy may dispatch this queue again (its expiry address is itself)
+                    self._expire_ready(queue, expired)
+                if chosen is not None or expired:
                     break  # the ready list changed: start a new round
             else:
                 return
 
-    def _first_for(self, queue: Queue, consumer: Consumer) -> Message | None:
-        """The first ready message (delivery order) ``consumer`` may take, looking only where it has not looked.
+    def _expire_ready(self, queue: Queue, messages: list[Message]) -> None:
+        for message in messages:
+            with self.recorder.together():
+                if queue.remove_ready(message):
+                    self._expire(queue, message)
+
+    def _first_for(self, queue: Queue, consumer: Consumer) -> tuple[Message | None, list[Message]]:
+        """The first ready message (delivery order) ``consumer`` may take, looking only where it has not looked,
+        and the expired messages met on the way (the caller expires them once it has sent its choice: expiring
+        may forward a copy, and so dispatch, re-entrantly).
 
         First the messages that came in behind its scan's cursor since it last looked, then onwards from the
-        cursor. Expired messages met on the way are expired.
+        cursor. Nothing changes here but the scan.
         """
         scan = consumer.scan
         if scan is None:
@@ -450,11 +462,7 @@ class Dispatcher:
                 elif not (message.excluded and consumer in message.excluded) and selects(consumer.selector, message):
                     chosen = message
                     break
-        for message in expired:
-            with self.recorder.together():
-                if queue.remove_ready(message):
-                    self._expire(queue, message)
-        return chosen
+        return chosen, expired
 
     def _dispatch_browsers(self, queue: Queue, group: ConsumerGroup) -> None:
         for browser in group.browsers:
