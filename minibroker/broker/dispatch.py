@@ -442,13 +442,12 @@ class Dispatcher:
         now = self.clock.now
         expired: list[Message] = []
         chosen = None
-        while chosen is None and (message := scan.next_behind()) is not None:
-            if message in ready:  # (it may have gone since: taken by another consumer, expired)
-                scan.examined += 1
-                if message.expires_at is not None and message.expires_at <= now:
-                    expired.append(message)
-                elif not (message.excluded and consumer in message.excluded) and selects(consumer.selector, message):
-                    chosen = message
+        while chosen is None and (message := queue.next_behind(scan)) is not None:
+            scan.examined += 1
+            if message.expires_at is not None and message.expires_at <= now:
+                expired.append(message)
+            elif not (message.excluded and consumer in message.excluded) and selects(consumer.selector, message):
+                chosen = message
         if chosen is None:
             if scan.cursor is None:
                 following = iter(ready)
