@@ -29,6 +29,7 @@ def test_clients_that_refused_a_message_and_left_are_not_kept() -> None:
         peer.dispose(started.delivery_id, Modified(undeliverable_here=True), settled=True)
         peer.close()
         world.settle()
+        world.broker.take_dirty()  # what the I/O layer does after each batch (the test driver never does)
 
     for i in range(20):
         refuse_and_leave(i)
@@ -44,5 +45,5 @@ def test_clients_that_refused_a_message_and_left_are_not_kept() -> None:
         tracemalloc.stop()
     (message,) = world.broker.queues["q"].ready
     assert grown < 200 * 500, (
-        f"{grown} bytes ({grown // 200} per departed client) kept; excluded={len(message.excluded)}"
+        f"{grown} bytes ({grown // 200} per departed client) kept; excluded={len(message.excluded or ())}"
     )
