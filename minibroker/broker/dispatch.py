@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
+from weakref import WeakSet
 
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Released
 from minibroker.amqp.errors import Condition, error
@@ -548,7 +549,9 @@ class Dispatcher:
             if outcome.message_annotations:
                 message.annotate(outcome.message_annotations)
             if outcome.undeliverable_here:
-                message.excluded = (message.excluded or set()) | {consumer}
+                if message.excluded is None:
+                    message.excluded = WeakSet()
+                message.excluded.add(consumer)
             if outcome.delivery_failed:
                 # a uint (§3.2.1): saturates rather than wrapping or overflowing the header
                 if message.delivery_count < MAX_DELIVERY_COUNT:

@@ -17,6 +17,7 @@ emits a message with a lost header or two sections of one kind (§3.2: at most o
 from __future__ import annotations
 
 from typing import Any
+from weakref import WeakSet
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import DeliveryAnnotations, Header, MessageAnnotations, Properties
@@ -124,7 +125,8 @@ class Message:
         if seq:
             content.place(seq)
         self.delivery_count = content.count
-        self.excluded: set[Any] | None = None  # consumers that answered modified(undeliverable-here)
+        # consumers that answered modified(undeliverable-here), held weakly: one that goes away is forgotten
+        self.excluded: WeakSet[Any] | None = None
         self.durable_id = 0  # its id in the journal, when it is kept there (0: not journaled)
         self.timer: Any = None  # the expiry timer entry it holds (``timers.py``), told when it leaves for good
 
