@@ -379,14 +379,18 @@ class Endpoints:
         if not isinstance(context, Producer):
             return
         delivery = event.delivery
-        message = Message(event.payload)
+        message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
         transactional = isinstance(delivery.state, TransactionalState) or bool(delivery.earlier_states)
         if message.malformed is not None:
             # Part 3 §3.2: the broker reads the header and annotations (durability, ttl, priority, delivery-count,
             # scheduling); when they do not decode it cannot keep its promises for the message, so it refuses it
             # (§2.8.15 decode-error): rejected, or dropped when pre-settled, like any refused pre-settled post
-            undecodable = error(
-                Condition.DECODE_ERROR, f"the message's header or annotations do not decode: {message.malformed}"
+            undecodable = (
+                error(Condition.RESOURCE_LIMIT_EXCEEDED, f"the message's {message.malformed}")
+                if message.oversized
+                else error(
+                    Condition.DECODE_ERROR, f"the message's header or annotations do not decode: {message.malformed}"
+                )
             )
             self._refuse_post(conn, context.link, delivery, message, transactional, undecodable)
             return

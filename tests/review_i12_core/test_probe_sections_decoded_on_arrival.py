@@ -16,8 +16,10 @@ import time
 import pytest
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import AmqpValue
+from minibroker.amqp.definitions import AmqpValue, Rejected
+from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.message import Message
+from tests.broker.txn_driver import World
 
 
 def _map32_section(code: int, entries: int) -> bytes:
@@ -34,3 +36,22 @@ def test_a_huge_annotations_section_is_not_decoded_on_arrival(code: int, section
     elapsed = time.perf_counter() - started
     assert message.size == len(payload)
     assert elapsed < 0.5, f"{section} of {len(payload) / 2**20:.1f} MiB: {elapsed:.2f} s on the loop for one message"
+
+
+def test_the_broker_refuses_message_annotations_larger_than_its_limit() -> None:
+    """On arrival the broker decodes at most ``max_selector_properties_size`` of message-annotations: past it the
+    transfer is rejected with ``amqp:resource-limit-exceeded``, and the connection goes on."""
+    world = World(Broker(BrokerSettings(max_selector_properties_size=1024)))
+    peer = world.connect("app")
+    peer.attach_producer("p", "q")
+    world.settle()
+    peer.transfer("p", _map32_section(0x72, 200) + codec.encode(AmqpValue("x")), settled=False)
+    peer.transfer("p", _map32_section(0x72, 10) + codec.encode(AmqpValue("y")), settled=False)
+    seen = world.settle()[peer]
+    assert not seen.closed
+    (big, _), (small, _) = (seen.answers[i] for i in sorted(seen.answers))
+    assert isinstance(big, Rejected)
+    assert big.error is not None
+    assert big.error.condition == "amqp:resource-limit-exceeded", big.error
+    assert not isinstance(small, Rejected), small
+    assert world.broker.queues["q"].depth == 1
