@@ -16,9 +16,10 @@ import time
 import pytest
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import AmqpValue, Rejected
+from minibroker.amqp.definitions import AmqpValue, Properties, Rejected
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.message import Message
+from minibroker.testing import frames
 from tests.broker.txn_driver import World
 
 
@@ -53,5 +54,24 @@ def test_the_broker_refuses_message_annotations_larger_than_its_limit() -> None:
     assert isinstance(big, Rejected)
     assert big.error is not None
     assert big.error.condition == "amqp:resource-limit-exceeded", big.error
+    assert not isinstance(small, Rejected), small
+    assert world.broker.queues["q"].depth == 1
+
+
+def test_the_relay_does_not_decode_a_properties_section_larger_than_the_limit() -> None:
+    """A properties section past the limit is never decoded: for the anonymous relay its ``to`` is absent."""
+    world = World(Broker(BrokerSettings(max_selector_properties_size=1024)))
+    peer = world.connect("app")
+    peer.attach_producer("relay", None)
+    world.settle()
+    huge = Properties(to="q", subject="s" * 4000)
+    peer.transfer("relay", frames.message("big", huge), settled=False)
+    peer.transfer("relay", frames.message("small", Properties(to="q")), settled=False)
+    seen = world.settle()[peer]
+    assert not seen.closed
+    (big, _), (small, _) = (seen.answers[i] for i in sorted(seen.answers))
+    assert isinstance(big, Rejected)
+    assert big.error is not None
+    assert big.error.condition == "amqp:not-found", big.error
     assert not isinstance(small, Rejected), small
     assert world.broker.queues["q"].depth == 1
