@@ -299,6 +299,36 @@ def decode(data: bytes, pos: int = 0) -> tuple[Any, int]:
         raise DecodeError("AMQP value nested too deeply") from None
 
 
+_FIXED_WIDTHS = {
+    **dict.fromkeys((0x40, 0x41, 0x42, 0x43, 0x44, 0x45), 0),
+    **dict.fromkeys((0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56), 1),
+    **dict.fromkeys((0x60, 0x61), 2),
+    **dict.fromkeys((0x70, 0x71, 0x72, 0x73, 0x74), 4),
+    **dict.fromkeys((0x80, 0x81, 0x82, 0x83, 0x84), 8),
+    **dict.fromkeys((0x94, 0x98), 16),
+}
+_SIZE8 = frozenset({0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0})  # constructor, one size octet, then that many
+_SIZE32 = frozenset({0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0})  # constructor, four size octets, then that many
+
+
+def value_end(payload: bytes, pos: int) -> int:
+    """Where the (non-described) value encoded at ``pos`` ends, read from its constructor and size alone (a
+    section of a message is skipped, or measured, without decoding it)."""
+    code = payload[pos]
+    width = _FIXED_WIDTHS.get(code)
+    if width is not None:
+        end = pos + 1 + width
+    elif code in _SIZE8:
+        end = pos + 2 + payload[pos + 1]
+    elif code in _SIZE32 and pos + 5 <= len(payload):
+        end = pos + 5 + int.from_bytes(payload[pos + 1 : pos + 5], "big")
+    else:
+        raise DecodeError(f"unexpected format code 0x{code:02x} for a message section at offset {pos}")
+    if end > len(payload):
+        raise DecodeError(f"message section at offset {pos} runs past the end of the message")
+    return end
+
+
 def decode_all(data: bytes) -> list[Any]:
     """Decode a sequence of values that fills ``data`` exactly."""
     values = []

@@ -233,9 +233,12 @@ class Broker:
                 handler = handlers.get(type(event))
                 if handler is not None:
                     self._contain(what, partial(handler, conn, event))
-        # links whose detach was lost with the rest of the failed read: their messages go back all the same
-        for consumer in list(self.dispatcher.consumers_of(conn)):
-            self._contain(what, partial(self.endpoints.detached, conn, LinkDetached(consumer.link, False, None)))
+        # links whose detach was lost with the rest of the failed read (or whose handler failed): each is handled
+        # again, so its messages go back, its node is told and it is counted out (once: ``Endpoints`` counts
+        # membership)
+        lost = dict.fromkeys([*self.dispatcher.consumers_of(conn), *self.endpoints.links_of(conn)])
+        for context in lost:
+            self._contain(what, partial(self.endpoints.detached, conn, LinkDetached(context.link, False, None)))
         if conn in self.nodes.connections:  # its close never reached us: forget it all the same
             self._connection_closed(conn, ConnectionClosed(None, by_peer=False))
 

@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
+from weakref import WeakSet
 
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Released
 from minibroker.amqp.errors import Condition, error
@@ -408,20 +409,32 @@ class Dispatcher:
             for consumer in group.in_turn():
                 if not consumer.can_take():
                     continue
-                chosen = self._first_for(queue, consumer)
+                chosen, expired = self._first_for(queue, consumer)
                 if chosen is not None:
                     queue.acquire(chosen)
                     group.rotate_past(consumer)
                     self._send(consumer, chosen)
+                if expired:
+                    # only now: forwarding a copy may dispatch this queue again (its expiry address is itself)
+                    self._expire_ready(queue, expired)
+                if chosen is not None or expired:
                     break  # the ready list changed: start a new round
             else:
                 return
 
-    def _first_for(self, queue: Queue, consumer: Consumer) -> Message | None:
-        """The first ready message (delivery order) ``consumer`` may take, looking only where it has not looked.
+    def _expire_ready(self, queue: Queue, messages: list[Message]) -> None:
+        for message in messages:
+            with self.recorder.together():
+                if queue.remove_ready(message):
+                    self._expire(queue, message)
+
+    def _first_for(self, queue: Queue, consumer: Consumer) -> tuple[Message | None, list[Message]]:
+        """The first ready message (delivery order) ``consumer`` may take, looking only where it has not looked,
+        and the expired messages met on the way (the caller expires them once it has sent its choice: expiring
+        may forward a copy, and so dispatch, re-entrantly).
 
         First the messages that came in behind its scan's cursor since it last looked, then onwards from the
-        cursor. Expired messages met on the way are expired.
+        cursor. Nothing changes here but the scan.
         """
         scan = consumer.scan
         if scan is None:
@@ -430,13 +443,12 @@ class Dispatcher:
         now = self.clock.now
         expired: list[Message] = []
         chosen = None
-        while chosen is None and (message := scan.next_behind()) is not None:
-            if message in ready:  # (it may have gone since: taken by another consumer, expired)
-                scan.examined += 1
-                if message.expires_at is not None and message.expires_at <= now:
-                    expired.append(message)
-                elif not (message.excluded and consumer in message.excluded) and selects(consumer.selector, message):
-                    chosen = message
+        while chosen is None and (message := queue.next_behind(scan)) is not None:
+            scan.examined += 1
+            if message.expires_at is not None and message.expires_at <= now:
+                expired.append(message)
+            elif not (message.excluded and consumer in message.excluded) and selects(consumer.selector, message):
+                chosen = message
         if chosen is None:
             if scan.cursor is None:
                 following = iter(ready)
@@ -450,11 +462,7 @@ class Dispatcher:
                 elif not (message.excluded and consumer in message.excluded) and selects(consumer.selector, message):
                     chosen = message
                     break
-        for message in expired:
-            with self.recorder.together():
-                if queue.remove_ready(message):
-                    self._expire(queue, message)
-        return chosen
+        return chosen, expired
 
     def _dispatch_browsers(self, queue: Queue, group: ConsumerGroup) -> None:
         for browser in group.browsers:
@@ -541,7 +549,9 @@ class Dispatcher:
             if outcome.message_annotations:
                 message.annotate(outcome.message_annotations)
             if outcome.undeliverable_here:
-                message.excluded = (message.excluded or set()) | {consumer}
+                if message.excluded is None:
+                    message.excluded = WeakSet()
+                message.excluded.add(consumer)
             if outcome.delivery_failed:
                 # a uint (§3.2.1): saturates rather than wrapping or overflowing the header
                 if message.delivery_count < MAX_DELIVERY_COUNT:

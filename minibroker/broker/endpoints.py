@@ -92,7 +92,9 @@ class Endpoints:
         self.clock = clock or BrokerClock()
         self._producers: dict[Node, set[Producer]] = {}  # producer links of each node, detached when it goes
         self.links = 0
-        """Links attached now on the whole broker (bounded by ``max_links``)."""
+        """Links attached now on the whole broker (bounded by ``max_links``): the size of ``_linked``."""
+        # the attached links of each connection: a detach counts one out once, however often it is handled
+        self._linked: dict[ServerConnection, set[Consumer | Producer | Controller]] = {}
         self._topic_links: dict[ServerConnection, int] = {}  # receiver links on topics, per connection
         self._next_sweep: float | None = None
 
@@ -118,9 +120,17 @@ class Endpoints:
             self._attach_producer(conn, link, decision)
         else:
             self._attach_coordinator(conn, link, decision)
-        if link.context is not None:
-            self.links += 1
+        context = link.context
+        if isinstance(context, Consumer | Producer | Controller):
+            linked = self._linked.setdefault(conn, set())
+            if context not in linked:
+                linked.add(context)
+                self.links += 1
         self.outbox.touch(conn)
+
+    def links_of(self, conn: ServerConnection) -> list[Consumer | Producer | Controller]:
+        """``conn``'s links counted as attached (whose detach the broker has not handled)."""
+        return list(self._linked.get(conn, ()))
 
     def _lookup(
         self, conn: ServerConnection, name: str, kind: str | None, *, create: bool = True
@@ -292,7 +302,12 @@ class Endpoints:
     def detached(self, conn: ServerConnection, event: LinkDetached) -> None:
         context = event.link.context
         if isinstance(context, Consumer | Producer | Controller):
-            self.links -= 1
+            linked = self._linked.get(conn)
+            if linked is not None and context in linked:
+                linked.discard(context)
+                self.links -= 1
+                if not linked:
+                    del self._linked[conn]
         if isinstance(context, Consumer):
             self._consumer_detached(context, closed=event.closed)
         elif isinstance(context, Producer):
@@ -364,14 +379,18 @@ class Endpoints:
         if not isinstance(context, Producer):
             return
         delivery = event.delivery
-        message = Message(event.payload)
+        message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
         transactional = isinstance(delivery.state, TransactionalState) or bool(delivery.earlier_states)
         if message.malformed is not None:
             # Part 3 §3.2: the broker reads the header and annotations (durability, ttl, priority, delivery-count,
             # scheduling); when they do not decode it cannot keep its promises for the message, so it refuses it
             # (§2.8.15 decode-error): rejected, or dropped when pre-settled, like any refused pre-settled post
-            undecodable = error(
-                Condition.DECODE_ERROR, f"the message's header or annotations do not decode: {message.malformed}"
+            undecodable = (
+                error(Condition.RESOURCE_LIMIT_EXCEEDED, f"the message's {message.malformed}")
+                if message.oversized
+                else error(
+                    Condition.DECODE_ERROR, f"the message's header or annotations do not decode: {message.malformed}"
+                )
             )
             self._refuse_post(conn, context.link, delivery, message, transactional, undecodable)
             return

@@ -31,6 +31,7 @@ class Consumer:
     """A link on which the broker sends messages from ``queue`` (the peer's receiver)."""
 
     __slots__ = (
+        "__weakref__",  # a message refused with undeliverable-here remembers it weakly
         "browser",
         "conn",
         "cursor",

@@ -2,21 +2,26 @@
 
 The bare and annotated message are kept exactly as the producer sent them. Only the sections before the
 properties are looked at, and only when present: the header (priority, ttl, delivery-count) and the
-message-annotations (scheduled delivery). The properties section is decoded only when something needs
-it (anonymous relay's ``to``, an absolute expiry time, which a cheap field count rules out for most
-messages). A message goes out byte-identical unless the broker had to change it (its delivery-count, or
-annotations added by dead-lettering or a ``modified`` outcome); then only the sections before the
-properties are re-encoded in front of the untouched remainder.
+message-annotations (scheduled delivery); the delivery-annotations are skipped by their encoded size, never
+decoded. The properties section is decoded only when something needs it (anonymous relay's ``to``, an absolute
+expiry time, which a cheap field count rules out for most messages). What is decoded is bounded: a header or
+message-annotations section larger than the limit (``max_selector_properties_size``) makes the message
+``oversized`` (refused, ``amqp:resource-limit-exceeded``), and a larger properties section is never decoded
+(its ``to`` and absolute-expiry-time are taken as absent). A message goes out byte-identical unless the broker
+had to change it (its delivery-count, or annotations added by dead-lettering or a ``modified`` outcome); then
+only the sections before the properties are re-encoded in front of the untouched remainder.
 
-A message whose header, delivery-annotations or message-annotations do not decode (say, annotation keys that
-are neither symbols nor ulongs, §3.2.10) is ``malformed``: the broker refuses it (``amqp:decode-error``, see
-``endpoints.py``), and such a message is never rebuilt either (it goes out as it came), so the broker never
-emits a message with a lost header or two sections of one kind (§3.2: at most one of each, in order).
+A message whose header or message-annotations do not decode (say, annotation keys that are neither symbols nor
+ulongs, §3.2.10), or whose delivery-annotations' encoded size runs past its end, is ``malformed``: the broker
+refuses it (``amqp:decode-error``, see ``endpoints.py``), and such a message is never rebuilt either (it goes out as
+it came), so the broker never emits a message with a lost header or two sections of one kind (§3.2: at most one of
+each, in order).
 """
 
 from __future__ import annotations
 
 from typing import Any
+from weakref import WeakSet
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import DeliveryAnnotations, Header, MessageAnnotations, Properties
@@ -27,6 +32,9 @@ _SMALLULONG = 0x53
 _HEADER, _DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS, _PROPERTIES = 0x70, 0x71, 0x72, 0x73
 _ABSOLUTE_EXPIRY_FIELD = 9  # properties fields before and including absolute-expiry-time
 DEFAULT_PRIORITY = 4  # Part 3 §3.2.1
+# the largest header, message-annotations or properties section decoded on arrival (the broker passes its
+# ``max_selector_properties_size``; a recovered message, accepted before, passes None)
+DEFAULT_SECTION_LIMIT = 64 * 1024
 
 
 def _section_code(payload: bytes, pos: int) -> int:
@@ -61,15 +69,21 @@ class Content:
         "fields",
         "header",
         "key",
+        "limit",
         "malformed",
+        "oversized",
         "payload",
         "priority",
         "properties_start",
         "seq",
     )
 
-    def __init__(self, payload: bytes) -> None:
+    def __init__(self, payload: bytes, limit: int | None = None) -> None:
         self.seq = 0
+        self.limit = limit
+        """The largest header, message-annotations or properties section decoded (None: any size)."""
+        self.oversized = False
+        """True when the header or message-annotations are larger than ``limit`` (the message is refused)."""
         self.key: tuple[int, int] = (0, 0)
         self.expires_at: float | None = None
         self.deliver_at: float | None = None
@@ -85,6 +99,7 @@ class Content:
         pos = 0
         try:
             if _section_code(payload, 0) == _HEADER:
+                self._check_size(payload, 0, "header")
                 header, pos = codec.decode(payload)
                 if isinstance(header, Header):
                     self.header = header
@@ -93,20 +108,28 @@ class Content:
                         self.priority = min(int(header.priority), 9)
             self.body_offset = pos
             if _section_code(payload, pos) == _DELIVERY_ANNOTATIONS:
-                pos = codec.decode(payload, pos)[1]
+                pos = codec.value_end(payload, pos + 3)  # for the next hop: skipped by its size, never decoded
             self.annotations_start = pos
             if _section_code(payload, pos) == _MESSAGE_ANNOTATIONS:
+                self._check_size(payload, pos, "message-annotations")
                 annotations, pos = codec.decode(payload, pos)
                 if isinstance(annotations, MessageAnnotations):
                     self.annotations = annotations.value
             self.annotations_end = pos
-        except DecodeError as exc:
+        except (DecodeError, IndexError) as exc:
             self.malformed = str(exc)
             self.header = None
             self.annotations = None
             self.count = 0
             self.body_offset = self.annotations_start = self.annotations_end = pos = 0
         self.properties_start = pos
+
+    def _check_size(self, payload: bytes, pos: int, name: str) -> None:
+        """Refuse to decode the section at ``pos`` when it is larger than ``limit``."""
+        limit = self.limit
+        if limit is not None and (size := codec.value_end(payload, pos + 3) - pos) > limit:
+            self.oversized = True
+            raise DecodeError(f"{name} of {size} bytes, larger than the limit of {limit}")
 
     def place(self, seq: int) -> None:
         """Give the message its place in delivery order (every copy shares it: one copy per queue)."""
@@ -119,12 +142,13 @@ class Message:
 
     __slots__ = ("content", "delivery_count", "durable_id", "excluded", "timer")
 
-    def __init__(self, payload: bytes, seq: int = 0) -> None:
-        content = self.content = Content(payload)
+    def __init__(self, payload: bytes, seq: int = 0, *, limit: int | None = DEFAULT_SECTION_LIMIT) -> None:
+        content = self.content = Content(payload, limit)
         if seq:
             content.place(seq)
         self.delivery_count = content.count
-        self.excluded: set[Any] | None = None  # consumers that answered modified(undeliverable-here)
+        # consumers that answered modified(undeliverable-here), held weakly: one that goes away is forgotten
+        self.excluded: WeakSet[Any] | None = None
         self.durable_id = 0  # its id in the journal, when it is kept there (0: not journaled)
         self.timer: Any = None  # the expiry timer entry it holds (``timers.py``), told when it leaves for good
 
@@ -194,6 +218,11 @@ class Message:
         return self.content.properties_start
 
     @property
+    def oversized(self) -> bool:
+        """Whether the header or message-annotations are larger than the limit (see ``Content``)."""
+        return self.content.oversized
+
+    @property
     def malformed(self) -> str | None:
         """Why the header or annotations do not decode, or None (see ``Content``)."""
         return self.content.malformed
@@ -214,11 +243,14 @@ class Message:
 
     def properties(self) -> Properties | None:
         """The properties section, decoded (None when absent or undecodable)."""
-        if _section_code(self.payload, self.properties_start) != _PROPERTIES:
+        payload, pos, limit = self.payload, self.properties_start, self.content.limit
+        if _section_code(payload, pos) != _PROPERTIES:
             return None
         try:
-            section = codec.decode(self.payload, self.properties_start)[0]
-        except DecodeError:
+            if limit is not None and codec.value_end(payload, pos + 3) - pos > limit:
+                return None  # larger than the limit: never decoded, as if absent
+            section = codec.decode(payload, pos)[0]
+        except (DecodeError, IndexError):
             return None
         return section if isinstance(section, Properties) else None
 

@@ -13,14 +13,14 @@ message held: ready, acquired and scheduled.
 A ``Scan`` is one reader's progress through the ready messages (a consumer with a selector, see
 ``dispatch.py``): how far in delivery order it has looked, plus the messages that came in behind that point
 since (a release puts a message back at its old place, a higher priority goes ahead, a scheduled message
-falls due). The queue tells every open scan of each such message, so a reader never has to look at a
-message twice, however deep the queue.
+falls due). The queue keeps one log of the keys of such messages, which every open scan reads from its own
+position, so a reader never has to look at a message twice, however deep the queue, and what is remembered
+is bounded by the ready messages, not by readers times messages (a reader far behind starts over).
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 from typing import Any, Protocol
 
 from sortedcontainers import SortedKeyList
@@ -48,37 +48,73 @@ def _left(message: Message) -> None:
         timer.left()
 
 
+class _Arrivals:
+    """The delivery-order keys of messages that became ready behind some scan's cursor, in arrival order: one log
+    per queue, shared by its scans (each reads it from its own ``position``), so what came in costs one entry
+    however many scans there are, and holds no message (a consumed message is freed at once)."""
+
+    __slots__ = ("base", "keys")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[int, int]] = []
+        self.base = 0  # the log position of ``keys[0]`` (entries every scan has read are dropped)
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.keys)
+
+    def trim(self, position: int) -> None:
+        """Forget the entries before ``position`` (every scan has read them)."""
+        if position > self.base:
+            del self.keys[: position - self.base]
+            self.base = position
+
+
 class Scan:
     """How far one reader has looked through a queue's ready messages, in delivery order.
 
     Every ready message at or before ``cursor`` (a ``delivery_order`` key; None: nothing yet) has been looked at,
-    except those in ``behind``: messages that became ready there since, in delivery order (a heap).
-    ``examined`` counts the messages looked at (tests use it to check that the work stays incremental).
+    except those that became ready there since: the queue's log of such arrivals from ``position`` on, and the
+    ones already read from it but not yet looked at (``pending``, a heap of keys). ``examined`` counts the
+    messages looked at (tests use it to check that the work stays incremental).
     """
 
-    __slots__ = ("_ties", "behind", "cursor", "examined")
+    __slots__ = ("_log", "cursor", "examined", "pending", "position")
 
-    def __init__(self) -> None:
+    def __init__(self, log: _Arrivals) -> None:
+        self._log = log
         self.cursor: tuple[int, int] | None = None
-        self.behind: list[tuple[tuple[int, int], int, Message]] = []
+        self.position = log.end
+        self.pending: list[tuple[int, int]] = []
         self.examined = 0
-        self._ties = itertools.count()
 
-    def came_in(self, key: tuple[int, int], message: Message) -> None:
-        """``message`` (of delivery-order ``key``) became ready; remembered if it is behind the cursor."""
-        if self.cursor is not None and key <= self.cursor:
-            heapq.heappush(self.behind, (key, next(self._ties), message))
+    @property
+    def behind(self) -> list[tuple[int, int]]:
+        """The keys of the messages that came in behind the cursor and are not yet looked at."""
+        cursor = self.cursor
+        if cursor is None:
+            return []
+        log = self._log
+        return self.pending + [key for key in log.keys[self.position - log.base :] if key <= cursor]
 
-    def next_behind(self) -> Message | None:
-        """The first message in delivery order that came in behind the cursor (taken off the list), or None."""
-        if not self.behind:
-            return None
-        return heapq.heappop(self.behind)[2]
+    def next_behind(self) -> tuple[int, int] | None:
+        """The first key in delivery order that came in behind the cursor (taken off the list), or None."""
+        log = self._log
+        if self.position < log.end:
+            cursor = self.cursor
+            if cursor is not None:
+                pending = self.pending
+                for key in log.keys[self.position - log.base :]:
+                    if key <= cursor:
+                        heapq.heappush(pending, key)
+            self.position = log.end
+        return heapq.heappop(self.pending) if self.pending else None
 
     def restart(self) -> None:
         """Look at everything again from the start (what was behind is ahead now)."""
         self.cursor = None
-        self.behind.clear()
+        self.pending.clear()
+        self.position = self._log.end
 
 
 class Queue:
@@ -105,6 +141,7 @@ class Queue:
         self.journal: Departures | None = None  # told when a journaled message leaves; None: not durable
         self.namespace: Any = None  # the namespace holding it (dead-letter queues are created there)
         self.scans: list[Scan] = []  # readers that look through the ready messages incrementally
+        self._arrivals = _Arrivals()  # what came in behind their cursors
 
     @property
     def depth(self) -> int:
@@ -140,21 +177,51 @@ class Queue:
 
     def _came_in(self, message: Message) -> None:
         key = delivery_order(message)
-        limit = 2 * len(self.ready) + 64
         for scan in self.scans:
-            scan.came_in(key, message)
-            if len(scan.behind) > limit:
-                scan.restart()  # a reader that has not looked for long: cheaper to start again than to remember
+            cursor = scan.cursor
+            if cursor is not None and key <= cursor:
+                break
+        else:
+            return  # ahead of every cursor: each scan will come to it
+        log = self._arrivals
+        log.keys.append(key)
+        limit = 2 * len(self.ready) + 64
+        if len(log.keys) > limit:
+            log.trim(min(scan.position for scan in self.scans))
+            if len(log.keys) > limit:
+                # readers that have not looked for long: cheaper to start them again than to remember
+                lagging = log.base + len(log.keys) // 2
+                for scan in self.scans:
+                    if scan.position < lagging:
+                        scan.restart()
+                log.trim(min(scan.position for scan in self.scans))
+
+    def next_behind(self, scan: Scan) -> Message | None:
+        """The first ready message (delivery order) that came in behind ``scan``'s cursor and that it has not
+        looked at, or None."""
+        if len(scan.pending) > 2 * len(self.ready) + 64:
+            scan.restart()  # it read much and took little: start again rather than hold on
+            return None
+        ready = self.ready
+        while (key := scan.next_behind()) is not None:
+            message: Message | None = next(iter(ready.irange_key(key, key)), None)
+            if message is not None:  # (it may have gone since: taken by another consumer, expired)
+                return message
+        return None
 
     def open_scan(self) -> Scan:
         """A new reader, told from now on of the messages that come in behind its cursor."""
-        scan = Scan()
+        scan = Scan(self._arrivals)
         self.scans.append(scan)
         return scan
 
     def close_scan(self, scan: Scan) -> None:
         if scan in self.scans:
             self.scans.remove(scan)
+            if self.scans:
+                self._arrivals.trim(min(other.position for other in self.scans))
+            else:
+                self._arrivals.trim(self._arrivals.end)
 
     def acquire(self, message: Message) -> None:
         """``message`` (ready) is handed to a consumer."""

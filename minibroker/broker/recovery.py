@@ -65,7 +65,7 @@ def restore(state: DurableState, nodes: Nodes, dispatcher: Dispatcher, recorder:
 
 
 def _message(stored: StoredMessage, dispatcher: Dispatcher) -> Message:
-    message = Message(stored.payload)  # the bytes are shared by every message of one publish
+    message = Message(stored.payload, limit=None)  # the bytes are shared by every message of one publish
     message.delivery_count = stored.delivery_count
     message.durable_id = stored.message_id
     if stored.timed:

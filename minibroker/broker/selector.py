@@ -133,33 +133,6 @@ _SECTION_BITS: dict[Any, int] = {
     for key in (ULong(section.DESCRIPTOR_CODE), Symbol(section.DESCRIPTOR_NAME))
 }
 _NOT_A_DESCRIPTOR = frozenset({0x00, 0x45, 0xC0, 0xC1, 0xD0, 0xD1, 0xE0, 0xF0})  # described or compound
-_FIXED_WIDTHS = {
-    **dict.fromkeys((0x40, 0x41, 0x42, 0x43, 0x44, 0x45), 0),
-    **dict.fromkeys((0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56), 1),
-    **dict.fromkeys((0x60, 0x61), 2),
-    **dict.fromkeys((0x70, 0x71, 0x72, 0x73, 0x74), 4),
-    **dict.fromkeys((0x80, 0x81, 0x82, 0x83, 0x84), 8),
-    **dict.fromkeys((0x94, 0x98), 16),
-}
-_SIZE8 = frozenset({0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0})  # constructor, one size octet, then that many
-_SIZE32 = frozenset({0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0})  # constructor, four size octets, then that many
-
-
-def _value_end(payload: bytes, pos: int) -> int:
-    """Where the (non-described) value encoded at ``pos`` ends, read from its constructor and size alone."""
-    code = payload[pos]
-    width = _FIXED_WIDTHS.get(code)
-    if width is not None:
-        end = pos + 1 + width
-    elif code in _SIZE8:
-        end = pos + 2 + payload[pos + 1]
-    elif code in _SIZE32 and pos + 5 <= len(payload):
-        end = pos + 5 + int.from_bytes(payload[pos + 1 : pos + 5], "big")
-    else:
-        raise DecodeError(f"unexpected format code 0x{code:02x} for a message section at offset {pos}")
-    if end > len(payload):
-        raise DecodeError(f"message section at offset {pos} runs past the end of the message")
-    return end
 
 
 def _decode_fields(cls: type[MessageFields], payload: bytes, limit: int | None) -> MessageFields:
@@ -177,7 +150,7 @@ def _decode_fields(cls: type[MessageFields], payload: bytes, limit: int | None) 
         descriptor, value_pos = codec.decode(payload, pos + 1)
         if not isinstance(descriptor, int | str) or descriptor not in _SECTIONS_BEFORE_BODY:
             break
-        section_end = _value_end(payload, value_pos)
+        section_end = codec.value_end(payload, value_pos)
         bit = _SECTION_BITS.get(descriptor, 0)
         if bit and limit is not None and section_end - pos > limit:
             oversized |= bit
