@@ -1735,7 +1735,7 @@ def test_r6_a_release_bounced_through_a_second_transaction_of_the_controller() -
 
 
 @pytest.mark.parametrize("then", ["window opens", "consumer detaches", "connection closes"])
-def test_r5_timed_out_discharge_detach_waits_for_the_abort(then: str) -> None:
+def test_r4_timed_out_discharge_detach_waits_for_the_abort(then: str) -> None:
     """Scripted (the falsifying example of model-failure2, by hand): a controller without ``rejected`` on a slow
     connection; a big delivery acquired under T is partly sent when T times out, its abort held back by the
     closed window. discharge(T, fail=false) is answered by detaching the controller with
