@@ -420,6 +420,58 @@ async def test_r4_rollback_of_a_timed_out_id_keeps_an_accepted_only_controller(
     await answer_detach(c, COORD)
 
 
+@pytest.mark.parametrize("settings", [BrokerSettings(transaction_timeout=10)], ids=["timeout-10s"])
+@pytest.mark.parametrize("then", ["window-opens", "consumer-detaches"])
+async def test_r4_timed_out_discharge_detach_waits_for_the_abort(
+    mb: MemoryBroker, autojump_clock: MockClock, then: str
+) -> None:
+    """A controller without ``rejected`` learns that its discharge(fail=false) of a timed-out id failed by the
+    detach of its link with amqp:transaction:timeout (§4.3). That detach is the discharge's answer, so like any
+    answer it goes out only after the aborted transfer of a delivery acquired under the id (§4.4.3: abort
+    "before completing the discharge"), which a closed session window holds back. Meanwhile the controller is
+    still attached: a transaction declared on it stays open until the detach rolls it back."""
+    await fill_big(mb, "big")
+    c = await small_window_client(mb, "small-window", window=1)
+    await c.coordinator(outcomes=[ACCEPTED_LIST])
+    txn = await c.declare()
+    await c.receiver("big", 2)
+    await c.peer.flow(2, 1, incoming_window=1, properties={TXN_ID: txn})
+    (first,) = await c.take(1)
+    assert first.performative.more
+    await trio.sleep(11)  # T times out: the abort of the partly sent delivery waits for the window
+    assert await gather(c.peer) == []
+    survivor = await c.declare()  # the controller works on
+    await c.sender("q", 1)
+    await post_ok(c, 1, "staged under the survivor", survivor)
+    await c.control(Discharge(txn_id=txn, fail=False))
+    assert await gather(c.peer) == [], "the discharge was answered before the abort went out"
+    assert [i.txn_id for i in mb.broker.transactions] == [survivor]
+
+    if then == "window-opens":
+        await c.peer.flow(incoming_window=100)
+        got = await gather(c.peer)
+        assert kinds(got) == ["Transfer", "Detach"], f"expected the abort, then the detach: {got}"
+        aborted = got[0].performative
+        assert (aborted.handle, aborted.aborted) == (c.handles[2], True)
+        assert_detached(got[1:], {c.handles[COORD]}, Condition.TRANSACTION_TIMEOUT)
+    else:  # the consumer's link goes: its held-back frames are never sent, and the answer waits no longer
+        await c.peer.send(Detach(handle=UInt(2), closed=True))
+        got = await gather(c.peer)
+        assert kinds(got) == ["Detach", "Detach"], got
+        ours = [f for f in got if f.performative.handle == c.handles[2]]
+        assert [f.performative.error for f in ours] == [None]  # our detach answered
+        coordinator = [f for f in got if f.performative.handle != c.handles[2]]
+        assert_detached(coordinator, {c.handles[COORD]}, Condition.TRANSACTION_TIMEOUT)
+    await answer_detach(c, COORD)
+    await mb.settle()
+    assert mb.broker.transactions == []  # the detach rolled the survivor back
+    assert (mb.broker.queues["q"].depth, mb.broker.queues["q"].staged) == (0, 0)
+    second = await client(mb, "second")  # the big message is back on its queue, whole
+    await second.receiver("big", 2)
+    (whole,) = await take_and_accept(second, 2, 1)
+    assert whole.payload == BIG
+
+
 # -- R5: after the time-out, a link acquiring under T stops ------------------------------------------------
 @pytest.mark.parametrize("settings", [BrokerSettings(transaction_timeout=10)], ids=["timeout-10s"])
 @pytest.mark.parametrize(

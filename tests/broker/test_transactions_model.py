@@ -363,6 +363,9 @@ class TransactionsModel(RuleBasedStateMachine):
         self.answers_due: list[tuple[tuple[int, int], Answer, list[tuple[int, int]]]] = []
         """Discharge answers that come once these aborts are out (§4.4.3: abort "before completing the
         discharge")."""
+        self.detaches_due: list[tuple[Conn, str, str, list[tuple[int, int]]]] = []
+        """The same for an answer that is an error detaching the controller (conn, controller, condition, aborts):
+        until then the controller stays attached, and its transactions open."""
         self.stats = Counter[str]()  # declared, committed, timed_out
         self.expected = Expected()
         self.rolled_back_now: dict[bytes, set[Cons]] = {}  # this step's rollbacks, and who acquired under them
@@ -557,6 +560,41 @@ class TransactionsModel(RuleBasedStateMachine):
         else:
             self.expected.answers[key] = answer
 
+    def _error_after(self, key: tuple[int, int], condition: str, aborts: list[tuple[int, int]]) -> bool:
+        """§4.3 and §4.4.3: a discharge's error, once the aborts of its rollback are out. It travels as
+        ``rejected``, or (a controller without it) by detaching the controller: that detach is the answer, so
+        it waits for the aborts as well, and the controller's other transactions stay open until it goes out.
+        True when the controller is detached in this step."""
+        conn = self.conns[key[0]]
+        if conn.rejects:
+            self._answer_after(key, Answer("rejected", condition=condition), aborts)
+            return False
+        due = [k for k in aborts if k in self.aborts_due]
+        if not due:
+            return self._control_error(conn, key[1], condition)
+        event("a controller's error detach waits for an abort held back by the window")
+        self.expected.silent.add(key)
+        self.detaches_due.append((conn, conn.controller, condition, due))
+        return False
+
+    def _detach_when_aborted(self, aborted_now: set[tuple[int, int]]) -> list[Conn]:
+        """The error detaches of controllers whose aborts are out by now (in this step, or their link went): they
+        are expected in this step, with their effects (the controller's transactions roll back). Returns the
+        connections whose controller went."""
+        gone: list[Conn] = []
+        waiting = []
+        for conn, controller, condition, aborts in self.detaches_due:
+            if any(k in self.aborts_due and k not in aborted_now for k in aborts):
+                waiting.append((conn, controller, condition, aborts))
+            elif self.conns.get(conn.slot) is conn and conn.controller == controller and conn not in gone:
+                # (a controller detached meanwhile, or already by an earlier error, is not detached again)
+                event("a controller's error detach sent once its abort is out")
+                self.expected.detaches.append((conn.slot, controller, condition))
+                self._controller_gone(conn)
+                gone.append(conn)
+        self.detaches_due = [w for w in waiting if w[0] not in gone]  # (the broker's later detach is a no-op)
+        return gone
+
     def _unknown_condition(self, conn: Conn, txn_id: bytes) -> str:
         return TIMEOUT if txn_id in conn.timed_out else UNKNOWN_ID
 
@@ -592,6 +630,8 @@ class TransactionsModel(RuleBasedStateMachine):
                 continue
             by_slot[conn.slot] = observed
         expected = self.expected
+        aborted_now = {(slot, delivery_id) for slot, obs in by_slot.items() for _, delivery_id in obs.aborted}
+        controllers_gone = self._detach_when_aborted(aborted_now)
         self._check_no_duplicates()
         bounced: list[tuple[Delivery, Txn]] = []
         for slot, obs in by_slot.items():
@@ -655,6 +695,8 @@ class TransactionsModel(RuleBasedStateMachine):
             )
         self.rolled_back_now = {}
         self.credit_step = None
+        for conn in controllers_gone:
+            self._reattach_controller(conn)
         return by_slot
 
     def _check_no_duplicates(self) -> None:
@@ -753,6 +795,7 @@ class TransactionsModel(RuleBasedStateMachine):
         for key in [k for k, d in self.aborts_due.items() if d.consumer.conn is conn]:
             del self.aborts_due[key]
         self.answers_due = [entry for entry in self.answers_due if entry[0][0] != slot]
+        self.detaches_due = [entry for entry in self.detaches_due if entry[0] is not conn]
         for key in [k for k, d in self.sent.items() if d.consumer.conn is conn]:
             del self.sent[key]  # delivery ids are per session: the next connection starts again at 0
         self._controller_gone(conn)
@@ -808,12 +851,12 @@ class TransactionsModel(RuleBasedStateMachine):
             if timed_out and fail:  # R4: a discharge with fail=true always completes
                 event("discharge(fail=true) of a timed-out id (R4)")
                 self._answer_after(key, Answer("accepted"), aborts)
-            elif timed_out and conn.rejects:
+            elif timed_out:
                 event("discharge of a timed-out id")
-                self._answer_after(key, Answer("rejected", condition=TIMEOUT), aborts)
+                detached = self._error_after(key, TIMEOUT, aborts)
             else:
-                event(f"discharge of an unusable id ({'timed out' if timed_out else 'unknown'})")
-                detached = self._control_error(conn, delivery_id, TIMEOUT if timed_out else UNKNOWN_ID)
+                event("discharge of an unknown id")
+                detached = self._control_error(conn, delivery_id, UNKNOWN_ID)
         elif not fail and any(p.named is txn for p in conn.sending.values()):
             # R6, §4.4.1: discharging a transaction against which a partial delivery has been posted: the
             # control link is terminated with transaction-rollback; the discharge itself gets no answer
@@ -827,10 +870,7 @@ class TransactionsModel(RuleBasedStateMachine):
         elif self._cannot_commit(txn):
             event("commit that cannot apply everything (R1)")
             aborts = self._collect_aborts(lambda: self._rollback(txn))
-            if conn.rejects:
-                self._answer_after(key, Answer("rejected", condition=ROLLBACK), aborts)
-            else:
-                detached = self._control_error(conn, delivery_id, ROLLBACK)
+            detached = self._error_after(key, ROLLBACK, aborts)
         else:
             self._commit(txn)
             self.expected.answers[key] = Answer("accepted")
@@ -1691,6 +1731,49 @@ def test_r6_a_release_bounced_through_a_second_transaction_of_the_controller() -
     machine.discharge(0, t1.id, fail=False)  # R6: T1 rolls back, the controller is detached, T2 rolls back
     _check_all(machine)
     assert [m.name for m in machine._available(consumer.node)] == [delivery.msg.name]
+    machine.teardown()
+
+
+@pytest.mark.parametrize("then", ["window opens", "consumer detaches", "connection closes"])
+def test_r4_timed_out_discharge_detach_waits_for_the_abort(then: str) -> None:
+    """Scripted (the falsifying example of model-failure2, by hand): a controller without ``rejected`` on a slow
+    connection; a big delivery acquired under T is partly sent when T times out, its abort held back by the
+    closed window. discharge(T, fail=false) is answered by detaching the controller with
+    amqp:transaction:timeout, and that answer waits for the abort (§4.4.3, README "Acquiring"): the controller
+    stays attached meanwhile (a second transaction declared on it stays open), and its detach, rolling the second
+    one back, goes out when the window lets the abort out, or when the consumer's link goes (no abort then);
+    never when the connection closes first."""
+    machine = TransactionsModel()
+    machine.connect_all(slow=True, rejects=False)
+    conn = machine.conns[1]
+    consumer = machine.attach_consumer(1, "q1", False, None, 0)
+    assert consumer is not None
+    machine.post_plain_to(consumer.node, big=True)
+    t1 = machine.declare(1)
+    assert t1 is not None
+    machine.flow(consumer, 1, "txn", txn=t1)
+    (delivery,) = machine.sent.values()
+    assert not delivery.complete, "the window must hold the rest of the delivery back"
+    machine.time_passes(TXN_TIMEOUT + 1)
+    t2 = machine.declare(1)
+    assert t2 is not None
+    machine.post(1, "q2", "txn", settled=False, big=False, txn=t2)
+    controller = conn.controller
+    machine.discharge(1, t1.id, fail=False)  # no detach yet: the abort is held back
+    assert conn.controller == controller
+    assert t2.live
+    _check_all(machine)
+    if then == "window opens":
+        conn.peer.open_window(6)
+        machine._step()  # the abort, then the detach; T2 rolls back
+    elif then == "consumer detaches":
+        machine.detach_consumer(consumer)
+    else:
+        machine._close(1, graceful=True)
+        machine._connect(1, slow=True, rejects=False)
+    assert not t2.live
+    assert conn.controller != controller or then == "connection closes"
+    _check_all(machine)
     machine.teardown()
 
 
