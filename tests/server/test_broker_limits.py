@@ -23,7 +23,6 @@ from minibroker.amqp.definitions import (
     Attach,
     Coordinator,
     Declare,
-    Declared,
     Detach,
     Discharge,
     Disposition,
@@ -41,6 +40,7 @@ from minibroker.testing import frames
 from minibroker.testing.memory import MemoryBroker, MemoryPeer, memory_broker
 from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
+from tests.server.test_limits import Controller
 
 HOST = "127.0.0.1"
 LIMIT_EXCEEDED = Condition.RESOURCE_LIMIT_EXCEEDED
@@ -84,49 +84,11 @@ def sized(size: int) -> bytes:
     return frames.message("x" * (size - overhead))
 
 
-class Txn:
-    """A coordinator link (handle 0) on an opened peer; numbers its deliveries."""
-
-    def __init__(self, peer: ScriptedPeer) -> None:
-        self.peer = peer
-        self.next_id = 0
-        peer.attach_sender(
-            None,
-            handle=0,
-            name="txn-controller",
-            source=Source(outcomes=[ACCEPTED_LIST, REJECTED_LIST]),
-            target=Coordinator(capabilities=[Symbol("amqp:local-transactions")]),
-        )
-        peer.expect(Flow)
-
-    def _id(self) -> int:
-        self.next_id += 1
-        return self.next_id - 1
-
-    def control(self, body: Any) -> Any:
-        self.peer.transfer(0, self._id(), frames.message(AmqpValue(body)))
-        return self.peer.expect(Disposition).state
-
-    def declare(self) -> bytes:
-        state = self.control(Declare())
-        assert isinstance(state, Declared), state
-        return bytes(state.txn_id)
-
-    def post(self, handle: int, txn_id: bytes, payload: bytes) -> Any:
-        self.peer.transfer(handle, self._id(), payload, state=TransactionalState(txn_id=txn_id))
-        state = self.peer.expect(Disposition).state
-        assert isinstance(state, TransactionalState), state
-        return state.outcome
-
-    def commit(self, txn_id: bytes) -> Any:
-        return self.control(Discharge(txn_id=txn_id, fail=False))
-
-
 # -- staged bytes of every transaction together ------------------------------------------------------------
 @limits(max_total_staged_bytes=1000)
 def test_max_total_staged_bytes(limited: ThreadedBroker) -> None:
     with opened(limited) as first, opened(limited) as second:
-        a, b = Txn(first), Txn(second)
+        a, b = Controller(first), Controller(second)
         for peer in (first, second):
             peer.attach_sender("staged", handle=1)
             peer.expect(Flow)
@@ -191,7 +153,7 @@ def test_max_nodes(limited: ThreadedBroker) -> None:
 @limits(max_nodes=2)
 def test_max_nodes_fails_a_commit_that_would_create_one(limited: ThreadedBroker) -> None:
     with opened(limited) as peer:
-        txn = Txn(peer)
+        txn = Controller(peer)
         peer.attach_sender("n1", handle=1)
         peer.expect(Flow)
         peer.attach_sender(None, handle=2, name="relay", target=Target())

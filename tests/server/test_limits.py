@@ -381,13 +381,11 @@ REJECTED_LIST = Symbol("amqp:rejected:list")
 
 
 class Controller:
-    """A ``ScriptedPeer`` with a coordinator link (handle 0) on session 0; numbers its deliveries."""
+    """A coordinator link (handle 0) on an opened ``ScriptedPeer``'s session 0; numbers its deliveries."""
 
     def __init__(self, peer: ScriptedPeer) -> None:
         self.peer = peer
         self.next_id = 0
-        peer.open()
-        peer.begin()
         peer.attach_sender(
             None,
             handle=0,
@@ -419,10 +417,15 @@ class Controller:
         assert state.txn_id == txn_id
         return state.outcome
 
+    def commit(self, txn_id: bytes) -> Any:
+        return self.control(Discharge(txn_id=txn_id, fail=False))
+
 
 @limits(broker={"max_transactions_per_connection": 2})
 def test_max_transactions_per_connection(limited: ThreadedBroker) -> None:
     with connect(limited) as first, connect(limited) as second:
+        first.open()
+        first.begin()
         controller = Controller(first)
         txns = [controller.declare(), controller.declare()]
         refused = controller.control(Declare())
@@ -430,6 +433,8 @@ def test_max_transactions_per_connection(limited: ThreadedBroker) -> None:
         assert condition(refused) == LIMIT_EXCEEDED
         assert len(limited.transactions) == 2
         # the limit is per connection
+        second.open()
+        second.begin()
         other = Controller(second)
         other.control(Discharge(txn_id=other.declare(), fail=True))
         # discharging one makes room for another
@@ -445,6 +450,8 @@ def test_max_transactions_per_connection(limited: ThreadedBroker) -> None:
 @limits(broker={"max_staged_bytes": 1000})
 def test_max_staged_bytes(limited: ThreadedBroker) -> None:
     with connect(limited) as peer:
+        peer.open()
+        peer.begin()
         controller = Controller(peer)
         peer.attach_sender("staged", handle=1)
         peer.expect(Flow)
