@@ -99,6 +99,16 @@ async def receive(peer: MemoryPeer) -> Got:
         assert not isinstance(frame.performative, Close), f"connection closed: {frame!r}"
 
 
+async def worn_out_delivered(mb: MemoryBroker) -> tuple[MemoryPeer, MemoryPeer, Got]:
+    """A producer that put a ``worn_out`` message on "orders", and a consumer (credit 2) it was delivered to."""
+    producer = await client(mb, "producer")
+    await publish(producer, "orders", worn_out())
+    consumer = await client(mb, "consumer")
+    await consumer.attach_receiver("orders", 0, name="c")
+    await consumer.flow(handle=0, link_credit=2, delivery_count=0)
+    return producer, consumer, await receive(consumer)
+
+
 def condition(close: Close) -> str | None:
     return None if close.error is None else str(close.error.condition)
 
@@ -124,12 +134,7 @@ async def serves(mb: MemoryBroker, address: str = "bystander") -> None:
 async def test_modified_delivery_failed_at_the_largest_count_redelivers_it_saturated(
     mb: MemoryBroker, autojump_clock: MockClock
 ) -> None:
-    producer = await client(mb, "producer")
-    await publish(producer, "orders", worn_out())
-    consumer = await client(mb, "consumer")
-    await consumer.attach_receiver("orders", 0, name="c")
-    await consumer.flow(handle=0, link_credit=2, delivery_count=0)
-    first = await receive(consumer)
+    _producer, consumer, first = await worn_out_delivered(mb)
     assert count_of(first) == MAX_UINT
     await consumer.disposition(first.delivery_id, state=FAILED)
     again = await receive(consumer)  # the same consumer, still connected, gets it again
@@ -146,12 +151,7 @@ async def test_modified_delivery_failed_at_the_largest_count_dead_letters_it_sat
     mb: MemoryBroker, autojump_clock: MockClock
 ) -> None:
     """With the default max_delivery_attempts (10) the message is past it: dead-lettered, not lost."""
-    producer = await client(mb, "producer")
-    await publish(producer, "orders", worn_out())
-    consumer = await client(mb, "consumer")
-    await consumer.attach_receiver("orders", 0, name="c")
-    await consumer.flow(handle=0, link_credit=2, delivery_count=0)
-    first = await receive(consumer)
+    producer, consumer, first = await worn_out_delivered(mb)
     await consumer.disposition(first.delivery_id, state=Modified(delivery_failed=True, message_annotations={}))
     await mb.settle()
     dead = mb.broker.queues["orders.DLQ"]
@@ -169,12 +169,7 @@ async def test_modified_delivery_failed_at_the_largest_count_dead_letters_it_sat
 async def test_annotated_modified_at_the_largest_count_keeps_the_count(
     mb: MemoryBroker, autojump_clock: MockClock
 ) -> None:
-    producer = await client(mb, "producer")
-    await publish(producer, "orders", worn_out())
-    consumer = await client(mb, "consumer")
-    await consumer.attach_receiver("orders", 0, name="c")
-    await consumer.flow(handle=0, link_credit=2, delivery_count=0)
-    first = await receive(consumer)
+    _producer, consumer, first = await worn_out_delivered(mb)
     annotated = Modified(delivery_failed=True, message_annotations={Symbol("x-why"): "because"})
     await consumer.disposition(first.delivery_id, state=annotated)
     again = view_message((await receive(consumer)).payload)
