@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 
 from minibroker.amqp.definitions import SaslMechanisms, SaslOutcome
 from minibroker.amqp.framing import SASL_FRAME
 from minibroker.auth import hash_password
 from minibroker.testing import frames
 from minibroker.testing.thread import run_in_thread
-from tests.server.test_access import HOST, NO_LIMITS, connect
+from tests.server.test_access import HOST, NO_LIMITS, connect, count_checks  # noqa: F401 (a fixture)
 
 
-def test_silent_sockets_do_not_push_out_a_login_whose_password_is_being_checked() -> None:
+def test_silent_sockets_do_not_push_out_a_login_whose_password_is_being_checked(
+    count_checks: Callable[[], int],  # noqa: F811
+) -> None:
     users = {"alice": hash_password("right", iterations=3_000_000)}  # ~1 s of PBKDF2
     config = {"server": {"port": 0, "max_pending_handshakes": 4}, "auth": {**NO_LIMITS, "users": users}}
     # a generous time for the verdict: on a loaded machine the ~1 s hash can take several (5 s timed out once)
@@ -29,7 +32,10 @@ def test_silent_sockets_do_not_push_out_a_login_whose_password_is_being_checked(
         peer.expect_header()
         peer.expect_sasl(SaslMechanisms)
         peer.send(frames.sasl_plain("alice", "right"), frame_type=SASL_FRAME)
-        time.sleep(0.4)  # the check is under way (0.2 s was sometimes too early for a loaded broker to start it)
+        deadline = time.monotonic() + 20.0
+        while not count_checks():  # wait until the check is under way
+            assert time.monotonic() < deadline, "the password check never started"
+            time.sleep(0.01)
         silent = [socket.create_connection((HOST, running.port)) for _ in range(4)]
         try:
             outcome = peer.expect_sasl(SaslOutcome)
