@@ -203,7 +203,7 @@ def bad_logins(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any
         thread.start()
     for thread in threads:
         thread.join(60)
-    return True, {"failed_logins": attempts[0]}
+    return attempts[0] > 0, {"failed_logins": attempts[0]}
 
 
 def tiny_idle(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any]]:
