@@ -179,7 +179,9 @@ def test_the_failure_limiter_at_its_bound_still_counts_new_keys() -> None:
     assert len(limiter._buckets) <= 100
 
 
-def test_a_login_waiting_for_a_hash_thread_past_the_handshake_time_is_dropped_not_refused() -> None:
+def test_a_login_waiting_for_a_hash_thread_past_the_handshake_time_is_dropped_not_refused(
+    count_checks: Callable[[], int],
+) -> None:
     """With one hash thread busy (~1 s) a second login waits; when its handshake time runs out first it is
     dropped as any stalled handshake is, without a misleading "wrong password" outcome."""
     users = {"bob": hash_password("right", iterations=2_500_000)}
@@ -190,6 +192,10 @@ def test_a_login_waiting_for_a_hash_thread_past_the_handshake_time_is_dropped_no
             assert peer.expect_header() == SASL_HEADER
             peer.expect_sasl(SaslMechanisms)
         first.send(frames.sasl_plain("bob", "wrong"), frame_type=SASL_FRAME)
+        deadline = time.monotonic() + 20.0
+        while not count_checks():  # the first check holds the one thread before the second login arrives
+            assert time.monotonic() < deadline, "the first password check never started"
+            time.sleep(0.005)
         second.send(frames.sasl_plain("bob", "right"), frame_type=SASL_FRAME)
         started = time.monotonic()
         second.expect_closed()
