@@ -13,7 +13,7 @@ with ``minibroker.testing.frames``) and parses what the broker answers. Typical 
         await peer.expect(Flow)
         await peer.transfer(0, 0, frames.message("hi"))
         assert isinstance((await peer.expect(Disposition)).state, Accepted)
-        assert mb.broker.queues["orders"].depth == 1
+        assert mb.queue("orders").depth == 1
 
 Run it under ``trio.testing.MockClock(autojump_threshold=0)`` (pytest-trio's ``autojump_clock``) and every
 wait, transaction time-out included, passes in virtual time. Each receive is bounded by
@@ -38,6 +38,7 @@ from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER
 from minibroker.broker.clock import WallClock
 from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.engine.connection import ServerConnection
+from minibroker.handles import NamespaceView
 from minibroker.server.connection import ConnectionTask, run_broker_timer
 from minibroker.server.journal import JournalWriter
 from minibroker.store.journal import Journal
@@ -45,6 +46,7 @@ from minibroker.testing import frames
 from minibroker.testing.frames import Frame, FrameBuffer
 
 P = TypeVar("P")
+T = TypeVar("T")
 _RECEIVE_SIZE = 65536
 
 
@@ -232,8 +234,12 @@ class MemoryPeer:
         await self.send(frames.disposition(first, last, role=role, settled=settled, state=state), channel)
 
 
-class MemoryBroker:
-    """A broker running in the test's trio loop; ``connect()`` gives a new client end."""
+class MemoryBroker(NamespaceView):
+    """A broker running in the test's trio loop; ``connect()`` gives a new client end.
+
+    It is inspected as the embedded broker is (``minibroker.handles``): ``mb.queue("orders").depth``,
+    ``mb.transactions``, ``mb.connections``, all read in the test's own loop.
+    """
 
     def __init__(
         self,
@@ -260,6 +266,12 @@ class MemoryBroker:
         self.tasks.append(task)
         self._nursery.start_soon(task.run)
         return MemoryPeer(client, self._timeout)
+
+    def _call(self, fn: Callable[[Broker], T]) -> T:
+        return fn(self.broker)
+
+    def _now(self) -> float:
+        return trio.current_time()
 
     @staticmethod
     async def settle() -> None:
