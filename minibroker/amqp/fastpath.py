@@ -155,6 +155,20 @@ def decode_disposition(body: bytes) -> tuple[Disposition, int]:
         return value, end
 
 
+def decode_performative(body: bytes) -> tuple[Any, int]:
+    """Decode the performative at the start of a frame body (§2.3.2); return it and where the payload starts.
+
+    Transfers and dispositions take the fast paths above, anything else the general codec. Raises
+    ``DecodeError`` for bad input.
+    """
+    prefix = body[:3]
+    if prefix == TRANSFER_PREFIX:
+        return decode_transfer(body)
+    if prefix == DISPOSITION_PREFIX:
+        return decode_disposition(body)
+    return codec.decode(body)
+
+
 def _uint_bytes(value: int) -> bytes:
     if value == 0:
         return b"\x43"

@@ -69,13 +69,7 @@ from minibroker.amqp.errors import (
     WindowViolation,
     error,
 )
-from minibroker.amqp.fastpath import (
-    DISPOSITION_PREFIX,
-    TRANSFER_PREFIX,
-    decode_disposition,
-    decode_transfer,
-    encode_transfer,
-)
+from minibroker.amqp.fastpath import TRANSFER_PREFIX, decode_performative, encode_transfer
 from minibroker.amqp.framing import (
     AMQP_FRAME,
     AMQP_HEADER,
@@ -452,14 +446,7 @@ class ServerConnection:
                 self.trace("<-", channel, None, 0)
             return  # an empty frame: heartbeat (§2.4.5)
         try:
-            prefix = body[:3]
-            performative: Any
-            if prefix == TRANSFER_PREFIX:
-                performative, end = decode_transfer(body)
-            elif prefix == DISPOSITION_PREFIX:
-                performative, end = decode_disposition(body)
-            else:
-                performative, end = codec.decode(body)
+            performative, end = decode_performative(body)
         except DecodeError as exc:
             raise ConnectionDecodeError(f"performative does not decode: {exc}") from None
         payload = body[end:]
