@@ -5,8 +5,9 @@ Three kinds of helpers live here:
 * performative builders with the defaults a test rarely cares about (``begin()``, ``attach_sender()``,
   ``flow()`` ...), returning the dataclasses of ``minibroker.amqp.definitions``;
 * frame builders returning bytes: ``frame()`` for any valid frame, ``heartbeat()``, and ``raw_frame()``
-  whose header fields can each be set to a wrong value, for negative tests;
-* ``parse_frames()`` and ``FrameBuffer``, which turn bytes back into ``Frame`` values.
+  whose header fields can each be set to a wrong value, for negative tests.
+
+Parsing what the broker answers is ``minibroker.testing.client``'s (``ClientConnection``, ``parse_frames``).
 
 Encoding is done by ``minibroker.amqp.framing`` and ``minibroker.amqp.codec``; nothing is re-implemented
 here, so a test built with this module exercises the same encoder the broker uses to answer it.
@@ -14,7 +15,6 @@ here, so a test built with this module exercises the same encoder the broker use
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from minibroker.amqp import codec
@@ -40,7 +40,7 @@ from minibroker.amqp.framing import (
     TLS_HEADER,
     encode_frame,
 )
-from minibroker.amqp.types import DecodeError, Symbol, UInt
+from minibroker.amqp.types import Symbol, UInt
 
 SENDER = False  # §2.8.1 role
 RECEIVER = True
@@ -54,8 +54,6 @@ __all__ = [
     "SASL_HEADER",
     "SENDER",
     "TLS_HEADER",
-    "Frame",
-    "FrameBuffer",
     "attach_receiver",
     "attach_sender",
     "begin",
@@ -65,12 +63,10 @@ __all__ = [
     "heartbeat",
     "message",
     "open_",
-    "parse_frames",
     "raw_frame",
     "sasl_anonymous",
     "sasl_frame",
     "sasl_plain",
-    "split_header",
     "transfer",
     "undecodable_frame",
 ]
@@ -240,84 +236,3 @@ def raw_frame(
 def undecodable_frame(channel: int = 0) -> bytes:
     """A well-framed frame whose body is not an AMQP encoding (0xFF is no format code)."""
     return raw_frame(channel=channel, body=b"\xff\x00\x00\x00")
-
-
-# -- parsing --------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One decoded frame; ``performative`` is None for an empty frame (a heartbeat)."""
-
-    channel: int
-    frame_type: int
-    performative: Any
-    payload: bytes = b""
-
-    @property
-    def is_heartbeat(self) -> bool:
-        """True for an empty frame."""
-        return self.performative is None
-
-    def __repr__(self) -> str:
-        kind = "sasl " if self.frame_type == SASL_FRAME else ""
-        extra = f", payload={len(self.payload)} bytes" if self.payload else ""
-        return f"Frame({kind}ch={self.channel}, {self.performative!r}{extra})"
-
-
-class FrameBuffer:
-    """Incremental parser: ``feed`` bytes, then take protocol headers and frames as they complete."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        """Add bytes received from the peer."""
-        self._buf += data
-
-    def __len__(self) -> int:
-        return len(self._buf)
-
-    def next_header(self) -> bytes | None:
-        """The next 8 bytes as a protocol header, or None if fewer have arrived."""
-        if len(self._buf) < 8:
-            return None
-        header = bytes(self._buf[:8])
-        del self._buf[:8]
-        return header
-
-    def next_frame(self) -> Frame | None:
-        """The next whole frame, or None if it has not fully arrived. Raises ``ValueError`` on garbage."""
-        if len(self._buf) < 8:
-            return None
-        size, doff, frame_type, channel = FRAME_HEADER.unpack_from(self._buf)
-        if size < 8 or doff < 2 or doff * 4 > size:
-            raise ValueError(f"malformed frame header: size={size} doff={doff} (bytes {bytes(self._buf[:8])!r})")
-        if len(self._buf) < size:
-            return None
-        body = bytes(self._buf[doff * 4 : size])
-        del self._buf[:size]
-        if not body:
-            return Frame(channel, frame_type, None)
-        try:
-            performative, end = codec.decode(body)
-        except DecodeError as exc:
-            raise ValueError(f"frame body does not decode: {exc}") from None
-        return Frame(channel, frame_type, performative, body[end:])
-
-
-def parse_frames(data: bytes) -> list[Frame]:
-    """Every frame in ``data``, which must hold whole frames only (``ValueError`` otherwise)."""
-    buffer = FrameBuffer()
-    buffer.feed(data)
-    frames = []
-    while (item := buffer.next_frame()) is not None:
-        frames.append(item)
-    if len(buffer):
-        raise ValueError(f"{len(buffer)} bytes left after the last whole frame")
-    return frames
-
-
-def split_header(data: bytes) -> tuple[bytes, bytes]:
-    """Split a leading protocol header (``AMQP`` + 4 bytes) from the frames after it."""
-    if not data.startswith(b"AMQP") or len(data) < 8:
-        raise ValueError(f"no protocol header at the start of {data[:16]!r}")
-    return data[:8], data[8:]

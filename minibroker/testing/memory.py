@@ -18,8 +18,8 @@ with ``minibroker.testing.frames``) and parses what the broker answers. Typical 
 Run it under ``trio.testing.MockClock(autojump_threshold=0)`` (pytest-trio's ``autojump_clock``) and every
 wait, transaction time-out included, passes in virtual time. Each receive is bounded by
 ``trio.fail_after(peer.timeout)`` and fails with an ``AssertionError`` listing the last frames seen.
-Bookkeeping mirrors ``ScriptedPeer``: transfer counts per channel for ``flow``, the broker's channel for
-each ``begin``; handles and delivery ids are the test's to choose.
+It is ``ScriptedPeer`` over a trio stream: the same client core (``minibroker.testing.client``) keeps the
+protocol's bookkeeping and runs the composite steps; handles and delivery ids are the test's to choose.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 import trio
 import trio.testing
 
-from minibroker.amqp.definitions import Attach, Begin, Close, Open, Transfer
-from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER
+from minibroker.amqp.definitions import Attach, Begin, Close, Open
+from minibroker.amqp.framing import AMQP_FRAME
 from minibroker.broker.clock import WallClock
 from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.engine.connection import ServerConnection
@@ -42,53 +42,59 @@ from minibroker.handles import NamespaceView
 from minibroker.server.connection import ConnectionTask, run_broker_timer
 from minibroker.server.journal import JournalWriter
 from minibroker.store.journal import Journal
-from minibroker.testing import frames
-from minibroker.testing.frames import Frame, FrameBuffer
+from minibroker.testing import client, frames
+from minibroker.testing.client import ClientConnection, Ended, Expect, Frame, ProtocolHeader, Script, Send
 
 P = TypeVar("P")
+R = TypeVar("R")
 T = TypeVar("T")
 _RECEIVE_SIZE = 65536
 
 
 class MemoryPeer:
-    """The client end of one in-memory connection, driven frame by frame."""
+    """The client end of one in-memory connection (any trio stream, in fact), driven frame by frame."""
 
     def __init__(self, stream: trio.abc.Stream, timeout: float = 5.0) -> None:
         self.stream = stream
         self.timeout = timeout
+        self.conn = ClientConnection()
+        """The protocol state: sessions, links, what each side counted."""
         self.received: list[Frame] = []
         """Every frame received so far, heartbeats included (for assertion messages)."""
-        self.remote_open: Open | None = None
-        self.remote_channels: dict[int, int] = {}
-        """Our channel -> the broker's channel, from its answering ``begin``."""
-        self._buffer = FrameBuffer()
-        self._eof = False
-        self._transfers_out: dict[int, int] = {}
-        self._transfers_in: dict[int, int] = {}  # by the broker's channel
+
+    @property
+    def remote_open(self) -> Open | None:
+        """The broker's ``open``, once it came."""
+        return self.conn.remote_open
 
     # -- bytes --------------------------------------------------------------------------------------
     async def send_raw(self, data: bytes) -> None:
         """Send bytes exactly as given."""
-        await self.stream.send_all(data)
+        self.conn.send_raw(data)
+        await self._flush()
 
-    async def _fill(self, waiting_for: str) -> None:
-        if self._eof:
-            raise AssertionError(f"connection closed by the broker while waiting for {waiting_for}{self._seen()}")
-        try:
-            with trio.fail_after(self.timeout):
-                data = await self.stream.receive_some(_RECEIVE_SIZE)
-        except trio.TooSlowError:
-            raise AssertionError(f"timed out after {self.timeout}s waiting for {waiting_for}{self._seen()}") from None
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            data = b""
-        if not data:
-            self._eof = True
-            raise AssertionError(f"connection closed by the broker while waiting for {waiting_for}{self._seen()}")
-        self._buffer.feed(bytes(data))
+    async def _flush(self) -> None:
+        await self.stream.send_all(self.conn.data_to_send())
 
-    def _seen(self) -> str:
-        recent = [f for f in self.received if not f.is_heartbeat][-5:]
-        return "; last frames received: " + ", ".join(map(repr, recent)) if recent else "; no frame received"
+    def _next_nowait(self) -> ProtocolHeader | Frame | Ended | None:
+        event = self.conn.next_event()
+        if isinstance(event, Frame):
+            self.received.append(event)
+        return event
+
+    async def _next(self, waiting_for: str) -> ProtocolHeader | Frame | Ended:
+        """The next header, frame or end of the stream (waits at most ``timeout`` for each read)."""
+        while (event := self._next_nowait()) is None:
+            try:
+                with trio.fail_after(self.timeout):
+                    data = await self.stream.receive_some(_RECEIVE_SIZE)
+            except trio.TooSlowError:
+                seen = client.recent(self.received)
+                raise AssertionError(f"timed out after {self.timeout}s waiting for {waiting_for}{seen}") from None
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            self.conn.receive_data(bytes(data))
+        return event
 
     async def aclose(self) -> None:
         """Drop the connection without any AMQP closing handshake."""
@@ -99,33 +105,30 @@ class MemoryPeer:
         self, performative: Any, channel: int = 0, payload: bytes = b"", frame_type: int = AMQP_FRAME
     ) -> None:
         """Send one frame."""
-        if isinstance(performative, Transfer):
-            self._transfers_out[channel] = self._transfers_out.get(channel, 0) + 1
-        await self.send_raw(frames.frame(channel, performative, payload, frame_type))
+        self.conn.send(performative, channel, payload, frame_type)
+        await self._flush()
 
     def receive_nowait(self) -> Frame | None:
         """The next non-heartbeat frame already received, or None."""
-        while (item := self._buffer.next_frame()) is not None:
-            self.received.append(item)
-            if item.is_heartbeat:
-                continue
-            if isinstance(item.performative, Transfer):
-                self._transfers_in[item.channel] = self._transfers_in.get(item.channel, 0) + 1
-            return item
+        while isinstance(event := self._next_nowait(), Frame):
+            if not event.is_heartbeat:
+                return event
         return None
 
     async def receive(self) -> Frame:
         """The next frame that is not a heartbeat (waits at most ``timeout`` for each read)."""
-        while (item := self.receive_nowait()) is None:
-            await self._fill("a frame")
-        return item
+        while True:
+            event = await self._next("a frame")
+            if not isinstance(event, Frame):
+                seen = client.recent(self.received)
+                raise AssertionError(f"connection closed by the broker while waiting for a frame{seen}")
+            if not event.is_heartbeat:
+                return event
 
     async def expect_frame(self, kind: type[P], channel: int | None = None) -> Frame:
         """The next frame, which must carry a ``kind`` on ``channel`` (any channel when None)."""
         item = await self.receive()
-        if not isinstance(item.performative, kind) or (channel is not None and item.channel != channel):
-            where = "" if channel is None else f" on channel {channel}"
-            raise AssertionError(f"expected {kind.__name__}{where}, got {item!r}{self._seen()}")
+        client.check(Expect(kind, channel), item, client.recent(self.received))
         return item
 
     async def expect(self, kind: type[P], channel: int | None = None) -> P:
@@ -142,69 +145,69 @@ class MemoryPeer:
     async def expect_closed(self) -> None:
         """The broker ends the stream; only heartbeats may come before."""
         while True:
-            item = self.receive_nowait()
-            if item is not None:
-                raise AssertionError(f"expected the connection to close, got {item!r}")
-            try:
-                await self._fill("the connection to close")
-            except AssertionError:
-                if not self._eof:
-                    raise
+            event = await self._next("the connection to close")
+            if isinstance(event, Ended):
                 return
+            if isinstance(event, ProtocolHeader) or not event.is_heartbeat:
+                raise AssertionError(f"expected the connection to close, got {event!r}")
+
+    async def run(self, script: Script[R]) -> R:
+        """Run a client-core script (``minibroker.testing.client``): its sends and expectations, in order."""
+        answer: Any = None
+        try:
+            while True:
+                step = script.send(answer)
+                if isinstance(step, Send):
+                    client.perform_send(self.conn, step)
+                    await self._flush()
+                    answer = None
+                    continue
+                if step.header is not None:
+                    self.conn.expect_header()
+                    answer = await self._next("a protocol header")
+                else:
+                    answer = await self.receive()
+                if isinstance(answer, Ended):
+                    raise AssertionError("connection closed by the broker while waiting for a protocol header")
+                client.check(step, answer, client.recent(self.received))
+        except StopIteration as stop:
+            result: R = stop.value
+            return result
 
     # -- connection, sessions, links (as ``ScriptedPeer``) --------------------------------------------
     async def open(self, **fields: Any) -> Open:
         """AMQP header exchange (no SASL), our ``open`` with ``fields``; return the broker's open."""
-        await self.send_raw(AMQP_HEADER)
-        while (header := self._buffer.next_header()) is None:
-            await self._fill("a protocol header")
-        if header != AMQP_HEADER:
-            raise AssertionError(f"expected the AMQP header, got {header!r}")
-        await self.send(frames.open_(**fields))
-        self.remote_open = await self.expect(Open, channel=0)
-        return self.remote_open
+        return await self.run(client.open_connection(frames.open_(**fields)))
 
     async def close(self, error: Any = None) -> Close:
-        """Send ``close``; expect the broker's close and the end of the stream."""
-        await self.send(Close(error=error))
-        while not isinstance((item := await self.receive()).performative, Close):
-            pass  # frames the broker sent before it saw our close
+        """Send ``close``; expect the broker's close (after what it sent before it saw ours) and the end."""
+        reply = await self.run(client.close_connection(Close(error=error)))
         await self.expect_closed()
-        reply: Close = item.performative
         return reply
 
     async def begin(self, channel: int = 0, **fields: Any) -> Begin:
         """Send ``begin`` on ``channel``; return the broker's answering begin."""
-        await self.send(frames.begin(**fields), channel=channel)
-        item = await self.expect_frame(Begin)
-        reply: Begin = item.performative
-        if reply.remote_channel != channel:
-            raise AssertionError(f"begin answered for channel {reply.remote_channel}, not {channel}")
-        self.remote_channels[channel] = item.channel
-        return reply
+        return await self.run(client.begin_session(frames.begin(**fields), channel))
 
     async def attach_sender(
         self, address: str | None, handle: int = 0, name: str | None = None, *, channel: int = 0, **fields: Any
     ) -> Attach:
         """Attach a link on which we send to ``address``; return the broker's attach (a flow follows)."""
-        await self.send(frames.attach_sender(address, handle, name, **fields), channel=channel)
-        return await self.expect(Attach)
+        return await self.run(client.attach_link(frames.attach_sender(address, handle, name, **fields), channel))
 
     async def attach_receiver(
         self, address: str | None, handle: int = 0, name: str | None = None, *, channel: int = 0, **fields: Any
     ) -> Attach:
         """Attach a link on which we receive from ``address``; return the broker's attach."""
-        await self.send(frames.attach_receiver(address, handle, name, **fields), channel=channel)
-        return await self.expect(Attach)
+        return await self.run(client.attach_link(frames.attach_receiver(address, handle, name, **fields), channel))
 
     async def flow(
         self, handle: int | None = None, link_credit: int | None = None, *, channel: int = 0, **fields: Any
     ) -> None:
-        """Send ``flow``; session ids are filled in from what this peer sent and received."""
-        remote = self.remote_channels.get(channel, channel)
-        fields.setdefault("next_incoming_id", self._transfers_in.get(remote, 0))
-        fields.setdefault("next_outgoing_id", self._transfers_out.get(channel, 0))
-        await self.send(frames.flow(handle=handle, link_credit=link_credit, **fields), channel=channel)
+        """Send ``flow``; session ids are filled in from what this peer sent and received (``delivery_count``
+        null unless given)."""
+        fields.setdefault("delivery_count", None)
+        await self.send(self.conn.flow(handle, link_credit, channel=channel, **fields), channel=channel)
 
     async def transfer(
         self,

@@ -14,9 +14,10 @@ test says, in the order it says, and hands back every frame the broker answers w
 Every blocking call waits at most ``timeout`` seconds (set at connect) and fails with an
 ``AssertionError`` naming what it was waiting for and the frames it saw, never hangs a test.
 
-Bookkeeping is deliberately thin: the peer counts the transfers it sends and receives on each channel
-so ``flow()`` reports consistent session ids, and remembers which broker channel answered each of its
-``begin``s. Everything else (handles, delivery ids, credit) is the test's to choose.
+Handles, delivery ids and credit are the test's to choose; the peer's ``conn`` (a sans-IO
+``minibroker.testing.client.ClientConnection``) keeps the protocol's bookkeeping of whatever was sent and
+received, so ``flow()`` reports consistent session ids and ``conn.session(0).links`` says what each link
+counted. The composite steps (``open``, ``begin``, ``attach_*``, ``close``) are the client core's scripts.
 """
 
 from __future__ import annotations
@@ -25,41 +26,27 @@ import socket
 import time
 from typing import Any, TypeVar
 
-from minibroker.amqp.definitions import (
-    Attach,
-    Begin,
-    Close,
-    Open,
-    SaslMechanisms,
-    SaslOutcome,
-    Transfer,
-)
-from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER, SASL_FRAME, SASL_HEADER
-from minibroker.testing import frames
-from minibroker.testing.frames import Frame, FrameBuffer
+from minibroker.amqp.definitions import Attach, Begin, Close, Open, SaslOutcome
+from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER
+from minibroker.testing import client, frames
+from minibroker.testing.client import ClientConnection, Ended, Expect, Frame, ProtocolHeader, Sasl, Script, Send
 
 P = TypeVar("P")
-Sasl = str | tuple[str, str, str]
-"""``"ANONYMOUS"`` or ``("PLAIN", user, password)``."""
+R = TypeVar("R")
 
 _RECV_SIZE = 65536
 
 
 class ScriptedPeer:
-    """One client connection driven frame by frame."""
+    """One client connection driven frame by frame over a blocking socket."""
 
     def __init__(self, sock: socket.socket, timeout: float = 5.0) -> None:
         self.sock = sock
         self.timeout = timeout
+        self.conn = ClientConnection()
+        """The protocol state: sessions, links, what each side counted."""
         self.received: list[Frame] = []
         """Every frame received so far, heartbeats included (for assertion messages)."""
-        self.remote_open: Open | None = None
-        self.remote_channels: dict[int, int] = {}
-        """Our channel -> the broker's channel, from its answering ``begin``."""
-        self._buffer = FrameBuffer()
-        self._eof = False
-        self._transfers_out: dict[int, int] = {}
-        self._transfers_in: dict[int, int] = {}  # by the broker's channel
 
     @classmethod
     def connect(cls, host: str, port: int, timeout: float = 5.0) -> ScriptedPeer:
@@ -78,80 +65,79 @@ class ScriptedPeer:
         """Drop the TCP connection without any AMQP closing handshake."""
         self.sock.close()
 
+    @property
+    def remote_open(self) -> Open | None:
+        """The broker's ``open``, once it came."""
+        return self.conn.remote_open
+
+    @property
+    def remote_channels(self) -> dict[int, int]:
+        """Our channel -> the broker's channel, from its answering ``begin``."""
+        return self.conn.remote_channels
+
     # -- bytes --------------------------------------------------------------------------------------
     def send_raw(self, data: bytes) -> None:
         """Send bytes exactly as given (``OSError`` if the broker has already dropped the socket)."""
-        self.sock.sendall(data)
+        self.conn.send_raw(data)
+        self._flush()
 
-    def _read(self, deadline: float, waiting_for: str) -> bool:
-        """Read once more from the socket; False once the broker has closed it. Fails at ``deadline``."""
-        if self._eof:
-            return False
-        remaining = deadline - time.monotonic()
-        try:
-            if remaining <= 0:
-                raise TimeoutError
-            self.sock.settimeout(remaining)
-            data = self.sock.recv(_RECV_SIZE)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {waiting_for}{self._seen()}") from None
-        except ConnectionResetError:
-            data = b""
-        if not data:
-            self._eof = True
-            return False
-        self._buffer.feed(data)
-        return True
+    def _flush(self) -> None:
+        self.sock.sendall(self.conn.data_to_send())
 
-    def _fill(self, deadline: float, waiting_for: str) -> None:
-        """Read once more from the socket; fail if the broker has closed it or ``deadline`` passes."""
-        if not self._read(deadline, waiting_for):
-            raise AssertionError(f"connection closed by the broker while waiting for {waiting_for}{self._seen()}")
-
-    def _seen(self) -> str:
-        recent = [f for f in self.received if not f.is_heartbeat][-5:]
-        return "; last frames received: " + ", ".join(map(repr, recent)) if recent else "; no frame received"
+    def _next(self, deadline: float, waiting_for: str) -> ProtocolHeader | Frame | Ended:
+        """The next header, frame or end of the stream; fails at ``deadline``."""
+        while (event := self.conn.next_event()) is None:
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(remaining)
+                data = self.sock.recv(_RECV_SIZE)
+            except TimeoutError:
+                raise AssertionError(f"timed out waiting for {waiting_for}{client.recent(self.received)}") from None
+            except ConnectionResetError:
+                data = b""
+            self.conn.receive_data(data)
+        if isinstance(event, Frame):
+            self.received.append(event)
+        return event
 
     # -- protocol headers ---------------------------------------------------------------------------
     def send_header(self, header: bytes = AMQP_HEADER) -> None:
         """Send a protocol header (any 8 bytes, or fewer/more for a negative test)."""
-        self.send_raw(header)
+        self.conn.send_header(header)
+        self._flush()
 
     def expect_header(self) -> bytes:
         """The broker's next 8 bytes, read as a protocol header."""
-        deadline = time.monotonic() + self.timeout
-        while (header := self._buffer.next_header()) is None:
-            self._fill(deadline, "a protocol header")
-        return header
+        self.conn.expect_header()
+        event = self._next(time.monotonic() + self.timeout, "a protocol header")
+        if not isinstance(event, ProtocolHeader):
+            raise AssertionError("connection closed by the broker while waiting for a protocol header")
+        return event.data
 
     # -- frames -------------------------------------------------------------------------------------
     def send(self, performative: Any, channel: int = 0, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
         """Send one frame."""
-        if isinstance(performative, Transfer):
-            self._transfers_out[channel] = self._transfers_out.get(channel, 0) + 1
-        self.send_raw(frames.frame(channel, performative, payload, frame_type))
+        self.conn.send(performative, channel, payload, frame_type)
+        self._flush()
 
     def receive(self) -> Frame:
         """The next frame that is not a heartbeat."""
         deadline = time.monotonic() + self.timeout
         while True:
-            item = self._buffer.next_frame()
-            if item is None:
-                self._fill(deadline, "a frame")
-                continue
-            self.received.append(item)
-            if item.is_heartbeat:
-                continue
-            if isinstance(item.performative, Transfer):
-                self._transfers_in[item.channel] = self._transfers_in.get(item.channel, 0) + 1
-            return item
+            event = self._next(deadline, "a frame")
+            if isinstance(event, Ended):
+                raise AssertionError(
+                    f"connection closed by the broker while waiting for a frame{client.recent(self.received)}"
+                )
+            if isinstance(event, Frame) and not event.is_heartbeat:
+                return event
 
     def expect_frame(self, kind: type[P], channel: int | None = None) -> Frame:
         """The next frame, which must carry a ``kind`` on ``channel`` (any channel when None)."""
         item = self.receive()
-        if not isinstance(item.performative, kind) or (channel is not None and item.channel != channel):
-            where = "" if channel is None else f" on channel {channel}"
-            raise AssertionError(f"expected {kind.__name__}{where}, got {item!r}{self._seen()}")
+        client.check(Expect(kind, channel), item, client.recent(self.received))
         return item
 
     def expect(self, kind: type[P], channel: int | None = None) -> P:
@@ -159,62 +145,56 @@ class ScriptedPeer:
         performative: P = self.expect_frame(kind, channel).performative
         return performative
 
+    def expect_sasl(self, kind: type[P]) -> P:
+        """The next frame must be a SASL frame carrying a ``kind``."""
+        item = self.receive()
+        client.check(Expect(kind, 0, sasl=True), item, client.recent(self.received))
+        performative: P = item.performative
+        return performative
+
     def expect_closed(self, timeout: float | None = None) -> None:
         """The broker closes the socket within ``timeout``; only heartbeats may come before."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
-            item = self._buffer.next_frame()
-            if item is not None:
-                self.received.append(item)
-                if not item.is_heartbeat:
-                    raise AssertionError(f"expected the connection to close, got {item!r}")
-                continue
-            if not self._read(deadline, "the connection to close"):
-                if len(self._buffer):
-                    raise AssertionError(f"connection closed with {len(self._buffer)} bytes of a partial frame")
+            event = self._next(deadline, "the connection to close")
+            if isinstance(event, Ended):
+                if event.partial:
+                    raise AssertionError(f"connection closed with {event.partial} bytes of a partial frame")
                 return
+            if isinstance(event, ProtocolHeader) or not event.is_heartbeat:
+                raise AssertionError(f"expected the connection to close, got {event!r}")
+
+    def run(self, script: Script[R]) -> R:
+        """Run a client-core script (``minibroker.testing.client``): its sends and expectations, in order."""
+        answer: Any = None
+        try:
+            while True:
+                step = script.send(answer)
+                if isinstance(step, Send):
+                    client.perform_send(self.conn, step)
+                    self._flush()
+                    answer = None
+                elif step.header is not None:
+                    answer = ProtocolHeader(self.expect_header())
+                    client.check(step, answer, "")
+                else:
+                    answer = self.receive()
+                    client.check(step, answer, client.recent(self.received))
+        except StopIteration as stop:
+            result: R = stop.value
+            return result
 
     # -- connection ---------------------------------------------------------------------------------
     def authenticate(self, sasl: Sasl = "ANONYMOUS") -> SaslOutcome:
         """SASL header exchange, mechanisms, init; return the broker's outcome (not checked)."""
-        self.send_header(SASL_HEADER)
-        header = self.expect_header()
-        if header != SASL_HEADER:
-            raise AssertionError(f"expected the SASL header, got {header!r}")
-        self.expect_sasl(SaslMechanisms)
-        if sasl == "ANONYMOUS":
-            init = frames.sasl_anonymous()
-        elif isinstance(sasl, tuple) and sasl[0] == "PLAIN":
-            init = frames.sasl_plain(sasl[1], sasl[2])
-        else:
-            raise ValueError(f"unsupported SASL choice {sasl!r}")
-        self.send(init, frame_type=SASL_FRAME)
-        return self.expect_sasl(SaslOutcome)
-
-    def expect_sasl(self, kind: type[P]) -> P:
-        """The next frame must be a SASL frame carrying a ``kind``."""
-        item = self.expect_frame(kind, channel=0)
-        if item.frame_type != SASL_FRAME:
-            raise AssertionError(f"expected a SASL frame (type 1), got type {item.frame_type}: {item!r}")
-        performative: P = item.performative
-        return performative
+        return self.run(client.authenticate(sasl))
 
     def open(self, *, sasl: Sasl | None = None, **fields: Any) -> Open:
         """Optional SASL, then AMQP header exchange, our ``open`` with ``fields``; the broker's open."""
-        if sasl is not None:
-            outcome = self.authenticate(sasl)
-            if outcome.code != 0:
-                raise AssertionError(f"SASL failed: {outcome!r}")
-        self.send_header(AMQP_HEADER)
-        header = self.expect_header()
-        if header != AMQP_HEADER:
-            raise AssertionError(f"expected the AMQP header, got {header!r}")
-        self.send(frames.open_(**fields))
-        self.remote_open = self.expect(Open, channel=0)
-        return self.remote_open
+        return self.run(client.open_connection(frames.open_(**fields), sasl))
 
     def close(self, error: Any = None) -> Close:
-        """Send ``close``; expect the broker's close and the end of the socket."""
+        """Send ``close``; expect the broker's close (as the next frame) and the end of the socket."""
         self.send(Close(error=error))
         reply = self.expect(Close)
         self.expect_closed()
@@ -223,13 +203,7 @@ class ScriptedPeer:
     # -- sessions and links -------------------------------------------------------------------------
     def begin(self, channel: int = 0, **fields: Any) -> Begin:
         """Send ``begin`` on ``channel``; return the broker's answering begin."""
-        self.send(frames.begin(**fields), channel=channel)
-        item = self.expect_frame(Begin)
-        reply: Begin = item.performative
-        if reply.remote_channel != channel:
-            raise AssertionError(f"begin answered for channel {reply.remote_channel}, not {channel}")
-        self.remote_channels[channel] = item.channel
-        return reply
+        return self.run(client.begin_session(frames.begin(**fields), channel))
 
     def attach_sender(
         self, address: str | None, handle: int = 0, name: str | None = None, *, channel: int = 0, **fields: Any
@@ -238,15 +212,13 @@ class ScriptedPeer:
 
         The broker normally follows it with a ``flow`` granting credit: ``expect(Flow)`` for it.
         """
-        self.send(frames.attach_sender(address, handle, name, **fields), channel=channel)
-        return self.expect(Attach)
+        return self.run(client.attach_link(frames.attach_sender(address, handle, name, **fields), channel))
 
     def attach_receiver(
         self, address: str | None, handle: int = 0, name: str | None = None, *, channel: int = 0, **fields: Any
     ) -> Attach:
         """Attach a link on which we receive from ``address``; return the broker's attach."""
-        self.send(frames.attach_receiver(address, handle, name, **fields), channel=channel)
-        return self.expect(Attach)
+        return self.run(client.attach_link(frames.attach_receiver(address, handle, name, **fields), channel))
 
     def flow(
         self, handle: int | None = None, link_credit: int | None = None, *, channel: int = 0, **fields: Any
@@ -255,10 +227,8 @@ class ScriptedPeer:
 
         ``delivery_count`` is left null unless given, which the broker reads as "``link_credit`` from now".
         """
-        remote = self.remote_channels.get(channel, channel)
-        fields.setdefault("next_incoming_id", self._transfers_in.get(remote, 0))
-        fields.setdefault("next_outgoing_id", self._transfers_out.get(channel, 0))
-        self.send(frames.flow(handle=handle, link_credit=link_credit, **fields), channel=channel)
+        fields.setdefault("delivery_count", None)
+        self.send(self.conn.flow(handle, link_credit, channel=channel, **fields), channel=channel)
 
     def transfer(
         self,

@@ -48,7 +48,7 @@ from minibroker.amqp.errors import Condition
 from minibroker.amqp.types import Described, Symbol, UInt, ULong
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.testing import frames
-from minibroker.testing.frames import Frame
+from minibroker.testing.client import Frame
 from minibroker.testing.memory import MemoryBroker, MemoryPeer
 from tests.broker import test_transactions_frames as frame_tests
 from tests.broker.test_transactions_frames import (

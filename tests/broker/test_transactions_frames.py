@@ -44,7 +44,7 @@ from minibroker.amqp.types import Symbol, UInt
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.transactions import MAX_TXN_ID, TXN_CAPABILITIES
 from minibroker.testing import frames
-from minibroker.testing.frames import Frame
+from minibroker.testing.client import Frame
 from minibroker.testing.memory import MemoryBroker, MemoryPeer, memory_broker
 from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker

@@ -58,6 +58,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import Event, TransferReceived
 from minibroker.handles import NamespaceView
 from minibroker.testing import frames
+from minibroker.testing.client import ClientConnection, Delivery, Ended, Frame, ProtocolHeader, Session
 
 TXN_ID = Symbol("txn-id")
 WINDOW = 1 << 20  # session window of a peer that never holds the broker back
@@ -146,20 +147,15 @@ class Observed:
     closed: bool = False
 
 
-@dataclass
-class _Incoming:
-    link: str
-    delivery_id: int
-    settled: bool
-    parts: list[bytes]
-
-
 EventFilter = Callable[["Peer", list[Event]], list[Event]]
 
 
 class Peer:
-    """One client connection, one session (channel 0).
+    """One client connection, one session (channel 0), driving the broker's engine in memory.
 
+    The client side is the sans-IO client core (``client``, a ``ClientConnection``): it keeps the handles,
+    delivery ids and counts, the session window, the deliveries in progress and the unsettled ones, and notes
+    what a correct broker can never send. This class adds what the transaction tests observe (``Observed``).
     ``max_frame_size`` is what the peer's open announces (the broker splits larger deliveries); ``window``
     is the session incoming window it starts with. A peer with ``window=None`` never holds the broker back;
     otherwise it accepts transfer frames only up to ``window_limit`` (raised by ``open_window``).
@@ -172,54 +168,52 @@ class Peer:
         self.container_id = container_id
         self.max_frame_size = max_frame_size
         self.conn = ServerConnection()
+        """The broker's end: the engine this peer feeds."""
         world.broker.connection_made(self.conn)
+        self.client = ClientConnection()
+        """Our end: the client core."""
         self.alive = True
-        self._header_seen = False
-        self._buffer = frames.FrameBuffer()
-        self._next_handle = 0
-        self._handles: dict[str, int] = {}  # our handle of each attached link, by name
-        self._remote: dict[int, str] = {}  # the broker's handle -> link name
-        self._detaching: set[str] = set()
-        self._delivery_counts: dict[str, int] = {}  # deliveries started per consumer link
-        self._next_delivery_id = 0
-        self._sending: dict[str, int] = {}  # our link -> delivery id of a multi-frame transfer in progress
-        self.transfers_out = 0
-        self.frames_in = 0
         self.limited = window is not None
-        self.window_limit = WINDOW if window is None else window
-        """We accept transfer frames numbered below this (session next-incoming-id + incoming-window)."""
-        self._incoming: dict[str, _Incoming] = {}  # delivery in progress, by link
-        self.unsettled: dict[int, tuple[str, str | None]] = {}
-        """Deliveries we received completely and unsettled, that nobody has settled: id -> (link, name)."""
+        self._window = WINDOW if window is None else window
+        self._detaching: set[str] = set()
+        """Links we detached whose detach the broker has not answered yet."""
         self._settled_by_us: set[int] = set()
+        self._held: dict[int, tuple[str, str | None]] = {}
+        """The model's own account of what we hold unsettled (to check the broker's settling against)."""
+        self._next_handle = 0
         self.addresses: dict[str, str] = {}  # the address of the node each link is attached to (dynamic ones)
         self.observed = Observed()
+
+    @property
+    def session(self) -> Session:
+        """Our session (channel 0) as the client core keeps it."""
+        return self.client.session(0)
 
     # -- sending ------------------------------------------------------------------------------------
     def connect(self) -> None:
         fields: dict[str, Any] = {}
         if self.max_frame_size is not None:
             fields["max_frame_size"] = UInt(self.max_frame_size)
-        self._feed(
-            AMQP_HEADER
-            + frames.frame(0, frames.open_(self.container_id, **fields))
-            + frames.frame(0, frames.begin(incoming_window=self.window_limit))
-        )
+        self.client.send_header(AMQP_HEADER)
+        self.client.send(frames.open_(self.container_id, **fields))
+        self.client.send(frames.begin(incoming_window=self._window))
+        self._feed()
 
     def send(self, performative: Any, data: bytes = b"") -> None:
-        self._feed(frames.frame(0, performative, data))
+        self.client.send(performative, 0, data)
+        self._feed()
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self) -> None:
         assert self.alive, f"{self.container_id} is closed"
         world = self.world
-        events = self.conn.receive_events(data, world.now)
+        events = self.conn.receive_events(self.client.data_to_send(), world.now)
         if world.event_filter is not None:
             events = world.event_filter(self, events)
         world.broker.handle(self.conn, events, world.now)
 
     def eof(self) -> None:
         """The socket ends without a close frame."""
-        self._feed(b"")
+        self._feed()  # b"": the end of the stream
         self.alive = False
 
     def close(self) -> None:
@@ -228,41 +222,55 @@ class Peer:
 
     # -- session window -----------------------------------------------------------------------------
     @property
+    def frames_in(self) -> int:
+        """Transfer frames the broker sent us."""
+        return self.session.next_incoming_id
+
+    @property
+    def transfers_out(self) -> int:
+        """Transfer frames we sent."""
+        return self.session.next_outgoing_id
+
+    @property
     def window_room(self) -> int:
         """Transfer frames the broker may still send us."""
-        return max(0, self.window_limit - self.frames_in)
+        return max(0, self.session.incoming_window)
+
+    @property
+    def window_limit(self) -> int:
+        """We accept transfer frames numbered below this (session next-incoming-id + incoming-window)."""
+        return self.frames_in + self.window_room
 
     @property
     def receiving(self) -> bool:
         """True while some delivery to us has started and neither completed nor been aborted."""
-        return bool(self._incoming)
+        return any(link.receiving is not None for link in self.session.links.values())
+
+    @property
+    def unsettled(self) -> dict[int, tuple[str, str | None]]:
+        """Deliveries we received completely and unsettled, that nobody has settled: id -> (link, name)."""
+        return dict(self._held)
 
     def open_window(self, frames_more: int) -> None:
         """Let ``frames_more`` more transfer frames in (a session flow)."""
-        self.window_limit += frames_more
-        self.send(self._flow_frame())
-
-    def _flow_frame(self, **link_fields: Any) -> Flow:
-        return frames.flow(
-            next_incoming_id=self.frames_in,
-            incoming_window=self.window_room,
-            next_outgoing_id=self.transfers_out,
-            outgoing_window=WINDOW,
-            **link_fields,
-        )
+        self.send(self.client.flow(incoming_window=self.window_room + frames_more, outgoing_window=WINDOW))
 
     # -- links --------------------------------------------------------------------------------------
-    def _new_handle(self, name: str) -> int:
-        assert name not in self._handles, f"link {name} already attached"
-        handle = self._next_handle
+    def handle(self, name: str) -> int:
+        """Our handle of the link called ``name``."""
+        return self.session.link(name).handle
+
+    def new_handle(self, name: str) -> int:
+        """The handle a new link called ``name`` gets."""
+        assert not self.attached(name), f"link {name} already attached"
+        handle = self._next_handle  # never reused, so a late frame of an old link cannot pass for a new one's
         self._next_handle += 1
-        self._handles[name] = handle
         return handle
 
     def attach_producer(self, name: str, address: str | None, *, dynamic: bool = False) -> None:
         """A sender link to ``address`` (None: the anonymous relay; ``dynamic``: a node made for the link)."""
         target = Target(dynamic=True) if dynamic else Target(address=address)
-        self.send(frames.attach_sender(address, self._new_handle(name), name, target=target))
+        self.send(frames.attach_sender(address, self.new_handle(name), name, target=target))
 
     def attach_controller(self, name: str, *, rejects: bool = True, snd_settle_mode: int | None = None) -> None:
         """A coordinator link; its source offers rejected (errors come as rejected) or only accepted."""
@@ -270,7 +278,7 @@ class Peer:
         target = Coordinator(capabilities=[Symbol("amqp:local-transactions")])
         mode = None if snd_settle_mode is None else UInt(snd_settle_mode)
         attach = frames.attach_sender(
-            None, self._new_handle(name), name, target=target, source=Source(outcomes=outcomes), snd_settle_mode=mode
+            None, self.new_handle(name), name, target=target, source=Source(outcomes=outcomes), snd_settle_mode=mode
         )
         self.send(attach)
 
@@ -287,53 +295,49 @@ class Peer:
         source = Source(address=address, dynamic=dynamic or None, default_outcome=default_outcome, filter=source_filter)
         settle_mode = UInt(1) if presettled else None
         self.send(
-            frames.attach_receiver(address, self._new_handle(name), name, source=source, snd_settle_mode=settle_mode)
+            frames.attach_receiver(address, self.new_handle(name), name, source=source, snd_settle_mode=settle_mode)
         )
-        self._delivery_counts[name] = 0
 
-    def detach(self, name: str) -> None:
-        handle = self._handles.pop(name)
+    def detach(self, name: str, *, closed: bool = True) -> None:
+        handle = self.handle(name)
         self._detaching.add(name)
-        self._forget_link(name)
-        self.send(Detach(handle=UInt(handle), closed=True))
+        self._forget(name)
+        self.send(Detach(handle=UInt(handle), closed=closed))
 
-    def _forget_link(self, name: str) -> None:
-        """A detached link's deliveries are no longer ours to settle, nor to receive."""
-        self.unsettled = {d: v for d, v in self.unsettled.items() if v[0] != name}
-        self._incoming.pop(name, None)
-        self._sending.pop(name, None)
+    def _forget(self, name: str) -> None:
+        """A detached link's deliveries are no longer ours to settle."""
+        self._held = {d: v for d, v in self._held.items() if v[0] != name}
 
     def attached(self, name: str) -> bool:
-        return name in self._handles
+        """True while the link called ``name`` is ours to use (attached, and not detached by us)."""
+        try:
+            return not self.session.link(name).detached
+        except KeyError:
+            return False
 
     # -- performatives ------------------------------------------------------------------------------
     def transfer(self, link: str, data: bytes, *, settled: bool = False, state: Any = None) -> int:
         """Send one message in one frame on ``link``; returns its delivery id."""
-        delivery_id = self._next_delivery_id
-        self._next_delivery_id += 1
-        self.transfers_out += 1
-        self.send(frames.transfer(self._handles[link], delivery_id, settled=settled, state=state), data)
+        delivery_id = self.client.next_delivery_id()
+        self.send(frames.transfer(self.handle(link), delivery_id, settled=settled, state=state), data)
         return delivery_id
 
     def begin_transfer(self, link: str, data: bytes, *, settled: bool = False, state: Any = None) -> int:
         """The first frame of a multi-frame message (more=true); returns its delivery id."""
-        assert link not in self._sending, f"{link} is already sending a message"
-        delivery_id = self._next_delivery_id
-        self._next_delivery_id += 1
-        self.transfers_out += 1
-        self._sending[link] = delivery_id
-        self.send(frames.transfer(self._handles[link], delivery_id, settled=settled, state=state, more=True), data)
+        assert not self.sending(link), f"{link} is already sending a message"
+        delivery_id = self.client.next_delivery_id()
+        self.send(frames.transfer(self.handle(link), delivery_id, settled=settled, state=state, more=True), data)
         return delivery_id
 
     def end_transfer(self, link: str, data: bytes, *, state: Any = None) -> int:
         """The last frame of the message ``link`` is sending (more=false); returns its delivery id."""
-        delivery_id = self._sending.pop(link)
-        self.transfers_out += 1
-        self.send(frames.transfer(self._handles[link], None, state=state, more=False), data)
+        delivery_id = self.session.link(link).sending
+        assert delivery_id is not None, f"{link} is sending no message"
+        self.send(frames.transfer(self.handle(link), None, state=state, more=False), data)
         return delivery_id
 
     def sending(self, link: str) -> bool:
-        return link in self._sending
+        return self.attached(link) and self.session.link(link).sending is not None
 
     def control(self, controller: str, body: bytes, *, settled: bool = False, state: Any = None) -> int:
         """Send an encoded coordinator message (declare or discharge, perhaps malformed)."""
@@ -347,50 +351,52 @@ class Peer:
         return self.transfer(controller, body, settled=settled)
 
     def flow(self, link: str, credit: int, properties: dict[Any, Any] | None = None) -> None:
-        self.send(
-            self._flow_frame(
-                handle=self._handles[link],
-                delivery_count=self._delivery_counts[link],
-                link_credit=credit,
-                properties=properties,
-            )
+        """Grant ``credit`` on our receiving ``link`` (its delivery-count as we counted it, §2.6.7)."""
+        self.send(self.flow_frame(link, credit, properties=properties))
+
+    def flow_frame(self, link: str, credit: int, **fields: Any) -> Flow:
+        """The ``flow`` that ``flow(link, credit)`` sends (session fields as this peer counted them)."""
+        return self.client.flow(
+            self.handle(link), credit, incoming_window=self.window_room, outgoing_window=WINDOW, **fields
         )
 
     def dispose(self, delivery_id: int, state: Any, *, settled: bool) -> None:
         """Our disposition (as receiver) of a delivery the broker sent."""
         if settled:
-            self.unsettled.pop(delivery_id, None)
+            self._held.pop(delivery_id, None)
             self._settled_by_us.add(delivery_id)
         self.send(frames.disposition(delivery_id, settled=settled, state=state))
 
     # -- receiving ----------------------------------------------------------------------------------
     def take_output(self) -> list[Any]:
         """Decode what the broker wrote; returns performatives the peer must answer (detach replies)."""
+        client = self.client
         data = self.conn.data_to_send()
-        if not self._header_seen and data:
-            header, data = frames.split_header(data)
-            assert header == AMQP_HEADER
-            self._header_seen = True
-        self._buffer.feed(data)
+        if data:
+            client.receive_data(data)
         replies: list[Any] = []
-        while (item := self._buffer.next_frame()) is not None:
-            if item.performative is not None:
-                self._on_frame(item.performative, item.payload, replies)
+        while (event := client.next_event()) is not None and not isinstance(event, Ended):
+            if isinstance(event, ProtocolHeader):
+                assert event.data == AMQP_HEADER, event
+            elif not event.is_heartbeat:
+                self.on_frame(event, replies)
+        self.observed.violations += [f"{self.container_id}: {v}" for v in client.violations]
+        client.violations.clear()
         return replies
 
-    def _on_frame(self, perf: Any, data: bytes, replies: list[Any]) -> None:
+    def on_frame(self, frame: Frame, replies: list[Any]) -> None:
+        """Note what one frame from the broker shows (after the client core has counted it)."""
+        perf = frame.performative
         obs = self.observed
         if isinstance(perf, Attach):
             assert perf.name is not None
-            assert perf.handle is not None
-            self._remote[perf.handle] = perf.name
             obs.attached[perf.name] = perf
             terminus = perf.source if perf.role == frames.SENDER else perf.target
             address = getattr(terminus, "address", None)
             if isinstance(address, str):
                 self.addresses[perf.name] = address
-        elif isinstance(perf, Transfer):
-            self._on_transfer(perf, data)
+        elif isinstance(perf, Transfer) and frame.delivery is not None:
+            self._on_delivery(frame.delivery, frame.payload)
         elif isinstance(perf, Disposition):
             first = perf.first or 0
             last = first if perf.last is None else perf.last
@@ -401,71 +407,49 @@ class Peer:
                     if delivery_id in obs.answers:
                         obs.violations.append(f"{self.container_id}: two answers for our delivery {delivery_id}")
                     obs.answers[delivery_id] = (perf.state, bool(perf.settled))
-        elif isinstance(perf, Detach):
-            name = self._remote.pop(perf.handle or 0)
+        elif isinstance(perf, Detach) and frame.link is not None:
+            name = frame.link.name
             if name in self._detaching:
                 self._detaching.discard(name)
             else:
                 obs.detached.append((name, perf.error))
-                handle = self._handles.pop(name)
-                self._forget_link(name)
-                replies.append(Detach(handle=UInt(handle), closed=True))
+                self._forget(name)
+                replies.append(Detach(handle=UInt(frame.link.handle), closed=True))
         elif isinstance(perf, Close):
             obs.closed = True
-        elif isinstance(perf, Flow):
-            pass  # credit for our producers: the broker keeps them topped up
 
-    def _on_transfer(self, perf: Transfer, data: bytes) -> None:
+    def _on_delivery(self, delivery: Delivery, first_payload: bytes) -> None:
         obs = self.observed
-        me = self.container_id
-        self.frames_in += 1
-        if self.frames_in > self.window_limit:
-            obs.violations.append(f"{me}: transfer frame {self.frames_in} beyond our window ({self.window_limit})")
-        name = self._remote.get(perf.handle or 0)
-        if name is None or name not in self._handles:
-            obs.violations.append(f"{me}: transfer on handle {perf.handle}, which is no link of ours (any more)")
+        name = delivery.link or "?"
+        if name in self._detaching or not self.attached(name):
+            obs.violations.append(f"{self.container_id}: transfer on {name}, which is no link of ours (any more)")
             return
-        current = self._incoming.get(name)
-        if current is None:
-            if perf.delivery_id is None:
-                obs.violations.append(f"{me}: continuation frame on {name} with no delivery in progress")
-                return
-            current = _Incoming(name, perf.delivery_id, bool(perf.settled), [])
-            self._incoming[name] = current
-            self._delivery_counts[name] += 1
-            obs.started.append(Started(name, perf.delivery_id, bool(perf.settled), perf.state, name_in(data)))
-        elif perf.delivery_id is not None and perf.delivery_id != current.delivery_id:
-            obs.violations.append(f"{me}: delivery {perf.delivery_id} began on {name} inside {current.delivery_id}")
-        if perf.aborted:
-            del self._incoming[name]
-            obs.aborted.append((name, current.delivery_id))
+        if delivery.frames == 1:
+            obs.started.append(
+                Started(name, delivery.delivery_id, delivery.settled, delivery.state, name_in(first_payload))
+            )
+        if not delivery.complete:
             return
-        current.parts.append(data)
-        if perf.more:
+        if delivery.aborted:
+            obs.aborted.append((name, delivery.delivery_id))
             return
-        del self._incoming[name]
-        whole = b"".join(current.parts)
-        body, count = decode_message(whole)
-        obs.completed.append(Completed(name, current.delivery_id, name_in(body), count))
-        if not current.settled:
-            self.unsettled[current.delivery_id] = (name, name_in(body))
+        body, count = decode_message(delivery.payload)
+        obs.completed.append(Completed(name, delivery.delivery_id, name_in(body), count))
+        if not delivery.settled:
+            self._held[delivery.delivery_id] = (name, name_in(body))
 
     def _on_settled(self, delivery_id: int, perf: Disposition) -> None:
         obs = self.observed
         me = self.container_id
         if delivery_id in self._settled_by_us:
             obs.violations.append(f"{me}: the broker settled delivery {delivery_id}, which we had settled (D5)")
-        elif any(i.delivery_id == delivery_id for i in self._incoming.values()):
-            obs.violations.append(
-                f"{me}: the broker settled delivery {delivery_id} before sending all of it (R3: it must abort it)"
-            )
-        elif delivery_id not in self.unsettled:
+        elif delivery_id not in self._held:
             obs.violations.append(f"{me}: the broker settled delivery {delivery_id}, which we do not hold")
         else:
             if not perf.settled:
                 obs.violations.append(f"{me}: broker disposition of its delivery {delivery_id} that does not settle")
             obs.settled_by_broker.append((delivery_id, perf.state))
-            del self.unsettled[delivery_id]
+            del self._held[delivery_id]
 
 
 class World:

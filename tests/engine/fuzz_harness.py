@@ -38,7 +38,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import ConnectionClosed, Event, TransferReceived
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.testing import frames
-from minibroker.testing.frames import Frame, FrameBuffer
+from minibroker.testing.client import Frame, FrameReader
 
 MAX_FRAME_SIZE = 1024
 """Small, so that chunks longer than a frame test the input bound."""
@@ -57,7 +57,7 @@ class OutputReader:
     """Reads the engine's output as the peer would: headers where they belong, whole frames between."""
 
     def __init__(self) -> None:
-        self.buffer = FrameBuffer()
+        self.buffer = FrameReader()
         self.expect_header = True
         self.headers: list[bytes] = []
         self.frames: list[Frame] = []
@@ -82,11 +82,12 @@ class OutputReader:
                 continue
             before = len(self.buffer)
             try:
-                frame = self.buffer.next_frame()
+                parsed = self.buffer.next_frame()
             except ValueError as exc:
                 raise InvariantError(f"engine output does not parse: {exc}") from None
-            if frame is None:
+            if parsed is None:
                 break
+            frame = Frame(*parsed)
             if frame.frame_type not in (AMQP_FRAME, SASL_FRAME):
                 raise InvariantError(f"engine wrote a frame of type {frame.frame_type}")
             if before - len(self.buffer) > self.max_frame_size:

@@ -56,7 +56,7 @@ from minibroker.engine.events import (
 )
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.testing import frames
-from minibroker.testing.frames import Frame, parse_frames, split_header
+from minibroker.testing.client import Frame, parse_frames, split_header
 
 
 class Harness:

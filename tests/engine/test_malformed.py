@@ -41,7 +41,7 @@ from minibroker.broker.core import Broker
 from minibroker.engine.connection import Phase, ServerConnection
 from minibroker.engine.events import ConnectionClosed, LinkDetached, SessionEnded
 from minibroker.testing import frames
-from minibroker.testing.frames import Frame
+from minibroker.testing.client import Frame
 from tests.engine.fuzz_harness import MAX_FRAME_SIZE, PREFILLED, BrokerRun
 
 PREFILL = 5

@@ -23,9 +23,10 @@ def control_frame(
 ) -> tuple[int, bytes]:
     """The bytes of a declare/discharge transfer (not sent), and its delivery id."""
     delivery_id = c.next_id(channel)
-    performative = frames.transfer(handle, delivery_id, settled=settled or None)
-    c.peer._transfers_out[channel] = c.peer._transfers_out.get(channel, 0) + 1
-    return delivery_id, frames.frame(channel, performative, frames.message(AmqpValue(body)))
+    c.peer.conn.send(
+        frames.transfer(handle, delivery_id, settled=settled or None), channel, frames.message(AmqpValue(body))
+    )
+    return delivery_id, c.peer.conn.data_to_send()
 
 
 def post_frame(
@@ -42,5 +43,5 @@ def post_frame(
     delivery_id = c.next_id(channel)
     state = TransactionalState(txn_id=txn) if txn is not None else None
     performative = frames.transfer(handle, delivery_id, state=state, settled=settled or None, **fields)
-    c.peer._transfers_out[channel] = c.peer._transfers_out.get(channel, 0) + 1
-    return delivery_id, frames.frame(channel, performative, payload)
+    c.peer.conn.send(performative, channel, payload)  # counted by the client core, written later by the test
+    return delivery_id, c.peer.conn.data_to_send()

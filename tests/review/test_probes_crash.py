@@ -228,7 +228,7 @@ async def test_disposition_behind_a_flow_naming_an_unknown_txn_id(mb: MemoryBrok
     flow = frames.flow(
         next_incoming_id=1,
         incoming_window=2048,
-        next_outgoing_id=c.peer._transfers_out.get(0, 0),
+        next_outgoing_id=c.peer.conn.session(0).next_outgoing_id,
         outgoing_window=2048,
         handle=2,
         delivery_count=1,

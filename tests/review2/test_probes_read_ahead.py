@@ -47,18 +47,10 @@ settings = frame_tests.settings
 
 
 def _flow_frame(c: frame_tests.Client, handle: int, credit: int, properties: dict | None) -> bytes:
-    """A link flow for our receiver ``handle`` (session ids as ``MemoryPeer.flow`` fills them)."""
-    peer = c.peer
-    remote = peer.remote_channels.get(0, 0)
-    flow = frames.flow(
-        handle=handle,
-        link_credit=credit,
-        delivery_count=UInt(0),
-        next_incoming_id=peer._transfers_in.get(remote, 0),
-        next_outgoing_id=peer._transfers_out.get(0, 0),
-        properties=properties,
-    )
-    return frames.frame(0, flow)
+    """The bytes of a link flow for our receiver ``handle`` (session ids as the client core counts them), not sent."""
+    conn = c.peer.conn
+    conn.send(conn.flow(handle, credit, delivery_count=UInt(0), properties=properties))
+    return conn.data_to_send()
 
 
 @pytest.mark.parametrize("presettled", [True, False], ids=["presettled-consumer", "unsettled-consumer"])

@@ -82,7 +82,7 @@ class Accounting(RuleBasedStateMachine):
         peer = self.peers[name]
         self.n += 1
         link = f"{sub}|{self.n}" if kind == "shared" else (sub if kind == "durable" else f"l{self.n}")
-        if link in peer._handles:
+        if peer.attached(link):
             return
         if kind == "queue":
             peer.attach_consumer(link, "q", presettled=False, default_outcome=None)
@@ -94,8 +94,7 @@ class Accounting(RuleBasedStateMachine):
         elif kind in ("durable", "shared"):
             caps = [Symbol("shared")] if kind == "shared" else None
             source = Source(address="topic://t", durable=UInt(2), expiry_policy=Symbol("never"), capabilities=caps)
-            peer.send(frames.attach_receiver("topic://t", peer._new_handle(link), link, source=source))
-            peer._delivery_counts[link] = 0
+            peer.send(frames.attach_receiver("topic://t", peer.new_handle(link), link, source=source))
         elif kind == "dynamic":
             peer.attach_consumer(link, None, presettled=False, default_outcome=None, dynamic=True)
         elif kind == "producer":
@@ -114,12 +113,7 @@ class Accounting(RuleBasedStateMachine):
         peer = self.peers[name]
         link = data.draw(st.sampled_from(sorted(self.links[name])))
         kind = self.links[name].pop(link)
-        handle = peer._handles.pop(link)
-        peer._detaching.add(link)
-        peer._forget_link(link)
-        from minibroker.amqp.definitions import Detach
-
-        peer.send(Detach(handle=UInt(handle), closed=closed))
+        peer.detach(link, closed=closed)
         if kind == "controller":
             self.txns[name].clear()
         self._settle()

@@ -33,8 +33,7 @@ def _send_big(peer: Any, link: str, data: bytes, chunk: int = 60_000) -> None:
     parts = [data[i : i + chunk] for i in range(0, len(data), chunk)]
     peer.begin_transfer(link, parts[0], settled=True)
     for part in parts[1:-1]:
-        peer.transfers_out += 1
-        peer.send(frames.transfer(peer._handles[link], None, more=True), part)
+        peer.send(frames.transfer(peer.handle(link), None, more=True), part)
     peer.end_transfer(link, parts[-1])
 
 

@@ -11,6 +11,7 @@ from minibroker.amqp.definitions import Accepted, Header, MessageAnnotations, Mo
 from minibroker.amqp.types import Symbol, UInt
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.testing import frames
+from minibroker.testing.client import Frame
 from tests.broker.txn_driver import World
 
 
@@ -24,18 +25,14 @@ def _annotations(data: bytes) -> dict[Any, Any]:
 def _capture(peer: Any) -> list[tuple[str, bytes]]:
     """Whole payloads of what ``peer`` receives, by link, in order."""
     got: list[tuple[str, bytes]] = []
-    original = peer._on_transfer
+    original = peer.on_frame
 
-    def on_transfer(perf: Any, data: bytes) -> None:
-        name = peer._remote.get(perf.handle or 0)
-        if perf.delivery_id is not None:
-            got.append((name, b""))
-        if got:
-            link, before = got[-1]
-            got[-1] = (link, before + data)
-        original(perf, data)
+    def on_frame(frame: Frame, replies: list[Any]) -> None:
+        if frame.delivery is not None and frame.delivery.complete:
+            got.append((frame.delivery.link, frame.delivery.payload))
+        original(frame, replies)
 
-    peer._on_transfer = on_transfer
+    peer.on_frame = on_frame
     return got
 
 

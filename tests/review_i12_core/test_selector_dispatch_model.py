@@ -40,7 +40,6 @@ from minibroker.amqp.definitions import (
     Accepted,
     ApplicationProperties,
     Declared,
-    Flow,
     Header,
     MessageAnnotations,
     Modified,
@@ -96,21 +95,6 @@ class Cons:
         return self.link not in m.excluded and SELECTORS[self.selector](m)
 
 
-def _track_drains(peer: Any) -> None:
-    """The driver ignores the broker's flows; after a drain the link's delivery-count moved on (§2.6.7), and the
-    next flow must count from there, or the credit it grants is less than meant."""
-    original = peer._on_frame
-
-    def on_frame(perf: Any, data: bytes, replies: list[Any]) -> None:
-        if isinstance(perf, Flow) and perf.handle is not None and perf.delivery_count is not None:
-            name = peer._remote.get(perf.handle)
-            if name in peer._delivery_counts:
-                peer._delivery_counts[name] = int(perf.delivery_count)
-        original(perf, data, replies)
-
-    peer._on_frame = on_frame
-
-
 class SelectorDispatch(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -132,7 +116,6 @@ class SelectorDispatch(RuleBasedStateMachine):
         self.redelivery_delay = delay
         self.world = World(Broker(BrokerSettings(queues={"q": policy})))
         self.peer = self.world.connect("app")
-        _track_drains(self.peer)
         self.peer.attach_producer("p", "q")
         self.peer.attach_controller("ctl")
         self.world.settle()
@@ -268,14 +251,7 @@ class SelectorDispatch(RuleBasedStateMachine):
         cons = self.consumers[data.draw(st.sampled_from(sorted(self.consumers)))]
         cons.credit = credit
         peer = self.peer
-        peer.send(
-            peer._flow_frame(
-                handle=peer._handles[cons.link],
-                delivery_count=peer._delivery_counts[cons.link],
-                link_credit=credit,
-                drain=True,
-            )
-        )
+        peer.send(peer.flow_frame(cons.link, credit, drain=True))  # delivery-count as the client core counted
         cons.drained = True
         self._observe()
 

@@ -1,0 +1,793 @@
+"""A sans-IO AMQP 1.0 client connection: bytes in, frames out, and the bookkeeping a client owes the protocol.
+
+``ClientConnection`` does no I/O and knows no clock, in the shape of h11: the caller writes what
+``data_to_send()`` returns and feeds what it reads to ``receive_data()``, then takes protocol headers and
+frames from ``next_event()``. Every frame goes both ways through the connection, so it keeps what the
+specification makes a client track, whoever chose the values:
+
+* the protocol phase (Part 5 §5.3: after a SASL header come SASL frames up to the outcome, then the next
+  header; after an AMQP header, AMQP frames), so pipelined headers and frames are parsed exactly;
+* per session (§2.5.6): our channel and the broker's, transfer ids both ways, both incoming windows;
+* per link (§2.6.7): handles both ways, delivery-count, link-credit, the delivery being received and its
+  frames (a multi-frame delivery is assembled: its last frame carries the whole ``Delivery``).
+
+It never refuses to send a frame: a negative test sends what it likes, and the bookkeeping follows what was
+really sent. Four drivers move the bytes: ``ScriptedPeer`` (a blocking socket), ``MemoryPeer`` (a trio
+stream), the in-memory engine driver of the transaction tests, and the benchmarks' raw clients; the health
+check speaks through it too. Composite steps (SASL, open, begin, attach, close) are written once here as
+*scripts*, generators that yield ``Send`` and ``Expect`` steps and return the answer, which each driver runs
+with its own I/O (``run_blocking`` below for sockets).
+
+    conn = ClientConnection()
+    conn.send_header(AMQP_HEADER)
+    conn.send(frames.open_("me"))
+    sock.sendall(conn.data_to_send())
+    conn.receive_data(sock.recv(65536))
+    while (event := conn.next_event()) is not None: ...
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from minibroker.amqp.definitions import (
+    Attach,
+    Begin,
+    Close,
+    Detach,
+    Disposition,
+    End,
+    Flow,
+    Open,
+    SaslMechanisms,
+    SaslOutcome,
+    Transfer,
+)
+from minibroker.amqp.fastpath import decode_performative
+from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER, FRAME_HEADER, SASL_FRAME, SASL_HEADER, encode_frame
+from minibroker.amqp.types import DecodeError
+from minibroker.testing import frames
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+SENDER = frames.SENDER
+RECEIVER = frames.RECEIVER
+
+Sasl = str | tuple[str, str, str]
+"""``"ANONYMOUS"`` or ``("PLAIN", user, password)``."""
+
+
+class ProtocolError(ValueError):
+    """The broker sent bytes that are not AMQP: a malformed frame header, or a body that does not decode."""
+
+
+# -- what comes out ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ProtocolHeader:
+    """A protocol header the broker sent (Part 2 §2.2, Part 5 §5.3.1): ``AMQP`` and four bytes."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A delivery the broker is sending us, as of one of its transfer frames (§2.6.12-14)."""
+
+    channel: int
+    """Our channel of the session it came on."""
+    handle: int
+    """Our handle of the link it came on."""
+    link: str | None
+    """The link's name (None for a handle we never attached)."""
+    delivery_id: int
+    tag: bytes | None
+    settled: bool
+    """Settled by the broker when sent (any frame of it had ``settled=true``)."""
+    state: Any
+    """The delivery state of its last frame that had one."""
+    payload: bytes
+    """The message bytes of all its frames once ``complete`` (b"" before; what arrived, when aborted)."""
+    frames: int
+    """Its transfer frames so far (1 on its first frame)."""
+    complete: bool
+    """Its last frame arrived (``more`` false), or it was aborted."""
+    aborted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One frame the broker sent; ``performative`` is None for an empty frame (a heartbeat, §2.4.5).
+
+    ``link`` is our end of the link the frame concerns; ``delivery`` is set on every transfer frame of a
+    delivery on one of our links: on its last frame (``more`` false, or ``aborted``) it is ``complete`` and
+    holds the whole message.
+    """
+
+    channel: int
+    frame_type: int
+    performative: Any
+    payload: bytes = b""
+    delivery: Delivery | None = None
+    link: Link | None = None
+    """Our link a link-level frame (attach, flow with a handle, transfer, detach) concerns, if it is one."""
+
+    @property
+    def is_heartbeat(self) -> bool:
+        """True for an empty frame."""
+        return self.performative is None
+
+    def __repr__(self) -> str:
+        kind = "sasl " if self.frame_type == SASL_FRAME else ""
+        extra = f", payload={len(self.payload)} bytes" if self.payload else ""
+        return f"Frame({kind}ch={self.channel}, {self.performative!r}{extra})"
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The broker closed the byte stream; ``partial`` bytes of an unfinished frame were left."""
+
+    partial: int = 0
+
+
+Event = ProtocolHeader | Frame | Ended
+
+
+# -- parsing ----------------------------------------------------------------------------------------------
+class FrameReader:
+    """Incremental parser of what a broker sends: protocol headers and frames (Part 2 §2.3.1).
+
+    ``headers`` says how the next bytes are read: a header is expected at the start, after the broker's
+    SASL outcome (§5.3.2) and whenever the caller says so (``expect_header``); anything else is a frame.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.header_next = True
+        """The next 8 bytes are a protocol header."""
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes received from the broker."""
+        self._buf += data
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    def next_header(self) -> bytes | None:
+        """The next 8 bytes as a protocol header, or None if fewer have arrived."""
+        if len(self._buf) < 8:
+            return None
+        header = bytes(self._buf[:8])
+        del self._buf[:8]
+        self.header_next = False
+        return header
+
+    def next_frame(self) -> tuple[int, int, Any, bytes] | None:
+        """``(channel, type, performative, payload)`` of the next whole frame, None if it has not all arrived.
+
+        The performative is None for an empty frame. Raises ``ProtocolError`` on bytes that are not a frame.
+        """
+        buf = self._buf
+        if len(buf) < 8:
+            return None
+        size, doff, frame_type, channel = FRAME_HEADER.unpack_from(buf)
+        if size < 8 or doff < 2 or doff * 4 > size:
+            raise ProtocolError(f"malformed frame header: size={size} doff={doff} (bytes {bytes(buf[:8])!r})")
+        if len(buf) < size:
+            return None
+        body = bytes(buf[doff * 4 : size])
+        del buf[:size]
+        if not body:
+            return channel, frame_type, None, b""
+        try:
+            performative, end = decode_performative(body)
+        except DecodeError as exc:
+            raise ProtocolError(f"frame body does not decode: {exc}") from None
+        return channel, frame_type, performative, body[end:]
+
+
+def parse_frames(data: bytes) -> list[Frame]:
+    """Every frame in ``data``, which must hold whole frames only (``ProtocolError`` otherwise)."""
+    reader = FrameReader()
+    reader.header_next = False
+    reader.feed(data)
+    found = []
+    while (parsed := reader.next_frame()) is not None:
+        found.append(Frame(*parsed))
+    if len(reader):
+        raise ProtocolError(f"{len(reader)} bytes left after the last whole frame")
+    return found
+
+
+def split_header(data: bytes) -> tuple[bytes, bytes]:
+    """Split a leading protocol header (``AMQP`` + 4 bytes) from the frames after it."""
+    if not data.startswith(b"AMQP") or len(data) < 8:
+        raise ProtocolError(f"no protocol header at the start of {data[:16]!r}")
+    return data[:8], data[8:]
+
+
+# -- bookkeeping ------------------------------------------------------------------------------------------
+@dataclass
+class Link:
+    """Our end of one link (§2.6): what each side counted."""
+
+    name: str
+    handle: int
+    role: bool
+    """``SENDER`` when we send on it."""
+    remote_handle: int | None = None
+    remote_attach: Attach | None = None
+    delivery_count: int = 0
+    """Deliveries sent on the link so far (§2.6.7), counted from the sender's initial delivery-count."""
+    credit: int = 0
+    """Deliveries the sender may still send (for our receiver: what we granted, minus what arrived)."""
+    available: int | None = None
+    """The broker's last ``available`` for our receiver links."""
+    drain: bool = False
+    sending: int | None = None
+    """Delivery id of a multi-frame delivery we are in the middle of sending."""
+    receiving: _Incoming | None = None
+    detached: bool = False
+    """We sent our detach."""
+    remote_detach: Detach | None = None
+
+
+@dataclass
+class _Incoming:
+    delivery_id: int
+    tag: bytes | None
+    settled: bool
+    state: Any
+    parts: list[bytes] = field(default_factory=list)
+
+
+@dataclass
+class Session:
+    """Our end of one session (§2.5): channels and the transfer-id / window sequences both ways."""
+
+    channel: int
+    next_outgoing_id: int
+    """The transfer id our next transfer frame gets."""
+    window: int
+    """The incoming window we last announced (in our ``begin`` or a ``flow``)."""
+    incoming_window: int = 0
+    """Transfer frames we still take: ``window`` less what arrived since we announced it."""
+    remote_channel: int | None = None
+    next_incoming_id: int = 0
+    """The transfer id we expect next from the broker."""
+    remote_incoming_window: int = 0
+    """Transfer frames the broker still takes from us (§2.5.6)."""
+    remote_outgoing_window: int = 0
+    next_delivery_id: int = 0
+    """The delivery id our next delivery gets (when the caller lets the connection choose)."""
+    links: dict[int, Link] = field(default_factory=dict)
+    """Our links by our handle."""
+    by_remote: dict[int, Link] = field(default_factory=dict)
+    """Our links by the broker's handle."""
+    unsettled: dict[int, Link] = field(default_factory=dict)
+    """Deliveries we received completely and unsettled, that neither side has settled: id -> link."""
+    ended: bool = False
+    remote_end: End | None = None
+
+    def link(self, name: str) -> Link:
+        """Our link called ``name`` (``KeyError`` if there is none)."""
+        for link in self.links.values():
+            if link.name == name:
+                return link
+        raise KeyError(name)
+
+    def next_handle(self) -> int:
+        """The lowest handle no link of ours holds."""
+        handle = 0
+        while handle in self.links:
+            handle += 1
+        return handle
+
+
+def _u32(value: int) -> int:
+    return value & 0xFFFFFFFF
+
+
+class ClientConnection:
+    """The client side of one AMQP connection, without I/O (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.reader = FrameReader()
+        self._out = bytearray()
+        self.sessions: dict[int, Session] = {}
+        """Our sessions by our channel."""
+        self._by_remote_channel: dict[int, Session] = {}
+        self.remote_open: Open | None = None
+        self.remote_close: Close | None = None
+        self.sasl_outcome: SaslOutcome | None = None
+        self.ended = False
+        """The broker closed the byte stream."""
+        self.violations: list[str] = []
+        """Frames a correct broker can never send us (a transfer beyond our window or on no link of ours, a
+        continuation with no delivery in progress, a delivery settled by the broker before all of it came)."""
+
+    # -- output -----------------------------------------------------------------------------------------
+    def data_to_send(self) -> bytes:
+        """Everything sent since the last call, to write to the broker."""
+        data = bytes(self._out)
+        self._out.clear()
+        return data
+
+    def send_raw(self, data: bytes) -> None:
+        """Bytes exactly as given (no bookkeeping)."""
+        self._out += data
+
+    def send_header(self, header: bytes = AMQP_HEADER) -> None:
+        """A protocol header (any 8 bytes, or fewer or more for a negative test)."""
+        self._out += header
+
+    def send(self, performative: Any, channel: int = 0, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
+        """One frame; the connection's state follows what it says."""
+        self._out += encode_frame(channel, performative, payload, frame_type)
+        self._sent(performative, channel)
+
+    def _sent(self, perf: Any, channel: int) -> None:
+        if isinstance(perf, Transfer):
+            self._sent_transfer(perf, channel)
+            return
+        session = self.sessions.get(channel)
+        if isinstance(perf, Begin):
+            window = int(perf.incoming_window or 0)
+            self.sessions[channel] = Session(channel, int(perf.next_outgoing_id or 0), window, window)
+        elif session is None:
+            return
+        elif isinstance(perf, Attach) and perf.handle is not None:
+            new = Link(str(perf.name), int(perf.handle), bool(perf.role))
+            if perf.role == SENDER:
+                new.delivery_count = int(perf.initial_delivery_count or 0)
+            session.links[new.handle] = new
+        elif isinstance(perf, Flow):
+            if perf.incoming_window is not None:
+                session.window = session.incoming_window = int(perf.incoming_window)
+            link = session.links.get(int(perf.handle)) if perf.handle is not None else None
+            if link is not None and link.role == RECEIVER and perf.link_credit is not None:
+                link.credit = int(perf.link_credit)
+                link.drain = bool(perf.drain)
+        elif isinstance(perf, Detach) and perf.handle is not None:
+            link = session.links.get(int(perf.handle))
+            if link is not None:
+                link.detached = True
+                self._forget_if_gone(session, link)
+        elif isinstance(perf, Disposition) and perf.role == RECEIVER and perf.settled:
+            first = int(perf.first or 0)
+            for delivery_id in range(first, first + 1 if perf.last is None else int(perf.last) + 1):
+                session.unsettled.pop(delivery_id, None)
+        elif isinstance(perf, End):
+            session.ended = True
+
+    def _sent_transfer(self, perf: Transfer, channel: int) -> None:
+        session = self.sessions.get(channel)
+        if session is None:
+            return
+        session.next_outgoing_id = _u32(session.next_outgoing_id + 1)
+        session.remote_incoming_window -= 1
+        link = session.links.get(int(perf.handle)) if perf.handle is not None else None
+        if link is None:
+            return
+        if link.sending is None and not perf.aborted:  # the first frame of a delivery
+            if perf.delivery_id is not None:
+                session.next_delivery_id = _u32(int(perf.delivery_id) + 1)
+                link.sending = int(perf.delivery_id)
+            link.delivery_count = _u32(link.delivery_count + 1)
+            link.credit -= 1
+        if not perf.more or perf.aborted:
+            link.sending = None
+
+    # -- input ------------------------------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> None:
+        """Bytes read from the broker; ``b""`` when the stream has ended."""
+        if data:
+            self.reader.feed(data)
+        else:
+            self.ended = True
+
+    def expect_header(self) -> None:
+        """The broker's next bytes are a protocol header (after we sent one in the middle of a negative test)."""
+        self.reader.header_next = True
+
+    def next_event(self) -> Event | None:
+        """The next header or frame that has wholly arrived; ``Ended`` once the stream ended; None: read more.
+
+        Raises ``ProtocolError`` for bytes that are not AMQP.
+        """
+        reader = self.reader
+        if reader.header_next:
+            header = reader.next_header()
+            if header is not None:
+                return ProtocolHeader(header)
+        else:
+            parsed = reader.next_frame()
+            if parsed is not None:
+                return self._received(*parsed)
+        return Ended(len(reader)) if self.ended else None
+
+    def _received(self, channel: int, frame_type: int, perf: Any, payload: bytes) -> Frame:
+        delivery = link = None
+        if perf is None:
+            pass
+        elif isinstance(perf, Transfer):
+            delivery = self._received_transfer(perf, channel, payload)
+            link = self._link_of(channel, perf.handle)
+        elif isinstance(perf, SaslOutcome):
+            self.sasl_outcome = perf
+            self.reader.header_next = True  # §5.3.2: the next layer's header follows a successful outcome
+        elif isinstance(perf, Open):
+            self.remote_open = perf
+        elif isinstance(perf, Close):
+            self.remote_close = perf
+        elif isinstance(perf, Begin):
+            self._received_begin(perf, channel)
+        else:
+            session = self._by_remote_channel.get(channel)
+            if session is not None:
+                link = self._received_on_session(session, perf)
+        return Frame(channel, frame_type, perf, payload, delivery, link)
+
+    def _link_of(self, channel: int, remote_handle: int | None) -> Link | None:
+        session = self._by_remote_channel.get(channel)
+        return None if session is None or remote_handle is None else session.by_remote.get(int(remote_handle))
+
+    def _received_begin(self, perf: Begin, channel: int) -> None:
+        ours = perf.remote_channel
+        session = self.sessions.get(int(ours)) if ours is not None else None
+        if session is None:
+            return
+        session.remote_channel = channel
+        session.next_incoming_id = int(perf.next_outgoing_id or 0)
+        session.remote_incoming_window = int(perf.incoming_window or 0)
+        session.remote_outgoing_window = int(perf.outgoing_window or 0)
+        self._by_remote_channel[channel] = session
+
+    def _received_on_session(self, session: Session, perf: Any) -> Link | None:
+        """Count a session- or link-level frame; return the link it concerns, if any."""
+        if isinstance(perf, Attach):
+            link = next((k for k in session.links.values() if k.name == perf.name and k.remote_handle is None), None)
+            if link is not None and perf.handle is not None:
+                link.remote_handle = int(perf.handle)
+                link.remote_attach = perf
+                session.by_remote[link.remote_handle] = link
+                if link.role == RECEIVER:
+                    link.delivery_count = int(perf.initial_delivery_count or 0)
+            return link
+        if isinstance(perf, Flow):
+            if perf.next_incoming_id is not None:  # §2.5.6: the window the broker still gives us
+                session.remote_incoming_window = _u32(
+                    int(perf.next_incoming_id) + int(perf.incoming_window or 0) - session.next_outgoing_id
+                )
+            else:
+                session.remote_incoming_window = int(perf.incoming_window or 0)
+            session.remote_outgoing_window = int(perf.outgoing_window or 0)
+            link = session.by_remote.get(int(perf.handle)) if perf.handle is not None else None
+            if link is None:
+                return None
+            if link.role == SENDER and perf.link_credit is not None:  # §2.6.7: credit the broker grants us
+                count = link.delivery_count if perf.delivery_count is None else int(perf.delivery_count)
+                link.credit = _u32(count + int(perf.link_credit) - link.delivery_count)
+                link.drain = bool(perf.drain)
+            elif link.role == RECEIVER:
+                link.available = None if perf.available is None else int(perf.available)
+                if perf.delivery_count is not None:
+                    link.credit -= _u32(int(perf.delivery_count) - link.delivery_count)
+                    link.delivery_count = int(perf.delivery_count)
+            return link
+        if isinstance(perf, Detach) and perf.handle is not None:
+            link = session.by_remote.get(int(perf.handle))
+            if link is not None:
+                link.remote_detach = perf
+                self._forget_if_gone(session, link)
+            return link
+        if isinstance(perf, Disposition) and perf.role == SENDER and perf.settled:
+            self._settled_by_broker(session, perf)
+        elif isinstance(perf, End):
+            session.remote_end = perf
+        return None
+
+    def _received_transfer(self, perf: Transfer, channel: int, payload: bytes) -> Delivery | None:
+        session = self._by_remote_channel.get(channel)
+        if session is None:
+            self.violations.append(f"transfer on channel {channel}, where no session of ours is")
+            return None
+        session.next_incoming_id = _u32(session.next_incoming_id + 1)
+        session.incoming_window -= 1
+        if session.incoming_window < 0:
+            self.violations.append(f"transfer {session.next_incoming_id - 1} beyond our incoming window (§2.5.6)")
+        link = session.by_remote.get(int(perf.handle)) if perf.handle is not None else None
+        if link is None:
+            self.violations.append(f"transfer on handle {perf.handle}, which is no link of ours (any more)")
+            return None
+        current = link.receiving
+        if current is None:
+            if perf.delivery_id is None:
+                self.violations.append(f"continuation frame on {link.name} with no delivery in progress")
+                return None
+            current = link.receiving = _Incoming(
+                int(perf.delivery_id), perf.delivery_tag, bool(perf.settled), perf.state
+            )
+            link.delivery_count = _u32(link.delivery_count + 1)
+            link.credit -= 1
+        else:
+            if perf.delivery_id is not None and perf.delivery_id != current.delivery_id:
+                self.violations.append(
+                    f"delivery {perf.delivery_id} began on {link.name} inside delivery {current.delivery_id}"
+                )
+            current.settled = current.settled or bool(perf.settled)
+            if perf.state is not None:
+                current.state = perf.state
+        current.parts.append(payload)
+        complete = not perf.more or bool(perf.aborted)
+        if complete:
+            link.receiving = None
+            if not current.settled and not perf.aborted:
+                session.unsettled[current.delivery_id] = link
+        return Delivery(
+            session.channel,
+            link.handle,
+            link.name,
+            current.delivery_id,
+            current.tag,
+            current.settled,
+            current.state,
+            b"".join(current.parts) if complete else b"",
+            len(current.parts),
+            complete,
+            bool(perf.aborted),
+        )
+
+    def _settled_by_broker(self, session: Session, perf: Disposition) -> None:
+        """The broker, as sender, settles deliveries it sent us: each must be one we hold (§2.7.6)."""
+        first = int(perf.first or 0)
+        receiving = {k.receiving.delivery_id for k in session.links.values() if k.receiving is not None}
+        for delivery_id in range(first, first + 1 if perf.last is None else int(perf.last) + 1):
+            if delivery_id in receiving:
+                self.violations.append(f"the broker settled delivery {delivery_id} before sending all of it")
+            else:  # (one we settled already may cross the broker's settling in flight)
+                session.unsettled.pop(delivery_id, None)
+
+    @staticmethod
+    def _forget_if_gone(session: Session, link: Link) -> None:
+        """A link detached by both sides frees its handles (§2.6.3)."""
+        if link.detached and link.remote_detach is not None:
+            session.links.pop(link.handle, None)
+            if link.remote_handle is not None:
+                session.by_remote.pop(link.remote_handle, None)
+
+    # -- reading the state ------------------------------------------------------------------------------
+    def session(self, channel: int = 0) -> Session:
+        """Our session on ``channel`` (``KeyError`` before we began one there)."""
+        return self.sessions[channel]
+
+    @property
+    def remote_channels(self) -> dict[int, int]:
+        """Our channel -> the broker's channel, for each session the broker answered."""
+        return {c: s.remote_channel for c, s in self.sessions.items() if s.remote_channel is not None}
+
+    # -- frames with the bookkeeping filled in ----------------------------------------------------------
+    def flow(
+        self, handle: int | None = None, link_credit: int | None = None, *, channel: int = 0, **fields: Any
+    ) -> Flow:
+        """A ``flow`` whose session fields (and, for a link, ``delivery_count``) say what this end knows; the
+        incoming window is opened again to what we last announced.
+
+        Any field given wins; pass ``delivery_count=None`` to leave it null.
+        """
+        session = self.sessions.get(channel)
+        if session is not None:
+            fields.setdefault("next_incoming_id", session.next_incoming_id)
+            fields.setdefault("next_outgoing_id", session.next_outgoing_id)
+            fields.setdefault("incoming_window", session.window)
+            link = session.links.get(handle) if handle is not None else None
+            if link is not None:
+                fields.setdefault("delivery_count", link.delivery_count)
+        return frames.flow(handle=handle, link_credit=link_credit, **fields)
+
+    def next_delivery_id(self, channel: int = 0) -> int:
+        """The delivery id our next delivery on ``channel`` should carry (§2.7.5: consecutive per session)."""
+        return self.sessions[channel].next_delivery_id
+
+
+# -- composite steps, written once for every driver ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Send:
+    """A script step: write this frame (or, with ``header``, these raw header bytes)."""
+
+    performative: Any = None
+    channel: int = 0
+    payload: bytes = b""
+    frame_type: int = AMQP_FRAME
+    header: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """A script step: the next frame (heartbeats aside) must carry a ``kind`` (any kind when None) on
+    ``channel`` (any when None); with ``header``, the next bytes must be that protocol header instead.
+    The driver answers the step with the ``Frame`` (or the ``ProtocolHeader``)."""
+
+    kind: type | None = None
+    channel: int | None = None
+    header: bytes | None = None
+    sasl: bool = False
+    """The frame must be a SASL frame (type 1)."""
+
+
+Script = Generator[Send | Expect, Any, R]
+"""A composite step: yields what to send and what to expect, returns the answer."""
+
+
+def authenticate(sasl: Sasl = "ANONYMOUS") -> Script[SaslOutcome]:
+    """SASL header exchange, mechanisms, init (Part 5 §5.3.2); returns the broker's outcome, unchecked."""
+    yield Send(header=SASL_HEADER)
+    yield Expect(header=SASL_HEADER)
+    yield Expect(SaslMechanisms, 0, sasl=True)
+    if sasl == "ANONYMOUS":
+        init = frames.sasl_anonymous()
+    elif isinstance(sasl, tuple) and sasl[0] == "PLAIN":
+        init = frames.sasl_plain(sasl[1], sasl[2])
+    else:
+        raise ValueError(f"unsupported SASL choice {sasl!r}")
+    yield Send(init, frame_type=SASL_FRAME)
+    outcome: SaslOutcome = (yield Expect(SaslOutcome, 0, sasl=True)).performative
+    return outcome
+
+
+def open_connection(open_: Open, sasl: Sasl | None = None) -> Script[Open]:
+    """Optional SASL (which must succeed), the AMQP header exchange, our ``open``; returns the broker's."""
+    if sasl is not None:
+        outcome = yield from authenticate(sasl)
+        if outcome.code != 0:
+            raise AssertionError(f"SASL failed: {outcome!r}")
+    yield Send(header=AMQP_HEADER)
+    yield Expect(header=AMQP_HEADER)
+    yield Send(open_)
+    remote: Open = (yield Expect(Open, 0)).performative
+    return remote
+
+
+def begin_session(begin: Begin, channel: int) -> Script[Begin]:
+    """Our ``begin`` on ``channel``; returns the broker's, which must answer that channel."""
+    yield Send(begin, channel)
+    reply: Begin = (yield Expect(Begin)).performative
+    if reply.remote_channel != channel:
+        raise AssertionError(f"begin answered for channel {reply.remote_channel}, not {channel}")
+    return reply
+
+
+def attach_link(attach: Attach, channel: int) -> Script[Attach]:
+    """Our ``attach`` on ``channel``; returns the broker's (a ``flow`` often follows: expect it yourself)."""
+    yield Send(attach, channel)
+    reply: Attach = (yield Expect(Attach)).performative
+    return reply
+
+
+def close_connection(close: Close) -> Script[Close]:
+    """Our ``close``; skips what the broker sent before it saw it, returns its ``close`` (the driver then
+    expects the end of the stream)."""
+    yield Send(close)
+    while not isinstance((frame := (yield Expect())).performative, Close):
+        pass
+    reply: Close = frame.performative
+    return reply
+
+
+def check(step: Expect, event: ProtocolHeader | Frame, seen: str) -> None:
+    """Fail with an ``AssertionError`` unless ``event`` is what ``step`` expects (``seen``: recent frames)."""
+    if step.header is not None:
+        if not isinstance(event, ProtocolHeader) or event.data != step.header:
+            raise AssertionError(f"expected the protocol header {step.header!r}, got {event!r}")
+        return
+    if not isinstance(event, Frame):
+        raise AssertionError(f"expected a frame, got {event!r}")
+    kind = step.kind
+    if (kind is not None and not isinstance(event.performative, kind)) or (
+        step.channel is not None and event.channel != step.channel
+    ):
+        name = "a frame" if kind is None else kind.__name__
+        where = "" if step.channel is None else f" on channel {step.channel}"
+        raise AssertionError(f"expected {name}{where}, got {event!r}{seen}")
+    if step.sasl and event.frame_type != SASL_FRAME:
+        raise AssertionError(f"expected a SASL frame (type 1), got type {event.frame_type}: {event!r}")
+
+
+def recent(received: list[Frame], count: int = 5) -> str:
+    """The last ``count`` frames (heartbeats aside) for an assertion message."""
+    last = [f for f in received if not f.is_heartbeat][-count:]
+    return "; last frames received: " + ", ".join(map(repr, last)) if last else "; no frame received"
+
+
+# -- the blocking socket driver's I/O, for the simplest users (the health check, the benchmarks) ----------
+def read_event(conn: ClientConnection, sock: socket.socket, deadline: float) -> Event:
+    """The next header, frame or ``Ended`` from ``sock``, reading as needed; ``TimeoutError`` at ``deadline``
+    (a ``time.monotonic()`` value). Heartbeats are returned like any frame."""
+    while (event := conn.next_event()) is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no answer from the broker in time")
+        sock.settimeout(remaining)
+        try:
+            data = sock.recv(262144)
+        except ConnectionResetError:
+            data = b""
+        conn.receive_data(data)
+    return event
+
+
+def run_blocking(conn: ClientConnection, sock: socket.socket, script: Script[R], timeout: float) -> R:
+    """Run ``script`` over a blocking socket; each expected frame must come within ``timeout`` seconds.
+
+    Fails with ``AssertionError`` when an answer is not what the script expects, ``TimeoutError`` when none
+    comes in time, ``ConnectionError`` when the broker closes the stream first.
+    """
+    received: list[Frame] = []
+    answer: Any = None
+    try:
+        while True:
+            step = script.send(answer)
+            if isinstance(step, Send):
+                perform_send(conn, step)
+                sock.sendall(conn.data_to_send())
+                answer = None
+                continue
+            deadline = time.monotonic() + timeout
+            while True:
+                event = read_event(conn, sock, deadline)
+                if isinstance(event, Ended):
+                    raise ConnectionError(f"the broker closed the connection{recent(received)}")
+                if isinstance(event, Frame):
+                    received.append(event)
+                    if event.is_heartbeat:
+                        continue
+                break
+            check(step, event, recent(received))
+            answer = event
+    except StopIteration as stop:
+        result: R = stop.value
+        return result
+
+
+def perform_send(conn: ClientConnection, step: Send) -> None:
+    """Put a ``Send`` step's bytes into ``conn``'s output."""
+    if step.header is not None:
+        conn.send_header(step.header)
+    else:
+        conn.send(step.performative, step.channel, step.payload, step.frame_type)
+
+
+__all__ = [
+    "RECEIVER",
+    "SENDER",
+    "ClientConnection",
+    "Delivery",
+    "Ended",
+    "Event",
+    "Expect",
+    "Frame",
+    "FrameReader",
+    "Link",
+    "ProtocolError",
+    "ProtocolHeader",
+    "Sasl",
+    "Script",
+    "Send",
+    "Session",
+    "attach_link",
+    "authenticate",
+    "begin_session",
+    "check",
+    "close_connection",
+    "open_connection",
+    "parse_frames",
+    "perform_send",
+    "read_event",
+    "recent",
+    "run_blocking",
+    "split_header",
+]
