@@ -7,7 +7,7 @@ when credentials are given (in the URL, ``amqp://USER:PASSWORD@HOST:PORT``, perc
 ``amqps://`` is checked over TLS (default port 5671), verifying the broker's certificate against the system's
 CAs or ``--ca-file``, or not at all with ``--insecure``; nothing is ever sent in clear text to an ``amqps`` URL.
 Credentials are never printed: the URL is shown with everything before its last ``@`` masked. It needs no
-client library: the frames come from our own codec.
+client library: it speaks through the test kit's sans-IO client core (``minibroker.testing.client``).
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import ssl
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from minibroker.amqp import codec
-from minibroker.amqp.definitions import Close, Open, SaslInit, SaslMechanisms, SaslOutcome
-from minibroker.amqp.framing import AMQP_HEADER, FRAME_HEADER, SASL_FRAME, SASL_HEADER, encode_frame
-from minibroker.amqp.types import DecodeError, Symbol
+from minibroker.amqp.definitions import Close, Open, SaslMechanisms, SaslOutcome
+from minibroker.amqp.framing import AMQP_HEADER, SASL_FRAME, SASL_HEADER
+from minibroker.testing import frames
+from minibroker.testing.client import ClientConnection, Ended, ProtocolError, ProtocolHeader, read_event
 
 DEFAULT_URL = "amqp://127.0.0.1:5672"
 PORTS = {"amqp": 5672, "amqps": 5671}
@@ -36,41 +37,6 @@ PASSWORD_ENV = "MINIBROKER_CHECK_PASSWORD"
 
 class NotHealthy(Exception):
     """The broker did not answer as an AMQP 1.0 broker should."""
-
-
-class _Reader:
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self.sock = sock
-        self.deadline = deadline
-        self.buf = b""
-
-    def take(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise NotHealthy("no answer in time")
-            self.sock.settimeout(remaining)
-            try:
-                chunk = self.sock.recv(65536)
-            except TimeoutError:
-                raise NotHealthy("no answer in time") from None
-            if not chunk:
-                raise NotHealthy("the connection was closed")
-            self.buf += chunk
-        data, self.buf = self.buf[:n], self.buf[n:]
-        return data
-
-    def performative(self) -> object:
-        while True:
-            size, doff, _type, _channel = FRAME_HEADER.unpack(self.take(8))
-            if size < 8 or doff < 2:
-                raise NotHealthy("malformed frame")
-            body = self.take(size - 8)[doff * 4 - 8 :]
-            if body:  # skip heartbeats
-                try:
-                    return codec.decode(body)[0]
-                except DecodeError as exc:
-                    raise NotHealthy(f"undecodable frame: {exc}") from None
 
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
@@ -173,25 +139,39 @@ def check(
     user = url_user if user is None else user
     password = url_password if password is None else password
     deadline = time.monotonic() + timeout
+    conn = ClientConnection()
     try:
         with _connect(scheme, host, port, timeout, tls) as sock:
-            reader = _Reader(sock, deadline)
-            sock.sendall(SASL_HEADER)
-            header = reader.take(8)
+
+            def answer() -> Any:
+                """The broker's next protocol header (bytes) or performative (heartbeats skipped)."""
+                while True:
+                    sock.sendall(conn.data_to_send())
+                    try:
+                        event = read_event(conn, sock, deadline)
+                    except TimeoutError:
+                        raise NotHealthy("no answer in time") from None
+                    except ProtocolError as exc:
+                        raise NotHealthy(f"not AMQP: {exc}") from None
+                    if isinstance(event, Ended):
+                        raise NotHealthy("the connection was closed")
+                    if isinstance(event, ProtocolHeader):
+                        return event.data
+                    if not event.is_heartbeat:
+                        return event.performative
+
+            conn.send_header(SASL_HEADER)
+            header = answer()
             if header == SASL_HEADER:
-                offered = reader.performative()
+                offered = answer()
                 if not isinstance(offered, SaslMechanisms):
                     raise NotHealthy("expected sasl-mechanisms")
                 mechanism = "ANONYMOUS" if user is None else "PLAIN"
                 if mechanism not in [str(m) for m in offered.sasl_server_mechanisms or ()]:
                     raise NotHealthy(f"the broker does not offer SASL {mechanism}")
-                if user is None:
-                    init = SaslInit(mechanism=Symbol("ANONYMOUS"))
-                else:  # RFC 4616: authzid NUL authcid NUL passwd
-                    response = b"\x00" + user.encode() + b"\x00" + (password or "").encode()
-                    init = SaslInit(mechanism=Symbol("PLAIN"), initial_response=response)
-                sock.sendall(encode_frame(0, init, frame_type=SASL_FRAME))
-                outcome = reader.performative()
+                init = frames.sasl_anonymous() if user is None else frames.sasl_plain(user, password or "")
+                conn.send(init, frame_type=SASL_FRAME)
+                outcome = answer()
                 if not isinstance(outcome, SaslOutcome) or outcome.code != 0:
                     refused = (
                         "SASL ANONYMOUS was refused"
@@ -199,14 +179,15 @@ def check(
                         else "SASL PLAIN was refused (wrong user or password?)"
                     )
                     raise NotHealthy(refused)
-                sock.sendall(AMQP_HEADER)
-                header = reader.take(8)
+                conn.send_header(AMQP_HEADER)
+                header = answer()
             if header != AMQP_HEADER:
                 raise NotHealthy(f"unexpected protocol header {header!r}")
-            sock.sendall(encode_frame(0, Open(container_id="minibroker-check", hostname=host)))
-            if not isinstance(reader.performative(), Open):
+            conn.send(Open(container_id="minibroker-check", hostname=host))
+            if not isinstance(answer(), Open):
                 raise NotHealthy("expected open")
-            sock.sendall(encode_frame(0, Close()))
+            conn.send(Close())
+            sock.sendall(conn.data_to_send())
     except OSError as exc:
         raise NotHealthy(f"cannot connect to {host}:{port}: {exc}") from None
 
