@@ -34,8 +34,8 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Subscription
-from minibroker.store import journal as store
-from minibroker.store.journal import Kind, NodeKey, Op
+from minibroker.store import records
+from minibroker.store.records import Kind, NodeKey, Op
 
 Action = Callable[[], None]
 SUBSCRIPTION = "subscription"
@@ -223,12 +223,12 @@ class Recorder:
     def too_large(self, size: int) -> Error | None:
         """``amqp:resource-limit-exceeded`` when a record holding ``size`` bytes of messages would be larger
         than the journal reads back (``MAX_RECORD``); checked before anything is applied."""
-        if not self.durable or size + RECORD_MARGIN <= store.MAX_RECORD:
+        if not self.durable or size + RECORD_MARGIN <= records.MAX_RECORD:
             return None
         return error(
             Condition.RESOURCE_LIMIT_EXCEEDED,
             f"{size} bytes of durable messages in one step are more than a journal record holds "
-            f"({store.MAX_RECORD - RECORD_MARGIN} bytes)",
+            f"({records.MAX_RECORD - RECORD_MARGIN} bytes)",
         )
 
     # -- what is journaled --------------------------------------------------------------------------
