@@ -51,7 +51,7 @@ def restore(state: DurableState, nodes: Nodes, dispatcher: Dispatcher, recorder:
         shared = key in state.shared
         subscription = topic.subscribe((container, link), durable=True, shared=shared, selector=selector)
         subscription.links = 0
-        subscription.journal = recorder
+        recorder.watch(subscription)
     restored = 0
     for key, messages in state.messages.items():
         queue = _queue(nodes, key)
