@@ -16,6 +16,8 @@ _BASE_LIVE = 1024
 
 @dataclass(slots=True)
 class StoredMessage:
+    """One durable message as the journal keeps it (its payload shared with the other copies of one publish)."""
+
     message_id: int
     delivery_count: int
     payload: bytes
@@ -165,12 +167,15 @@ class DurableState:
 
 @dataclass
 class Capture:
+    """The live state taken for a snapshot (``DurableState.capture``), read later by ``snapshot_ops``."""
+
     subscriptions: dict[NodeKey, str]
     shared: set[NodeKey]
     messages: list[tuple[NodeKey, list[StoredMessage]]]
 
 
 def snapshot_ops(capture: Capture) -> Iterator[Op]:
+    """The operations that recreate ``capture``: subscriptions first, then messages, each payload written once."""
     for key, selector in capture.subscriptions.items():
         yield Op(Kind.SUBSCRIBE, key, selector=selector, shared=key in capture.shared)
     written: set[int] = set()
