@@ -64,7 +64,7 @@ from minibroker.engine.events import (
     TransferDiscarded,
     TransferReceived,
 )
-from minibroker.store.journal import DurableState
+from minibroker.store.state import DurableState
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "SHARED-SUBS", "DELAYED_DELIVERY")
 """What the broker's open offers (Qpid JMS checks each before using the feature): the anonymous relay (a null target

@@ -21,18 +21,17 @@ is bounded by the ready messages, not by readers times messages (a reader far be
 from __future__ import annotations
 
 import heapq
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from sortedcontainers import SortedKeyList
 
 from minibroker.broker.message import Message
 from minibroker.broker.policy import NodePolicy
 
-
-class Departures(Protocol):
-    """Told when a journaled message leaves a queue for good (the journal recorder)."""
-
-    def removed(self, queue: Queue, message: Message) -> None: ...
+Departure = Callable[[Message], None]
+"""What a queue calls when one of its journaled messages leaves it for good (accepted, rejected, expired, dropped,
+purged): the journal recorder, which writes the removal down."""
 
 
 def delivery_order(message: Message) -> tuple[int, int]:
@@ -138,7 +137,7 @@ class Queue:
         self.idle_since: float | None = None  # when an idle sweep first found it idle (with ``idle_mark``)
         self.idle_mark = 0  # ``enqueued_total`` at that sweep: anything enqueued since means it was not idle
         self.deleted = False  # its node (or subscription) is gone; pending timers for it are void
-        self.journal: Departures | None = None  # told when a journaled message leaves; None: not durable
+        self.on_departure: Departure | None = None  # told when a journaled message leaves; None: not journaled
         self.namespace: Any = None  # the namespace holding it (dead-letter queues are created there)
         self.scans: list[Scan] = []  # readers that look through the ready messages incrementally
         self._arrivals = _Arrivals()  # what came in behind their cursors
@@ -152,6 +151,11 @@ class Queue:
     def held(self) -> int:
         """Messages the queue holds: ready, acquired and scheduled."""
         return len(self.ready) + self.acquired + self.scheduled
+
+    @property
+    def journaled(self) -> bool:
+        """True when the queue's durable messages are journaled (it reports their departures)."""
+        return self.on_departure is not None
 
     def has_room(self, message: Message, extra: int = 0, extra_bytes: int = 0) -> bool:
         """True when ``message`` (after ``extra`` others of ``extra_bytes``) fits the node's limits."""
@@ -238,10 +242,7 @@ class Queue:
         """An acquired message is gone for good (accepted, rejected, dead-lettered)."""
         self.acquired -= 1
         self.held_bytes -= message.size
-        if message.timer is not None:
-            _left(message)
-        if message.durable_id and self.journal is not None:
-            self.journal.removed(self, message)
+        self._gone(message)
 
     def unacquire_for_later(self, message: Message) -> None:
         """An acquired message waits out a redelivery delay (it is counted as scheduled meanwhile)."""
@@ -260,10 +261,7 @@ class Queue:
     def drop_scheduled(self, message: Message) -> None:
         """A scheduled message is gone for good before it became visible (it expired while it waited)."""
         self.release_scheduled(message)
-        if message.timer is not None:
-            _left(message)
-        if message.durable_id and self.journal is not None:
-            self.journal.removed(self, message)
+        self._gone(message)
 
     def remove_ready(self, message: Message) -> bool:
         """Take ``message`` out of the ready messages (expired, dropped); False if it is not there."""
@@ -272,10 +270,7 @@ class Queue:
         except ValueError:
             return False
         self.held_bytes -= message.size
-        if message.timer is not None:
-            _left(message)
-        if message.durable_id and self.journal is not None:
-            self.journal.removed(self, message)
+        self._gone(message)
         return True
 
     def purge(self) -> int:
@@ -283,14 +278,18 @@ class Queue:
         count = len(self.ready)
         for message in self.ready:
             self.held_bytes -= message.size
-            if message.timer is not None:
-                _left(message)
-            if message.durable_id and self.journal is not None:
-                self.journal.removed(self, message)
+            self._gone(message)
         self.ready.clear()
         for scan in self.scans:
             scan.restart()
         return count
+
+    def _gone(self, message: Message) -> None:
+        """``message`` left the queue for good: its timer is let go, its departure reported if it was journaled."""
+        if message.timer is not None:
+            _left(message)
+        if message.durable_id and self.on_departure is not None:
+            self.on_departure(message)
 
     def drop(self) -> None:
         """The queue is deleted: let its ready messages go (nothing is journaled: the node itself is gone)."""

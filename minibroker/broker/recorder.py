@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import count
 from typing import NamedTuple, Protocol
 
@@ -34,8 +35,8 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Subscription
-from minibroker.store import journal as store
-from minibroker.store.journal import Kind, NodeKey, Op
+from minibroker.store import records
+from minibroker.store.records import Kind, NodeKey, Op
 
 Action = Callable[[], None]
 SUBSCRIPTION = "subscription"
@@ -204,7 +205,7 @@ class Recorder:
 
     def journals(self, queue: Queue, message: Message) -> bool:
         """True when ``message`` on ``queue`` goes to the journal."""
-        return self.durable and message.durable and queue.journal is not None and self.node_key(queue) is not None
+        return self.durable and message.durable and queue.journaled and self.node_key(queue) is not None
 
     def may_refuse(self, message: Message) -> bool:
         """False when ``message`` is surely taken by the journal (or not journaled): the usual, cheap case."""
@@ -223,12 +224,12 @@ class Recorder:
     def too_large(self, size: int) -> Error | None:
         """``amqp:resource-limit-exceeded`` when a record holding ``size`` bytes of messages would be larger
         than the journal reads back (``MAX_RECORD``); checked before anything is applied."""
-        if not self.durable or size + RECORD_MARGIN <= store.MAX_RECORD:
+        if not self.durable or size + RECORD_MARGIN <= records.MAX_RECORD:
             return None
         return error(
             Condition.RESOURCE_LIMIT_EXCEEDED,
             f"{size} bytes of durable messages in one step are more than a journal record holds "
-            f"({store.MAX_RECORD - RECORD_MARGIN} bytes)",
+            f"({records.MAX_RECORD - RECORD_MARGIN} bytes)",
         )
 
     # -- what is journaled --------------------------------------------------------------------------
@@ -248,7 +249,11 @@ class Recorder:
     def adopt(self, queue: Queue) -> None:
         """Let ``queue`` journal its durable messages (when there is a journal and the queue is kept)."""
         if self.durable and self.node_key(queue) is not None:
-            queue.journal = self
+            self.watch(queue)
+
+    def watch(self, queue: Queue) -> None:
+        """Have ``queue`` report here each journaled message that leaves it for good (``removed``)."""
+        queue.on_departure = partial(self.removed, queue)
 
     def _wall_ms(self, instant: float | None) -> int | None:
         """A broker-clock instant as wall-clock milliseconds (what the journal keeps: the clock restarts)."""
@@ -257,7 +262,7 @@ class Recorder:
         return round((instant + self._clock.wall.offset) * 1000)
 
     def enqueued(self, queue: Queue, message: Message) -> None:
-        if queue.journal is None or not message.durable:
+        if not queue.journaled or not message.durable:
             return
         key = self.node_key(queue)
         if key is None:
@@ -278,7 +283,7 @@ class Recorder:
         )
 
     def removed(self, queue: Queue, message: Message) -> None:
-        """A journaled message left ``queue`` for good (called by the queue)."""
+        """A journaled message left ``queue`` for good (reported by the queue: ``watch``)."""
         key = self.node_key(queue)
         if key is not None:
             self._record(Op(Kind.SETTLE, key, message.durable_id))
@@ -286,7 +291,7 @@ class Recorder:
 
     def counted(self, queue: Queue, message: Message) -> None:
         """A journaled message's delivery-count changed."""
-        if message.durable_id and queue.journal is not None:
+        if message.durable_id and queue.journaled:
             key = self.node_key(queue)
             if key is not None:
                 self._record(Op(Kind.COUNT, key, message.durable_id, message.delivery_count))
@@ -299,7 +304,7 @@ class Recorder:
         if key is None:
             return
         if subscribed:
-            subscription.journal = self
+            self.watch(subscription)
             selector = getattr(subscription.selector, "source", "") or ""
             self._record(Op(Kind.SUBSCRIBE, key, selector=selector, shared=subscription.shared))
         else:

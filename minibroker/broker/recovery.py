@@ -1,4 +1,4 @@
-"""Recovery: the broker's durable state rebuilt from a recovered journal (DESIGN §4, ``store/journal.py``).
+"""Recovery: the broker's durable state rebuilt from a recovered journal (DESIGN §4, ``store/state.py``).
 
 Durable queues and durable topic subscriptions come back with their messages in their original order, with
 their delivery-counts, their expiry and their delivery time; nothing from an uncommitted or rolled-back
@@ -19,7 +19,8 @@ from minibroker.broker.nodes import Nodes
 from minibroker.broker.queue import Queue
 from minibroker.broker.recorder import SUBSCRIPTION, Recorder
 from minibroker.broker.topic import Topic
-from minibroker.store.journal import DurableState, NodeKey, StoredMessage
+from minibroker.store.records import NodeKey
+from minibroker.store.state import DurableState, StoredMessage
 
 log = logging.getLogger("minibroker.store")
 
@@ -50,7 +51,7 @@ def restore(state: DurableState, nodes: Nodes, dispatcher: Dispatcher, recorder:
         shared = key in state.shared
         subscription = topic.subscribe((container, link), durable=True, shared=shared, selector=selector)
         subscription.links = 0
-        subscription.journal = recorder
+        recorder.watch(subscription)
     restored = 0
     for key, messages in state.messages.items():
         queue = _queue(nodes, key)

@@ -25,7 +25,8 @@ from minibroker.broker.core import Broker
 from minibroker.broker.recorder import Action, JournalEntry
 from minibroker.server.connection import wake_writers
 from minibroker.store.crash import crash_point
-from minibroker.store.journal import Journal, JournalError, JournalUnavailable, Op, RecordTooLarge
+from minibroker.store.journal import Journal, JournalError, JournalUnavailable, RecordTooLarge
+from minibroker.store.records import Op
 
 log = logging.getLogger("minibroker.store")
 

@@ -5,22 +5,9 @@ Theory of operation
 -------------------
 The journal is a sequence of segment files ``journal-NNNNNNNN.log`` in the data directory, which a broker
 holds with an exclusive lock (on the directory itself and on ``minibroker.lock``, which holds the holder's pid)
-for as long as it runs. A segment starts with a header: a magic, the format version and 8 random bytes (the
-segment's *salt*), checksummed. Then records::
-
-    sync (the salt's first 4 bytes) | length (u32, bytes after this field) | crc32 (u32) | kind (u8) | body
-
-The checksum covers kind and body and is seeded with the salt, so a record is only valid in its own segment:
-bytes a client put in a message body can never pass for a record, even when a recovery looks for valid data
-past a damaged one. (Segments written before the header existed have neither header nor sync marker and an
-unseeded checksum; they are still read, and record kinds 1-6 keep their first layout.)
-
-Operations (``Op``) name a node by a tuple of strings, each length-prefixed UTF-8: ``(namespace, "queue",
-name)`` or ``(namespace, "subscription", topic, container-id, link name)``, so any name round-trips, NUL
-included. An ENQUEUE keeps the message's expiry and delivery time as absolute wall-clock milliseconds (the
-broker's clock restarts with the process). The payload of a message published to several durable nodes (a
-topic's subscriptions) is written once: the first ENQUEUE carries it and gives it an id, the others are
-ENQUEUE_REF records naming that id; the state keeps one copy while any message holds it.
+for as long as it runs. A segment is a header and records, in the format of ``store/records.py``; what the
+records add up to is a ``DurableState`` (``store/state.py``), which the journal keeps up to date as it appends
+(a payload shared by several nodes is kept once while any message holds it).
 
 Appending writes to the current segment at once (the operating system's cache), looping over short writes;
 ``sync()`` fsyncs it. Callers that promise durability (an ``accepted`` sent to a client) wait for a sync that
@@ -50,8 +37,9 @@ whose snapshot is complete, so a crash at any moment of compaction loses nothing
 snapshot without its end is ignored while older segments are there; once they are gone, it is the journal).
 A compaction that cannot be written (disk full) is abandoned: its file is removed, the old segments stay.
 
-This module does file I/O and nothing else: no trio, no clock. Nothing here needs more than O(1) work per
-operation to decide on compaction: the live size is kept up to date as records are applied.
+This module does the file I/O and nothing else: no trio, no clock (the format and the state are pure modules).
+Nothing here needs more than O(1) work per operation to decide on compaction: the live size is kept up to date
+as records are applied.
 """
 
 from __future__ import annotations
@@ -61,70 +49,41 @@ import errno
 import fcntl
 import logging
 import os
-import re
-import struct
 import time
 import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from enum import IntEnum
 from pathlib import Path
+
+from minibroker.store import records
+from minibroker.store.records import (
+    HEADER,
+    MAGIC,
+    RECORD_HEAD,
+    SYNC,
+    VERSION,
+    CorruptRecord,
+    Kind,
+    Op,
+    Record,
+    damaged_header,
+    decode_ops,
+    encode_ops,
+    encode_record,
+    next_valid,
+    record_at,
+    segment_header,
+)
+from minibroker.store.state import Capture, DurableState, snapshot_ops
 
 log = logging.getLogger("minibroker.store")
 
-_RECORD_HEAD = struct.Struct(">II")  # length, crc32
-_U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
-_U32 = struct.Struct(">I")
 _SEGMENT = "journal-{:08d}.log"
 LOCK_FILE = "minibroker.lock"
 QUARANTINE = "quarantine"
-MAX_RECORD = 1 << 30
-MAGIC = b"MBJL"
-VERSION = 2
-_HEADER = struct.Struct(">4sI8sI")  # magic, version, salt, crc32 of the 16 bytes before it
-_SYNC = 4  # bytes of the sync marker in front of a record of a salted segment
 _PROBE = 4096  # bytes of the probe record ``repair`` writes to check there is room again
-_MESSAGE_OVERHEAD = 64  # what a message costs in a snapshot besides its payload (for the compaction check)
-_BASE_LIVE = 1024
 _COMPACT_GROWTH = 3  # after a compaction, not again before the segment is this many times its snapshot
-_U32_MAX = 0xFFFFFFFF
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-class Kind(IntEnum):
-    """Record kinds, as written in the record's kind byte."""
-
-    # the first format: read, never written (keys of three strings, a subscription's name "topic\0container\0link")
-    LEGACY_ENQUEUE = 1
-    LEGACY_SETTLE = 2
-    LEGACY_COUNT = 3
-    LEGACY_SUBSCRIBE = 5
-    LEGACY_UNSUBSCRIBE = 6
-    TXN = 4  # several operations applied together: one committed transaction, or one publish to several nodes
-    SNAPSHOT = 7  # the start of a compacted segment: everything before it is void once it is complete
-    SNAPSHOT_END = 8  # the end of a compacted segment's snapshot
-    ENQUEUE = 17  # key, message id, delivery-count, times, payload id, message bytes
-    SETTLE = 18  # key, message id: the message is gone (accepted, rejected, expired, moved)
-    COUNT = 19  # key, message id, delivery-count: a failed delivery was counted
-    SUBSCRIBE = 21  # key of a durable subscription, and its selector text
-    UNSUBSCRIBE = 22  # key of a durable subscription that was deleted
-    ENQUEUE_REF = 23  # like ENQUEUE, its bytes those of the payload id (written once, by an earlier ENQUEUE)
-    PAD = 24  # nothing (the probe record of ``repair``)
-
-
-_LEGACY = {
-    Kind.LEGACY_ENQUEUE: Kind.ENQUEUE,
-    Kind.LEGACY_SETTLE: Kind.SETTLE,
-    Kind.LEGACY_COUNT: Kind.COUNT,
-    Kind.LEGACY_SUBSCRIBE: Kind.SUBSCRIBE,
-    Kind.LEGACY_UNSUBSCRIBE: Kind.UNSUBSCRIBE,
-}
-_OPERATIONS = frozenset((Kind.ENQUEUE, Kind.SETTLE, Kind.COUNT, Kind.SUBSCRIBE, Kind.UNSUBSCRIBE, Kind.ENQUEUE_REF))
-_KIND_BYTES = frozenset(int(k) for k in Kind)
-_HAS_EXPIRY, _HAS_DELIVERY, _UNTIMED = 1, 2, 4
-_SHARED = 1  # SUBSCRIBE flags
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -156,11 +115,7 @@ class JournalUnavailable(JournalError):
 
 
 class RecordTooLarge(JournalError):
-    """A record larger than recovery reads back (``MAX_RECORD``): not written, nothing applied."""
-
-
-class CorruptRecord(Exception):
-    """A record body that does not parse (a bug, or a disk error past the checksum)."""
+    """A record larger than recovery reads back (``records.MAX_RECORD``): not written, nothing applied."""
 
 
 class FileOps:
@@ -188,403 +143,6 @@ class FileOps:
         os.unlink(path)
 
 
-# -- encoding --------------------------------------------------------------------------------------------
-def _pack_str(value: str) -> bytes:
-    raw = value.encode("utf-8", "surrogatepass")
-    return _U32.pack(len(raw)) + raw
-
-
-def _unpack_str(data: bytes, pos: int) -> tuple[str, int]:
-    (n,) = _U32.unpack_from(data, pos)
-    pos += 4
-    if pos + n > len(data):
-        raise CorruptRecord("string runs past the record")
-    return data[pos : pos + n].decode("utf-8", "surrogatepass"), pos + n
-
-
-# A durable node is named by a tuple of strings: (namespace, "queue", name) or
-# (namespace, "subscription", topic, container-id, link name).
-NodeKey = tuple[str, ...]
-
-
-def _pack_key(key: NodeKey) -> bytes:
-    if len(key) > 255:
-        raise ValueError("a node key has at most 255 parts")
-    return bytes([len(key)]) + b"".join(_pack_str(part) for part in key)
-
-
-def _unpack_key(data: bytes, pos: int) -> tuple[NodeKey, int]:
-    parts = []
-    count = data[pos]
-    pos += 1
-    for _ in range(count):
-        part, pos = _unpack_str(data, pos)
-        parts.append(part)
-    return tuple(parts), pos
-
-
-def _unpack_legacy_key(data: bytes, pos: int) -> tuple[NodeKey, int]:
-    namespace, pos = _unpack_str(data, pos)
-    kind, pos = _unpack_str(data, pos)
-    name, pos = _unpack_str(data, pos)
-    if kind != "subscription":
-        return (namespace, kind, name), pos
-    # "topic\0container\0link": ambiguous when a name held a NUL (the reason the format changed); the topic and
-    # container-id are taken up to the first NULs, the link name is the rest
-    topic, _, rest = name.partition("\x00")
-    container, _, link = rest.partition("\x00")
-    if name.count("\x00") != 2:
-        log.warning("journal: a subscription name of the first format held a NUL; read as %r", (topic, container, link))
-    return (namespace, kind, topic, container, link), pos
-
-
-def _clamp(value: int, low: int, high: int) -> int:
-    return low if value < low else high if value > high else value
-
-
-@dataclass(frozen=True)
-class Op:
-    """One change of durable state.
-
-    ``expires_at`` and ``deliver_at`` are wall-clock milliseconds (None: no expiry, no delivery time);
-    ``timed`` is False for messages of the first format, which did not keep them. ``payload_id`` names the
-    payload an ENQUEUE gives (0: its own message id) or an ENQUEUE_REF takes.
-    """
-
-    kind: Kind
-    key: NodeKey
-    message_id: int = 0
-    delivery_count: int = 0
-    payload: bytes = b""
-    selector: str = ""
-    expires_at: int | None = None
-    deliver_at: int | None = None
-    payload_id: int = 0
-    timed: bool = True
-    shared: bool = False  # a SUBSCRIBE: the subscription is shared (its links compete for its messages)
-
-    def encode(self) -> bytes:
-        kind = self.kind
-        head = bytes([kind]) + _pack_key(self.key)
-        if kind is Kind.ENQUEUE or kind is Kind.ENQUEUE_REF:
-            flags = (
-                (_HAS_EXPIRY if self.expires_at is not None else 0)
-                | (_HAS_DELIVERY if self.deliver_at is not None else 0)
-                | (0 if self.timed else _UNTIMED)
-            )
-            parts = [
-                head,
-                _U64.pack(self.message_id),
-                _U32.pack(_clamp(self.delivery_count, 0, _U32_MAX)),
-                bytes([flags]),
-            ]
-            if self.expires_at is not None:
-                parts.append(_I64.pack(_clamp(self.expires_at, _I64_MIN, _I64_MAX)))
-            if self.deliver_at is not None:
-                parts.append(_I64.pack(_clamp(self.deliver_at, _I64_MIN, _I64_MAX)))
-            parts.append(_U64.pack(self.payload_id))
-            if kind is Kind.ENQUEUE:
-                parts.append(self.payload)
-            return b"".join(parts)
-        if kind is Kind.SETTLE:
-            return head + _U64.pack(self.message_id)
-        if kind is Kind.COUNT:
-            return head + _U64.pack(self.message_id) + _U32.pack(_clamp(self.delivery_count, 0, _U32_MAX))
-        if kind is Kind.SUBSCRIBE:
-            # the flags byte came later: a reader before it ignores it, a record before it has none (not shared)
-            return head + _pack_str(self.selector) + bytes([_SHARED if self.shared else 0])
-        if kind is Kind.UNSUBSCRIBE:
-            return head
-        raise ValueError(f"{kind!r} is not an operation")
-
-    @classmethod
-    def decode(cls, data: bytes) -> Op:
-        try:
-            kind = Kind(data[0])
-            if kind in _LEGACY:
-                return cls._decode_legacy(_LEGACY[kind], data)
-            key, pos = _unpack_key(data, 1)
-            if kind is Kind.ENQUEUE or kind is Kind.ENQUEUE_REF:
-                (message_id,) = _U64.unpack_from(data, pos)
-                (count,) = _U32.unpack_from(data, pos + 8)
-                flags = data[pos + 12]
-                pos += 13
-                expires = deliver = None
-                if flags & _HAS_EXPIRY:
-                    (expires,) = _I64.unpack_from(data, pos)
-                    pos += 8
-                if flags & _HAS_DELIVERY:
-                    (deliver,) = _I64.unpack_from(data, pos)
-                    pos += 8
-                (payload_id,) = _U64.unpack_from(data, pos)
-                pos += 8
-                if kind is Kind.ENQUEUE_REF and pos != len(data):
-                    raise CorruptRecord("bytes after a payload reference")
-                payload = bytes(data[pos:]) if kind is Kind.ENQUEUE else b""
-                timed = not flags & _UNTIMED
-                return cls(kind, key, message_id, count, payload, "", expires, deliver, payload_id, timed)
-            if kind in (Kind.SETTLE, Kind.COUNT):
-                return cls._settle_or_count(kind, key, data, pos)
-            if kind is Kind.SUBSCRIBE:
-                selector, pos = _unpack_str(data, pos)
-                flags = data[pos] if pos < len(data) else 0
-                return cls(kind, key, selector=selector, shared=bool(flags & _SHARED))
-            if kind is Kind.UNSUBSCRIBE:
-                return cls(kind, key)
-        except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
-            raise CorruptRecord(str(exc)) from None
-        raise CorruptRecord(f"record kind {kind.name} cannot appear inside an operation")
-
-    @classmethod
-    def _decode_legacy(cls, kind: Kind, data: bytes) -> Op:
-        key, pos = _unpack_legacy_key(data, 1)
-        if kind is Kind.ENQUEUE:
-            (message_id,) = _U64.unpack_from(data, pos)
-            (count,) = _U32.unpack_from(data, pos + 8)
-            return cls(kind, key, message_id, count, bytes(data[pos + 12 :]), timed=False)
-        if kind in (Kind.SETTLE, Kind.COUNT):
-            return cls._settle_or_count(kind, key, data, pos)
-        if kind is Kind.SUBSCRIBE:
-            selector, _ = _unpack_str(data, pos)
-            return cls(kind, key, selector=selector)
-        return cls(kind, key)
-
-    @classmethod
-    def _settle_or_count(cls, kind: Kind, key: NodeKey, data: bytes, pos: int) -> Op:
-        """The body of a SETTLE (message id) or COUNT (message id, delivery-count) record, the same in both
-        formats."""
-        (message_id,) = _U64.unpack_from(data, pos)
-        if kind is Kind.SETTLE:
-            return cls(kind, key, message_id)
-        return cls(kind, key, message_id, _U32.unpack_from(data, pos + 8)[0])
-
-
-def _seed(salt: bytes) -> int:
-    return zlib.crc32(salt)
-
-
-def encode_record(kind: Kind, body: bytes, salt: bytes | None = None) -> bytes:
-    """One framed, checksummed record; with ``salt``, as in a segment with that salt (else headerless)."""
-    kind_byte = bytes([kind])
-    if salt is None:
-        crc = zlib.crc32(body, zlib.crc32(kind_byte))
-        return b"".join((_RECORD_HEAD.pack(len(body) + 5, crc), kind_byte, body))
-    crc = zlib.crc32(body, zlib.crc32(kind_byte, _seed(salt)))
-    return b"".join((salt[:_SYNC], _RECORD_HEAD.pack(len(body) + 5, crc), kind_byte, body))
-
-
-def encode_ops(ops: list[Op], salt: bytes | None = None) -> bytes:
-    """The record for ``ops``: a single operation as itself, several as one TXN record (all or nothing)."""
-    if len(ops) == 1:
-        op = ops[0].encode()
-        return encode_record(Kind(op[0]), op[1:], salt)
-    body = b"".join(_U32.pack(len(e)) + e for e in (op.encode() for op in ops))
-    return encode_record(Kind.TXN, body, salt)
-
-
-def decode_ops(kind: Kind, body: bytes) -> list[Op]:
-    """The operations in one record's body."""
-    if kind is Kind.TXN:
-        ops = []
-        pos = 0
-        try:
-            while pos < len(body):
-                (n,) = _U32.unpack_from(body, pos)
-                if pos + 4 + n > len(body):
-                    raise CorruptRecord("an operation runs past its transaction record")
-                ops.append(Op.decode(body[pos + 4 : pos + 4 + n]))
-                pos += 4 + n
-        except struct.error as exc:
-            raise CorruptRecord(str(exc)) from None
-        return ops
-    return [Op.decode(bytes([kind]) + body)]
-
-
-def segment_header(salt: bytes) -> bytes:
-    """The header of a segment of this format with ``salt`` (8 bytes)."""
-    head = struct.pack(">4sI8s", MAGIC, VERSION, salt)
-    return head + _U32.pack(zlib.crc32(head))
-
-
-# -- state ----------------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class StoredMessage:
-    message_id: int
-    delivery_count: int
-    payload: bytes
-    payload_id: int = 0
-    expires_at: int | None = None  # wall-clock ms
-    deliver_at: int | None = None  # wall-clock ms
-    timed: bool = True  # False: written by the first format, which did not keep the times
-
-
-@dataclass
-class DurableState:
-    """What the journal says exists: durable nodes, their messages, durable subscriptions, shared payloads.
-
-    ``live_bytes`` (what a snapshot of this state would about take: payloads, and each message's and
-    subscription's node name) and ``message_count`` are kept up to date by ``apply``: deciding whether to
-    compact never walks the messages.
-    """
-
-    messages: dict[NodeKey, dict[int, StoredMessage]] = field(default_factory=dict)
-    subscriptions: dict[NodeKey, str] = field(default_factory=dict)
-    shared: set[NodeKey] = field(default_factory=set)  # the subscriptions that are shared
-    max_message_id: int = 0
-    payloads: dict[int, bytes] = field(default_factory=dict)
-    refs: dict[int, int] = field(default_factory=dict)
-    live_bytes: int = _BASE_LIVE
-    message_count: int = 0
-    _key_sizes: dict[NodeKey, int] = field(default_factory=dict, repr=False)
-
-    def apply(self, op: Op) -> None:
-        freed: list[int] = []
-        self._apply(op, freed)
-        if freed:
-            self._free(freed)
-
-    def apply_all(self, ops: Iterable[Op], *, lenient: bool = False) -> list[tuple[Op, str]]:
-        """Apply the operations of one record. A payload no message holds any more is freed at the end of the
-        record (so an operation later in the record may still refer to it). ``lenient``: an operation that
-        cannot apply (a reference to a payload that is not there) is skipped and returned with the reason;
-        otherwise it raises ``CorruptRecord``."""
-        freed: list[int] = []
-        skipped: list[tuple[Op, str]] = []
-        if not lenient:
-            for op in ops:
-                self._apply(op, freed)
-        else:
-            for op in ops:
-                try:
-                    self._apply(op, freed)
-                except CorruptRecord as exc:
-                    skipped.append((op, str(exc)))
-        if freed:
-            self._free(freed)
-        return skipped
-
-    def _free(self, freed: list[int]) -> None:
-        for payload_id in freed:
-            if self.refs.get(payload_id) == 0:
-                del self.refs[payload_id]
-                self.live_bytes -= len(self.payloads.pop(payload_id))
-
-    def _apply(self, op: Op, freed: list[int]) -> None:
-        kind = op.kind
-        if kind is Kind.ENQUEUE or kind is Kind.ENQUEUE_REF:
-            payload_id = op.payload_id or op.message_id
-            if kind is Kind.ENQUEUE_REF:
-                if payload_id not in self.payloads:
-                    raise CorruptRecord(f"message {op.message_id} refers to payload {payload_id}, not in the journal")
-            elif payload_id not in self.payloads:
-                self.payloads[payload_id] = op.payload
-                self.refs[payload_id] = 0
-                self.live_bytes += len(op.payload)
-            node = self.messages.setdefault(op.key, {})
-            old = node.get(op.message_id)
-            if old is not None:
-                self._release(op.key, old, freed)
-            node[op.message_id] = StoredMessage(
-                op.message_id,
-                op.delivery_count,
-                self.payloads[payload_id],
-                payload_id,
-                op.expires_at,
-                op.deliver_at,
-                op.timed,
-            )
-            self.refs[payload_id] += 1
-            self.live_bytes += _MESSAGE_OVERHEAD + self._key_size(op.key)
-            self.message_count += 1
-            if payload_id > self.max_message_id or op.message_id > self.max_message_id:
-                self.max_message_id = max(op.message_id, payload_id)
-        elif kind is Kind.SETTLE:
-            messages = self.messages.get(op.key)
-            stored = messages.pop(op.message_id, None) if messages is not None else None
-            if stored is not None:
-                self._release(op.key, stored, freed)
-        elif kind is Kind.COUNT:
-            stored = self.messages.get(op.key, {}).get(op.message_id)
-            if stored is not None:
-                stored.delivery_count = op.delivery_count
-        elif kind is Kind.SUBSCRIBE:
-            old_selector = self.subscriptions.get(op.key)
-            if old_selector is not None:
-                self.live_bytes -= self._key_size(op.key) + len(old_selector)
-            self.subscriptions[op.key] = op.selector
-            self.live_bytes += self._key_size(op.key) + len(op.selector)
-            if op.shared:
-                self.shared.add(op.key)
-            else:
-                self.shared.discard(op.key)
-            self.messages.setdefault(op.key, {})
-        elif kind is Kind.UNSUBSCRIBE:
-            old_selector = self.subscriptions.pop(op.key, None)
-            self.shared.discard(op.key)
-            if old_selector is not None:
-                self.live_bytes -= self._key_size(op.key) + len(old_selector)
-            for stored in self.messages.pop(op.key, {}).values():
-                self._release(op.key, stored, freed)
-            self._key_sizes.pop(op.key, None)
-        else:
-            raise CorruptRecord(f"record kind {kind.name} is not an operation")
-
-    def _key_size(self, key: NodeKey) -> int:
-        """Bytes of ``key`` in a record (each of its messages repeats it in a snapshot); computed once a key."""
-        size = self._key_sizes.get(key)
-        if size is None:
-            size = self._key_sizes[key] = 1 + sum(4 + len(part.encode("utf-8", "surrogatepass")) for part in key)
-        return size
-
-    def _release(self, key: NodeKey, stored: StoredMessage, freed: list[int]) -> None:
-        self.live_bytes -= _MESSAGE_OVERHEAD + self._key_size(key)
-        self.message_count -= 1
-        refs = self.refs[stored.payload_id] - 1
-        self.refs[stored.payload_id] = refs
-        if refs == 0:
-            freed.append(stored.payload_id)
-
-    def live_ops(self) -> Iterator[Op]:
-        """Operations that recreate this state (for compaction): each payload written once."""
-        return _live_ops(self.capture())
-
-    def capture(self) -> _Capture:
-        """What ``live_ops`` needs, taken now (cheap: no message is copied) and read later, in a worker thread
-        while the state goes on changing: a message's delivery-count may then be newer than at the capture, which
-        the records appended after the capture (replayed after the snapshot) make right anyway."""
-        messages = [(key, list(node.values())) for key, node in self.messages.items()]
-        return _Capture(dict(self.subscriptions), set(self.shared), messages)
-
-
-@dataclass
-class _Capture:
-    subscriptions: dict[NodeKey, str]
-    shared: set[NodeKey]
-    messages: list[tuple[NodeKey, list[StoredMessage]]]
-
-
-def _live_ops(capture: _Capture) -> Iterator[Op]:
-    for key, selector in capture.subscriptions.items():
-        yield Op(Kind.SUBSCRIBE, key, selector=selector, shared=key in capture.shared)
-    written: set[int] = set()
-    for key, messages in capture.messages:
-        for m in messages:
-            shared = m.payload_id in written
-            written.add(m.payload_id)
-            yield Op(
-                Kind.ENQUEUE_REF if shared else Kind.ENQUEUE,
-                key,
-                m.message_id,
-                m.delivery_count,
-                b"" if shared else m.payload,
-                "",
-                m.expires_at,
-                m.deliver_at,
-                0 if m.payload_id == m.message_id else m.payload_id,
-                m.timed,
-            )
-
-
 @dataclass
 class Compaction:
     """A compaction under way (``Journal.begin_compaction``): its snapshot is written by ``write_snapshot`` (in a
@@ -593,7 +151,7 @@ class Compaction:
     number: int
     salt: bytes
     old: list[Path]
-    capture: _Capture
+    capture: Capture
     tmp: Path
     tail: list[list[Op]] = field(default_factory=list)
     fd: int | None = None
@@ -602,14 +160,6 @@ class Compaction:
 
 
 # -- reading segments -------------------------------------------------------------------------------------
-@dataclass
-class _Record:
-    offset: int
-    end: int
-    kind: Kind
-    body: bytes
-
-
 @dataclass
 class _Bad:
     """Bytes of a segment that are not valid records: ``offset`` up to ``resume`` (None: to the end)."""
@@ -625,7 +175,7 @@ class _Segment:
     data: bytes
     salt: bytes | None  # None: a headerless segment of the first format
     start: int  # where records start (after the header)
-    records: list[_Record] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     bad: list[_Bad] = field(default_factory=list)
 
     @property
@@ -660,63 +210,6 @@ class _Segment:
         return bool(self.bad) and self.bad[0].offset == 0 and self.salt is not None
 
 
-def _record_at(data: bytes | memoryview, pos: int, salt: bytes | None) -> _Record | str:
-    """The valid record at ``pos``, or why there is none."""
-    size = len(data)
-    head = pos
-    if salt is not None:
-        if size - pos < _SYNC + 9:
-            return "an incomplete record"
-        if bytes(data[pos : pos + _SYNC]) != salt[:_SYNC]:
-            return "no record marker"
-        head = pos + _SYNC
-    elif size - pos < 9:
-        return "an incomplete record"
-    length, crc = _RECORD_HEAD.unpack_from(data, head)
-    end = head + 4 + length
-    if length < 5 or length > MAX_RECORD:
-        return f"a bad record length ({length})"
-    if end > size:
-        return f"a record of {length} bytes running past the end of the file"
-    content = data[head + 8 : end]
-    if zlib.crc32(content, _seed(salt) if salt is not None else 0) != crc:
-        return "a bad checksum"
-    if content[0] not in _KIND_BYTES:
-        return f"an unknown record kind ({content[0]})"
-    return _Record(pos, end, Kind(content[0]), bytes(content[1:]))
-
-
-_LEGACY_HEAD = re.compile(rb"(?=[\x00-\x40][\s\S]{7}[\x01-\x08])")
-
-
-def _next_valid(data: bytes, start: int, salt: bytes | None) -> int | None:
-    """Where the first valid record at or after ``start`` begins, or None."""
-    if salt is not None:
-        marker = salt[:_SYNC]
-        view = memoryview(data)
-        pos = data.find(marker, start)
-        while pos != -1:
-            if isinstance(_record_at(view, pos, salt), _Record):
-                return pos
-            pos = data.find(marker, pos + 1)
-        return None
-    view = memoryview(data)
-    for match in _LEGACY_HEAD.finditer(data, start):  # the first format has no marker: try plausible places
-        if isinstance(_record_at(view, match.start(), None), _Record):
-            return match.start()
-    return None
-
-
-def _damaged_header(data: bytes) -> bool:
-    """True when ``data`` (not starting with the magic) is a segment of this format whose first bytes were damaged:
-    its header checks out with the magic put back, or a valid record follows it, salted with its salt."""
-    if len(data) < _HEADER.size:
-        return False
-    if zlib.crc32(MAGIC + data[len(MAGIC) : 16]) == _U32.unpack_from(data, 16)[0]:
-        return True
-    return isinstance(_record_at(memoryview(data), _HEADER.size, data[8:16]), _Record)
-
-
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -730,36 +223,36 @@ def _scan(path: Path, *, legacy: bool = True) -> _Segment:
     A segment without the magic is one of the first format only when ``legacy`` (no segment of this format comes
     before it) and its first bytes are not a damaged header of this format; otherwise its header is damaged."""
     data = _read(path)
-    if data[: len(MAGIC)] != MAGIC and (not legacy or _damaged_header(data)):
-        salt = data[8:16] if len(data) >= _HEADER.size else b"\x00" * 8
-        segment = _Segment(path, data, salt, min(len(data), _HEADER.size))
-        segment.bad.append(_Bad(0, segment.start if len(data) > _HEADER.size else None, "a damaged segment header"))
+    if data[: len(MAGIC)] != MAGIC and (not legacy or damaged_header(data)):
+        salt = data[8:16] if len(data) >= HEADER.size else b"\x00" * 8
+        segment = _Segment(path, data, salt, min(len(data), HEADER.size))
+        segment.bad.append(_Bad(0, segment.start if len(data) > HEADER.size else None, "a damaged segment header"))
     elif data[: len(MAGIC)] == MAGIC:
-        if len(data) < _HEADER.size:
+        if len(data) < HEADER.size:
             segment = _Segment(path, data, b"\x00" * 8, len(data))
             segment.bad.append(_Bad(0, None, "an incomplete segment header"))
             return segment
-        _, version, salt, crc = _HEADER.unpack_from(data, 0)
+        _, version, salt, crc = HEADER.unpack_from(data, 0)
         if version != VERSION:
             raise JournalError(
                 f"journal {path} has format version {version}, which this minibroker cannot read (a newer one wrote it)"
             )
-        segment = _Segment(path, data, salt, _HEADER.size)
+        segment = _Segment(path, data, salt, HEADER.size)
         if zlib.crc32(data[:16]) != crc:
             # the salt may be damaged too: records will tell (with a bad salt none checks out)
-            segment.bad.append(_Bad(0, _HEADER.size, "a bad segment header checksum"))
+            segment.bad.append(_Bad(0, HEADER.size, "a bad segment header checksum"))
     else:
         segment = _Segment(path, data, None, 0)
     pos = segment.start
     salt_of = segment.salt
     view = memoryview(data)
     while pos < len(data):
-        found = _record_at(view, pos, salt_of)
-        if isinstance(found, _Record):
+        found = record_at(view, pos, salt_of)
+        if isinstance(found, Record):
             segment.records.append(found)
             pos = found.end
             continue
-        resume = _next_valid(data, pos + 1, salt_of)
+        resume = next_valid(data, pos + 1, salt_of)
         segment.bad.append(_Bad(pos, resume, found))
         if resume is None:
             break
@@ -907,7 +400,7 @@ class Journal:
                 if bad.resume is None and i < len(live) - 1:
                     bad.reason += ", with valid segments after it"
                 problems.append((segment, bad))
-        decoded: list[tuple[_Segment, _Record, list[Op]]] = []
+        decoded: list[tuple[_Segment, Record, list[Op]]] = []
         for segment in live:
             for record in segment.records:
                 if record.kind in (Kind.SNAPSHOT, Kind.SNAPSHOT_END, Kind.PAD):
@@ -918,7 +411,7 @@ class Journal:
                 except CorruptRecord as exc:
                     problems.append((segment, _Bad(record.offset, record.end, f"a record that does not parse ({exc})")))
         state = DurableState()
-        dangling: list[tuple[_Segment, _Record, str]] = []
+        dangling: list[tuple[_Segment, Record, str]] = []
         for segment, record, ops in decoded:
             if record.kind is Kind.SNAPSHOT:
                 state = DurableState(max_message_id=state.max_message_id)
@@ -1111,9 +604,10 @@ class Journal:
         shared = self._shared
         ops = self._share(ops)
         record = encode_ops(ops, self._salt)
-        if len(record) - _SYNC - _RECORD_HEAD.size > MAX_RECORD:
+        limit = records.MAX_RECORD  # (read at each append: a test lowers it)
+        if len(record) - SYNC - RECORD_HEAD.size > limit:
             self._shared = shared
-            raise RecordTooLarge(f"a record of {len(record)} bytes is larger than the journal takes ({MAX_RECORD})")
+            raise RecordTooLarge(f"a record of {len(record)} bytes is larger than the journal takes ({limit})")
         start = self._written
         try:
             self._write_all(self._file, record)
@@ -1266,7 +760,7 @@ class Journal:
         try:
             compaction.fd = self.ops.open(compaction.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
             salt = compaction.salt
-            for chunk in _prepend(segment_header(salt), self._snapshot(salt, _live_ops(compaction.capture))):
+            for chunk in _prepend(segment_header(salt), self._snapshot(salt, snapshot_ops(compaction.capture))):
                 self._write_all(compaction.fd, chunk)
                 compaction.size += len(chunk)
             if self.sync_enabled:

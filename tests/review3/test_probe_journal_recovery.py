@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from minibroker.store.journal import DataDirError, Journal, JournalCorrupt, JournalError, Kind, Op, record_offsets
+from minibroker.store.journal import DataDirError, Journal, JournalCorrupt, JournalError, record_offsets
+from minibroker.store.records import Kind, Op
 
 QUEUE = ("default", "queue", "orders")
 

@@ -18,7 +18,7 @@ from trio.testing import MockClock
 
 from minibroker.amqp.definitions import Accepted, Rejected, TransactionalState
 from minibroker.amqp.types import Symbol
-from minibroker.store import journal as journal_module
+from minibroker.store import records
 from minibroker.testing.memory import memory_broker
 from tests.broker.test_transactions_frames import client
 from tests.server.test_durability import CONTROLLER, answer, durable
@@ -27,7 +27,7 @@ from tests.server.test_durability import CONTROLLER, answer, durable
 async def test_a_committed_transaction_survives_a_restart(
     tmp_path: Path, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(journal_module, "MAX_RECORD", 200_000)
+    monkeypatch.setattr(records, "MAX_RECORD", 200_000)
     big = "x" * 60_000
     async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
         c = await client(mb)

@@ -359,9 +359,9 @@ async def test_a_durable_message_larger_than_a_journal_record_is_refused(
 ) -> None:
     """Review 3, finding 4: refused before it is queued (a record above MAX_RECORD would be cut at restart)."""
     from minibroker.broker import recorder as recorder_module
-    from minibroker.store import journal as journal_module
+    from minibroker.store import records
 
-    monkeypatch.setattr(journal_module, "MAX_RECORD", 40_000)
+    monkeypatch.setattr(records, "MAX_RECORD", 40_000)
     monkeypatch.setattr(recorder_module, "RECORD_MARGIN", 1_000)
     async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
         c = await client(mb)

@@ -1,5 +1,5 @@
-"""The journal (store/journal.py): record encoding, torn and corrupt tails cut on recovery, transactions
-all-or-nothing, and compaction that a crash at any moment cannot harm."""
+"""The journal (store/journal.py, records.py, state.py): record encoding, torn and corrupt tails cut on recovery,
+transactions all-or-nothing, and compaction that a crash at any moment cannot harm."""
 
 from __future__ import annotations
 
@@ -12,18 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minibroker.store.journal import (
-    DurableState,
-    Journal,
-    JournalCorrupt,
-    Kind,
-    Op,
-    decode_ops,
-    encode_ops,
-    encode_record,
-    record_offsets,
-    segment_header,
-)
+from minibroker.store.journal import Journal, JournalCorrupt, record_offsets
+from minibroker.store.records import Kind, Op, decode_ops, encode_ops, encode_record, segment_header
+from minibroker.store.state import DurableState
 
 KEY = ("default", "queue", "orders")
 OTHER = ("default", "queue", "other")
@@ -214,11 +205,12 @@ def test_state_replay_matches_model() -> None:
 
 
 def test_a_record_larger_than_recovery_reads_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from minibroker.store import journal as journal_module
+    from minibroker.store import records
+    from minibroker.store.journal import RecordTooLarge
 
-    monkeypatch.setattr(journal_module, "MAX_RECORD", 1000)
+    monkeypatch.setattr(records, "MAX_RECORD", 1000)
     journal = _journal(tmp_path)
-    with pytest.raises(journal_module.RecordTooLarge):
+    with pytest.raises(RecordTooLarge):
         journal.append([enqueue(1, payload=b"x" * 600), enqueue(2, payload=b"y" * 600)])
     assert journal.writable
     assert not journal.state.messages.get(KEY)

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from minibroker.store.journal import FileOps, Journal, JournalUnavailable, Kind, Op
+from minibroker.store.journal import FileOps, Journal, JournalUnavailable
+from minibroker.store.records import Kind, Op
 
 QUEUE = ("default", "queue", "orders")
 

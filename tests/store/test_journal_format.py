@@ -1,6 +1,6 @@
-"""The journal's format (store/journal.py): names of any characters, times kept, one payload per publish,
-an O(1) compaction check, torn tails told from corruption (and the copies kept), and journals of the first
-format still read.
+"""The journal's format (store/records.py, state.py, journal.py): names of any characters, times kept, one
+payload per publish, an O(1) compaction check, torn tails told from corruption (and the copies kept), and
+journals of the first format still read.
 
 Issue 12: items 5 (journal side), 7, 10, 11, 12.
 """
@@ -18,18 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minibroker.store.journal import (
-    DurableState,
-    Journal,
-    JournalCorrupt,
-    Kind,
-    Op,
-    _pack_key,
-    decode_ops,
-    encode_ops,
-    encode_record,
-    record_offsets,
-)
+from minibroker.store.journal import Journal, JournalCorrupt, record_offsets
+from minibroker.store.records import Kind, Op, _pack_key, decode_ops, encode_ops, encode_record
+from minibroker.store.state import DurableState
 
 QUEUE = ("default", "queue", "orders")
 
