@@ -11,6 +11,8 @@ runner. So one set of classes serves both, and a test never touches broker state
     broker.transactions                     # open transactions and what each staged
     broker.connections                      # who is connected
     broker.reset()                          # drop every node, message and transaction
+
+``CoreView(broker)`` gives the same handles on a bare core ``Broker`` driven without a runner.
 """
 
 from __future__ import annotations
@@ -52,12 +54,12 @@ class QueueHandle:
         return namespace.queues.get(self.name)
 
     def stats(self) -> QueueStats:
-        """Ready, acquired and staged counts at one instant (zeros when the queue does not exist)."""
+        """Ready, acquired, staged and scheduled counts at one instant (zeros when the queue does not exist)."""
 
         def read(broker: Broker) -> QueueStats:
             queue = self._queue(broker)
             if queue is None:
-                return QueueStats(self.name, 0, 0, 0, 0, 0)
+                return QueueStats(self.name, 0, 0, 0, 0, 0, 0)
             return QueueStats(
                 self.name,
                 queue.depth,
@@ -65,12 +67,14 @@ class QueueHandle:
                 queue.staged,
                 broker.dispatcher.consumer_count(queue),
                 queue.enqueued_total,
+                queue.scheduled,
             )
 
         return self._owner._call(read)
 
     @property
     def exists(self) -> bool:
+        """Whether the queue exists now."""
         return self._owner._call(lambda broker: self._queue(broker) is not None)
 
     @property
@@ -161,3 +165,26 @@ class NamespaceView(Inspectable):
     def reset(self) -> None:
         """Drop every node, message and transaction of this namespace; close its connections."""
         self._call(lambda broker: broker.reset(self._namespace(broker)))
+
+
+class CoreView(NamespaceView):
+    """A bare core ``Broker`` (driven directly, with no runner), read in the caller's thread.
+
+    ``now`` gives the time the core was last driven with (for the ages of open transactions).
+    """
+
+    def __init__(
+        self, broker: Broker, *, namespace: str = DEFAULT_NAMESPACE, now: Callable[[], float] = lambda: 0.0
+    ) -> None:
+        self.broker = broker
+        self.namespace_name = namespace
+        self._clock = now
+
+    def _call(self, fn: Callable[[Broker], T]) -> T:
+        return fn(self.broker)
+
+    def _now(self) -> float:
+        return self._clock()
+
+    def __repr__(self) -> str:
+        return f"CoreView(namespace={self.namespace_name!r})"

@@ -132,6 +132,11 @@ class Endpoints:
         """``conn``'s links counted as attached (whose detach the broker has not handled)."""
         return list(self._linked.get(conn, ()))
 
+    @property
+    def topic_links(self) -> dict[ServerConnection, int]:
+        """Receiver links on topics, per connection that has any (what ``max_subscriptions_per_connection`` counts)."""
+        return dict(self._topic_links)
+
     def _lookup(
         self, conn: ServerConnection, name: str, kind: str | None, *, create: bool = True
     ) -> Node | Error | None:

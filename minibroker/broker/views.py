@@ -132,6 +132,8 @@ class QueueStats:
     """Messages posted in open transactions, invisible until commit."""
     consumers: int
     enqueued_total: int
+    scheduled: int
+    """Messages held back until their delivery time (``x-opt-delivery-delay`` / ``-time``)."""
 
     @property
     def depth(self) -> int:

@@ -51,6 +51,7 @@ def minibroker_proc(
 
     @pytest.fixture(scope=scope)
     def minibroker_proc_fixture(request: pytest.FixtureRequest) -> Iterator[ThreadedBroker]:
+        """A ``ThreadedBroker`` serving from a background thread for the fixture's scope."""
         with run_in_thread(_config(request, config, host, port)) as broker:
             yield broker
 
@@ -66,6 +67,7 @@ def minibroker(proc_fixture_name: str = "minibroker_proc") -> Fixture:
 
     @pytest.fixture
     def minibroker_fixture(request: pytest.FixtureRequest) -> Iterator[ThreadedBroker]:
+        """A fresh namespace of its process fixture's broker, with a ``url`` of its own; dropped after the test."""
         proc: ThreadedBroker = request.getfixturevalue(proc_fixture_name)
         namespace = proc.create_namespace()
         try:
@@ -102,6 +104,7 @@ def minibroker_noproc(url: str | None = None, *, scope: Scope = "session") -> Fi
 
     @pytest.fixture(scope=scope)
     def minibroker_noproc_fixture(request: pytest.FixtureRequest) -> ExternalBroker:
+        """An ``ExternalBroker``: the address of an already running broker, checked to answer AMQP open."""
         found = _setting(request, "url", url)
         if found is None:
             host = _setting(request, "host", None) or "127.0.0.1"
@@ -118,7 +121,11 @@ def minibroker_trio(config: ConfigLike = None, *, host: str | None = None, port:
 
     @pytest.fixture
     async def minibroker_trio_fixture(request: pytest.FixtureRequest) -> AsyncIterator[RunningBroker]:
+        """A ``RunningBroker`` in the test's own trio run, fresh for each test."""
         async with serve(_config(request, config, host, port)) as broker:
             yield broker
 
     return minibroker_trio_fixture
+
+
+__all__ = ["ExternalBroker", "minibroker", "minibroker_noproc", "minibroker_proc", "minibroker_trio"]

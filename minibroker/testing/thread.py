@@ -159,3 +159,6 @@ def run_in_thread(config: ConfigLike = None, *, start_timeout: float = 10.0) -> 
         with suppress(trio.RunFinishedError):
             trio.from_thread.run_sync(stop.set, trio_token=broker._shared.token)
         thread.join(start_timeout)
+
+
+__all__ = ["ThreadedBroker", "run_in_thread"]

@@ -142,7 +142,8 @@ async def test_modified_delivery_failed_at_the_largest_count_redelivers_it_satur
     assert view_message(again.payload).body == "worn"
     await consumer.disposition(again.delivery_id, state=Accepted())
     await mb.settle()
-    assert (mb.broker.queues["orders"].depth, mb.broker.queues["orders"].acquired) == (0, 0)
+    orders = mb.queue("orders").stats()
+    assert (orders.depth, orders.acquired) == (0, 0)
     assert mb.broker.internal_errors == 0  # saturated: nothing had to be contained
     await serves(mb)
 
@@ -154,11 +155,11 @@ async def test_modified_delivery_failed_at_the_largest_count_dead_letters_it_sat
     producer, consumer, first = await worn_out_delivered(mb)
     await consumer.disposition(first.delivery_id, state=Modified(delivery_failed=True, message_annotations={}))
     await mb.settle()
-    dead = mb.broker.queues["orders.DLQ"]
+    dead = mb.queue("orders.DLQ")
     assert dead.depth == 1
-    (message,) = dead.ready
-    assert view_message(message.encoded()).delivery_count == MAX_UINT
-    assert message.annotation("x-opt-dead-letter-reason") == "max-delivery-attempts"
+    (message,) = dead.peek()
+    assert message.delivery_count == MAX_UINT
+    assert message.annotations["x-opt-dead-letter-reason"] == "max-delivery-attempts"
     assert mb.broker.internal_errors == 0
     # the consumer is still connected and served
     await publish(producer, "orders", frames.message("next"), delivery_id=1)
@@ -244,7 +245,7 @@ async def test_error_in_a_connection_step_closes_that_connection_with_internal_e
     assert "injected fault" in caplog.text
     assert mb.broker.internal_errors == 1
     await mb.settle()
-    orders = mb.broker.queues["orders"]
+    orders = mb.queue("orders").stats()
     assert (orders.depth, orders.acquired) == (1, 0)  # the held message is back, nothing of "boom" arrived
     # the others go on: the bystander's link still works, and a new client is served
     await publish(producer, "other", frames.message("for the bystander"), handle=1)
@@ -274,7 +275,7 @@ async def test_error_in_a_connection_step_rolls_back_its_transactions(
     assert condition(close) == Condition.INTERNAL_ERROR
     await mb.settle()
     assert mb.broker.transactions == []
-    assert mb.broker.queues["orders"].staged == 0
+    assert mb.queue("orders").staged == 0
     assert all(c.finished for c in mb.broker.connections)
     monkeypatch.undo()
     await serves(mb)
@@ -305,7 +306,7 @@ async def test_error_in_a_timer_step_is_logged_and_the_broker_goes_on(
     await trio.sleep(4)
     assert len(calls) == 2  # the later timer still ran
     assert mb.broker.internal_errors == 1
-    assert [view_message(m.payload).body for m in mb.broker.queues["later"].ready] == ["second"]
+    assert [m.body for m in mb.queue("later").peek()] == ["second"]
 
 
 @pytest.mark.parametrize("settings", [BrokerSettings(transaction_timeout=10)])

@@ -201,12 +201,12 @@ async def test_consumed_message_with_a_ttl_is_freed_at_once(mb: MemoryBroker, au
             payload = frames.message("x" * BIG, Header(ttl=UInt(DAY_MS)))
             await producer.transfer(0, n, payload, settled=True)
         await mb.settle()
-        assert mb.broker.queues["ttl"].depth == count
+        assert mb.queue("ttl").depth == count
         await consumer.flow(handle=0, link_credit=count, delivery_count=0)
         ids = await drain_transfers(consumer, count)
         await consumer.disposition(ids[0], ids[-1], state=Accepted())
         await mb.settle()
-        assert mb.broker.queues["ttl"].acquired == 0
+        assert mb.queue("ttl").acquired == 0
     # 200 x 10 kB consumed: nothing of them may stay for the day their ttl runs (it used to be all of them)
     assert memory.grown < count * BIG // 20, f"{memory.grown} bytes kept after consuming every message"
     timers = mb.broker.dispatcher.timers
@@ -228,7 +228,7 @@ async def test_expiry_timers_of_consumed_messages_do_not_pile_up(mb: MemoryBroke
         if n % 500 == 499:
             await drain_transfers(consumer, 500)
     await mb.settle()
-    assert mb.broker.queues["ttl"].depth == 0
+    assert mb.queue("ttl").depth == 0
     assert len(mb.broker.dispatcher.timers) < 1000  # rebuilt without the dead ones, not 3000 entries
 
 
@@ -281,7 +281,7 @@ async def test_rejected_transfers_in_rcv_settle_mode_second_are_not_kept(
         else:
             await peer.close()
         await mb.settle()
-    assert mb.broker.queues["full"].depth == 1
+    assert mb.queue("full").depth == 1
     assert memory.grown < count * BIG // 20, f"{memory.grown} bytes kept for {count} rejected transfers"
     if ending in ("settled", "end", "close"):  # nothing at all is waiting for a settlement any more
         sessions = [] if ending == "close" else list(mb.tasks[-1].engine.sessions.values())
@@ -304,7 +304,7 @@ async def test_browsed_copies_left_unsettled_are_not_kept_after_the_browser_goes
         await browser.attach_receiver("browsed", 0, name="b", source=copy)
         await browser.flow(handle=0, link_credit=count, delivery_count=0)
         await drain_transfers(browser, count)  # never settled
-        browsed = mb.broker.queues["browsed"]
+        browsed = mb.queue("browsed").stats()
         assert (browsed.depth, browsed.acquired) == (count, 0)  # browsing takes nothing
         if ending == "detach":
             await browser.send(Detach(handle=UInt(0), closed=True))
@@ -312,6 +312,6 @@ async def test_browsed_copies_left_unsettled_are_not_kept_after_the_browser_goes
         else:
             await browser.close()
         await mb.settle()
-        assert mb.broker.queues["browsed"].purge() == count
+        assert mb.queue("browsed").purge() == count
         await mb.settle()
     assert memory.grown < count * BIG // 10, f"{memory.grown} bytes kept after the browser went"

@@ -30,7 +30,7 @@ from minibroker.amqp.definitions import (
 )
 from minibroker.amqp.types import Long, Symbol, Timestamp, UInt
 from minibroker.broker.clock import WallClock
-from minibroker.broker.core import Broker, BrokerSettings
+from minibroker.broker.core import BrokerSettings
 from minibroker.broker.policy import NodePolicy
 from minibroker.broker.views import MessageView, view_message
 from minibroker.testing import frames
@@ -107,10 +107,10 @@ async def client(mb: MemoryBroker, address: str) -> Client:
     return Client(peer)
 
 
-def counts(broker: Broker, name: str) -> tuple[int, int, int]:
+def counts(mb: MemoryBroker, name: str) -> tuple[int, int, int]:
     """(ready, acquired, scheduled) of queue ``name``; zeros when it does not exist."""
-    queue = broker.queues.get(name)
-    return (0, 0, 0) if queue is None else (queue.depth, queue.acquired, queue.scheduled)
+    stats = mb.queue(name).stats()
+    return (stats.ready, stats.acquired, stats.scheduled)
 
 
 async def sleep_until(moment: float) -> None:
@@ -136,18 +136,18 @@ async def test_message_expires_after_an_hour(mb: MemoryBroker, autojump_clock: M
     await producer.send(message("perishable", **EXPIRY_AT_ONE_HOUR[expiry]))
     await producer.send(message("durable goods"))
     await sleep_until(HOUR - 1)
-    assert counts(mb.broker, "orders") == (2, 0, 0)
-    assert counts(mb.broker, "expired") == (0, 0, 0)
+    assert counts(mb, "orders") == (2, 0, 0)
+    assert counts(mb, "expired") == (0, 0, 0)
     await sleep_until(HOUR)
-    assert counts(mb.broker, "orders") == (1, 0, 0)
-    assert counts(mb.broker, "expired") == (1, 0, 0)
+    assert counts(mb, "orders") == (1, 0, 0)
+    assert counts(mb, "expired") == (1, 0, 0)
 
     consumer = await client(mb, "elsewhere")
     await consumer.consume("orders")
     assert (await consumer.receive())[1].body == "durable goods"
     await consumer.peer.expect_nothing(10)
-    expired = mb.broker.queues["expired"].ready[0]
-    assert view_message(expired.payload).annotations == {Symbol("x-opt-original-address"): "orders"}
+    expired = mb.queue("expired").peek()[0]
+    assert expired.annotations == {Symbol("x-opt-original-address"): "orders"}
 
 
 async def test_expired_message_is_dropped_without_an_expiry_address(
@@ -156,8 +156,8 @@ async def test_expired_message_is_dropped_without_an_expiry_address(
     producer = await client(mb, "orders")
     await producer.send(message("perishable", ttl_s=HOUR))
     await sleep_until(HOUR)
-    assert counts(mb.broker, "orders") == (0, 0, 0)
-    assert set(mb.broker.queues) == {"orders"}
+    assert counts(mb, "orders") == (0, 0, 0)
+    assert set(mb.queues) == {"orders"}
 
 
 # -- scheduled delivery ------------------------------------------------------------------------------------
@@ -177,12 +177,12 @@ async def test_scheduled_message_becomes_visible_after_ten_minutes(
     producer = await client(mb, "later")
     await producer.consume("later")
     await producer.send(message("scheduled", **SCHEDULES[schedule]))
-    assert counts(mb.broker, "later") == (0, 0, 1)
+    assert counts(mb, "later") == (0, 0, 1)
     await producer.peer.expect_nothing(TEN_MINUTES - 1)
     _, got = await producer.receive()
     assert trio.current_time() == pytest.approx(TEN_MINUTES)
     assert got.body == "scheduled"
-    assert counts(mb.broker, "later") == (0, 1, 0)
+    assert counts(mb, "later") == (0, 1, 0)
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 1e300])
@@ -191,7 +191,7 @@ async def test_a_non_finite_or_absurd_delivery_time_is_ignored(
 ) -> None:
     producer = await client(mb, "later")
     await producer.send(message("now", x_opt_delivery_delay=value))
-    assert counts(mb.broker, "later") == (1, 0, 0)  # ready at once, not scheduled
+    assert counts(mb, "later") == (1, 0, 0)  # ready at once, not scheduled
 
 
 async def test_an_earlier_deadline_rearms_the_timer(mb: MemoryBroker, autojump_clock: MockClock) -> None:
@@ -216,7 +216,7 @@ async def test_scheduled_message_that_expires_first_is_never_delivered(
     await producer.consume("later")
     await producer.send(message("too late", ttl_s=60, x_opt_delivery_delay=Long(120_000)))
     await producer.peer.expect_nothing(HOUR)
-    assert counts(mb.broker, "later") == (0, 0, 0)
+    assert counts(mb, "later") == (0, 0, 0)
 
 
 # -- redelivery delay --------------------------------------------------------------------------------------
@@ -230,14 +230,14 @@ async def test_released_message_waits_out_the_redelivery_delay(mb: MemoryBroker,
     released_at = trio.current_time()
     await producer.peer.disposition(delivery_id, state=Released())
     await mb.settle()
-    assert counts(mb.broker, "retry") == (0, 0, 1)  # held back, not ready
+    assert counts(mb, "retry") == (0, 0, 1)  # held back, not ready
     await producer.peer.expect_nothing(29)
     delivery_id, got = await producer.receive()
     assert trio.current_time() - released_at == pytest.approx(30)
     assert got.body == "again"
     await producer.peer.disposition(delivery_id, state=Accepted())
     await mb.settle()
-    assert counts(mb.broker, "retry") == (0, 0, 0)
+    assert counts(mb, "retry") == (0, 0, 0)
 
 
 @pytest.mark.parametrize(
@@ -254,5 +254,5 @@ async def test_message_expiring_during_its_redelivery_delay_is_not_redelivered(
     delivery_id, _ = await producer.receive()
     await producer.peer.disposition(delivery_id, state=Released())
     await producer.peer.expect_nothing(HOUR)
-    assert counts(mb.broker, "retry") == (0, 0, 0)
-    assert counts(mb.broker, "expired") == (1, 0, 0)
+    assert counts(mb, "retry") == (0, 0, 0)
+    assert counts(mb, "expired") == (1, 0, 0)

@@ -8,7 +8,7 @@ fix: on the code they were written against (3099981), every R test fails, on the
 its rule. The tests use the in-memory harness of
 ``test_transactions_frames.py`` (real broker core, engine and connection tasks under a ``MockClock``) and
 observe the broker through the wire: the frames it answers with, and what a second consumer receives. Of
-the broker's state they read only ``queues[...]`` depth/acquired/staged, ``transactions`` and
+the broker's state they read only queue handles' depth/acquired/staged, ``transactions`` and
 ``txn_stats``. R9 (cost) drives the broker synchronously through ``txn_driver`` and counts the Python
 lines one operation runs, with few and with many other transactions open.
 """
@@ -238,7 +238,7 @@ async def test_r1_commit_fails_when_a_post_lost_its_dynamic_node(
             assert deleted[0].handle == c.handles[3]
             await answer_detach(c, 3)
     assert isinstance(address, str)
-    assert address not in mb.broker.queues  # the dynamic node is gone
+    assert not mb.queue(address).exists  # the dynamic node is gone
 
     state, others = await discharge_all(c, txn)
     assert isinstance(state, Rejected), f"the commit must fail, got {state}"
@@ -246,10 +246,11 @@ async def test_r1_commit_fails_when_a_post_lost_its_dynamic_node(
     # exactly as by a rollback: the acquisition is settled released, the unsettled retirement is undone silently
     assert [f.performative for f in others] == [released(w0_id)]
     assert mb.broker.transactions == []
-    plain = mb.broker.queues["plain"]
+    assert mb.queue("plain").exists
+    plain = mb.queue("plain").stats()
     assert (plain.depth, plain.staged, plain.acquired) == (0, 0, 0)
     await plain_watcher.peer.expect_nothing()
-    work = mb.broker.queues["work"]
+    work = mb.queue("work")
     assert (work.depth, work.acquired) == (1, 1)
     await c.peer.disposition(w1_id, state=Released())
     await mb.settle()
@@ -283,7 +284,7 @@ async def test_r2_commit_applies_the_source_default_outcome_to_a_delivery_settle
     state, others = await discharge_all(c, txn)
     assert state == Accepted()
     assert others == []  # the client settled it: no disposition (D5)
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     if isinstance(default_outcome, Accepted):
         assert (queue.depth, queue.acquired) == (0, 0)  # accepted consumes
         return
@@ -346,7 +347,7 @@ async def test_r3_ending_t_aborts_its_partly_sent_delivery(
     assert not whole.performative.more
     await second.peer.disposition(whole.performative.delivery_id, state=Accepted())
     await mb.settle()
-    assert (mb.broker.queues["big"].depth, mb.broker.queues["big"].acquired) == (0, 0)
+    assert (mb.queue("big").depth, mb.queue("big").acquired) == (0, 0)
 
 
 async def test_r3_held_back_frames_of_a_detached_link_are_never_sent(
@@ -412,7 +413,7 @@ async def test_r4_rollback_of_a_timed_out_id_keeps_an_accepted_only_controller(
     assert others == []  # in particular no detach of the controller
     assert [i.txn_id for i in mb.broker.transactions] == [survivor]
     assert await c.discharge(survivor) == Accepted()
-    assert mb.broker.queues["q"].depth == 1
+    assert mb.queue("q").depth == 1
     # the id is forgotten: discharging it again is an unknown id (which detaches this controller)
     await c.control(Discharge(txn_id=old, fail=True))
     detach = await c.peer.expect(Detach)
@@ -465,7 +466,7 @@ async def test_r4_timed_out_discharge_detach_waits_for_the_abort(
     await answer_detach(c, COORD)
     await mb.settle()
     assert mb.broker.transactions == []  # the detach rolled the survivor back
-    assert (mb.broker.queues["q"].depth, mb.broker.queues["q"].staged) == (0, 0)
+    assert (mb.queue("q").depth, mb.queue("q").staged) == (0, 0)
     second = await client(mb, "second")  # the big message is back on its queue, whole
     await second.receiver("big", 2)
     (whole,) = await take_and_accept(second, 2, 1)
@@ -499,7 +500,7 @@ async def test_r5_link_acquiring_under_a_timed_out_transaction_gets_nothing(
     await c.peer.expect_nothing()  # credit 4 left, two messages ready: still nothing
     await c.credit(2, 5)  # a flow without properties keeps the link bound to the dead id
     await c.peer.expect_nothing()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (2, 0)
     # a post naming the dead id says timeout
     await c.sender("elsewhere", 3)
@@ -573,7 +574,7 @@ async def test_r6_commit_with_a_partial_post_detaches_the_controller(
     assert isinstance(answer.state, Rejected)
     assert condition(answer.state) == Condition.UNKNOWN_TXN_ID
     await q_watcher.peer.expect_nothing()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.staged) == (0, 0)
 
 
@@ -594,7 +595,7 @@ async def test_r6_rollback_with_a_partial_post_is_accepted(mb: MemoryBroker, aut
     assert isinstance(answer.state, Rejected)
     assert condition(answer.state) == Condition.UNKNOWN_TXN_ID
     await q_watcher.peer.expect_nothing()
-    assert (mb.broker.queues["q"].depth, mb.broker.queues["q"].staged) == (0, 0)
+    assert (mb.queue("q").depth, mb.queue("q").staged) == (0, 0)
     txn2 = await c.declare()  # the controller is still attached
     assert await c.discharge(txn2) == Accepted()
 
@@ -638,7 +639,7 @@ async def test_r6_a_release_bounced_through_the_controllers_other_transaction(
     await answer_detach(c, COORD)
     assert mb.broker.transactions == []
     assert mb.broker.txn_stats.rolled_back == 2
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (1, 0)
     # the link acquired under T2, which ended without a discharge: it sends again after a flow that says what next
     await c.credit(2, 1, properties={Symbol("other"): 1})
@@ -673,7 +674,7 @@ async def test_r7_settled_declare_or_discharge_detaches_the_controller(
     stats = mb.broker.txn_stats
     assert (stats.declared, stats.committed, stats.rolled_back) == (2, 0, 2)
     await q_watcher.peer.expect_nothing()
-    assert (mb.broker.queues["q"].depth, mb.broker.queues["q"].staged) == (0, 0)
+    assert (mb.queue("q").depth, mb.queue("q").staged) == (0, 0)
 
 
 async def test_r7_coordinator_attach_with_settled_sender_mode_is_refused(
@@ -714,7 +715,7 @@ async def test_r8_settled_txn_state_without_outcome_on_a_delivery_acquired_under
     (delivered,) = await c.take(1)
     await c.peer.disposition(delivered.performative.delivery_id, settled=True, state=TransactionalState(txn_id=txn))
     await c.peer.expect_nothing()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (0, 1)  # T decides at discharge
     state, others = await discharge_all(c, txn)
     assert state == Accepted()
@@ -734,7 +735,7 @@ async def test_r8_txn_state_without_outcome_on_a_delivery_held_by_no_transaction
     await c.credit(2, 1)
     (delivered,) = await c.take(1)
     delivery_id = delivered.performative.delivery_id
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     # unsettled, no outcome: a non-terminal state, nothing changes
     await c.peer.disposition(delivery_id, settled=False, state=TransactionalState(txn_id=txn))
     await c.peer.expect_nothing()
@@ -777,7 +778,7 @@ async def test_r8_unknown_txn_id_on_a_delivery_held_by_no_transaction_releases_i
     got = await gather(c.peer)
     # the outcome is not applied; the broker says what it did with the one the client left unsettled
     assert [f.performative for f in got] == [released(d1)], got
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (2, 0)
     again = await take_and_accept(c, 2, 2)
     assert [t.payload for t in again] == payloads  # released: delivery-count unchanged
@@ -799,7 +800,7 @@ async def test_r8_unknown_txn_id_on_a_delivery_held_by_t_leaves_the_decision_to_
     await c.peer.disposition(d0, settled=True, state=staged)
     await c.peer.disposition(d1, settled=False, state=staged)
     await c.peer.expect_nothing()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (0, 2)
     assert mb.broker.transactions[0].retirements == 0  # the outcome is ignored
     state, others = await discharge_all(c, txn)
@@ -833,7 +834,7 @@ async def test_r8_settled_outcome_naming_a_second_transaction_rolls_back_both(
     await answer_detach(c, 0, 1)
     assert mb.broker.transactions == []
     assert mb.broker.txn_stats.rolled_back == 2
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (1, 0)
 
 
@@ -985,7 +986,7 @@ async def test_d1_multi_frame_post_naming_two_transactions_rolls_back_both(
     assert mb.broker.txn_stats.rolled_back == 2
     for address, w in (("q", q_watcher), ("side", side_watcher)):
         await w.peer.expect_nothing()
-        assert (mb.broker.queues[address].depth, mb.broker.queues[address].staged) == (0, 0)
+        assert (mb.queue(address).depth, mb.queue(address).staged) == (0, 0)
 
 
 # -- D2: discharge whose fail is not a boolean ------------------------------------------------------------
@@ -1015,9 +1016,9 @@ async def test_d2_discharge_with_non_boolean_fail_is_a_decode_error(
         assert_detached(got, {c.handles[0]}, Condition.DECODE_ERROR)
         await answer_detach(c, 0)
     assert [i.txn_id for i in mb.broker.transactions] == [txn]  # the transaction stays open
-    assert mb.broker.queues["q"].staged == 1
+    assert mb.queue("q").staged == 1
     assert await c.discharge(txn, handle=1) == Accepted()
-    assert mb.broker.queues["q"].depth == 1
+    assert mb.queue("q").depth == 1
 
 
 # -- D3: a control message that itself carries transactional-state ---------------------------------------
@@ -1050,9 +1051,9 @@ async def test_d3_transactional_work_on_the_control_link_is_refused(
     # nothing declared, nothing discharged
     assert [i.txn_id for i in mb.broker.transactions] == [txn]
     assert mb.broker.txn_stats.declared == 1
-    assert (mb.broker.queues["q"].depth, mb.broker.queues["q"].staged) == (0, 1)
+    assert (mb.queue("q").depth, mb.queue("q").staged) == (0, 1)
     assert await c.discharge(txn, handle=1) == Accepted()
-    assert mb.broker.queues["q"].depth == 1
+    assert mb.queue("q").depth == 1
 
 
 # -- D4: an anonymous-relay post under T to an address with no node ---------------------------------------
@@ -1067,26 +1068,26 @@ async def test_d4_relay_post_under_t_creates_its_node_only_at_commit(
     delivery_id = await c.post(1, frames.message("first of its node", to("fresh")), txn=txn)
     answer = await c.peer.expect(Disposition)
     assert (answer.first, answer.state) == (delivery_id, TransactionalState(txn_id=txn, outcome=Accepted()))
-    assert "fresh" not in mb.broker.queues, "the node must not exist before the commit"
+    assert not mb.queue("fresh").exists, "the node must not exist before the commit"
     if ending == "commit":
         assert await c.discharge(txn) == Accepted()
-        assert mb.broker.queues["fresh"].depth == 1
+        assert mb.queue("fresh").depth == 1
         await c.receiver("fresh", 5)
         (delivered,) = await take_and_accept(c, 5, 1)
         assert body(delivered.payload) == "first of its node"
     elif ending == "rollback":
         assert await c.discharge(txn, fail=True) == Accepted()
-        assert "fresh" not in mb.broker.queues
+        assert not mb.queue("fresh").exists
     else:
         await c.post(1, frames.message("no to: unroutable"), txn=txn)
         assert isinstance((await c.peer.expect(Disposition)).state.outcome, Rejected)
         state = await c.discharge(txn)
         assert isinstance(state, Rejected)
         assert condition(state) == Condition.TRANSACTION_ROLLBACK
-        assert "fresh" not in mb.broker.queues
+        assert not mb.queue("fresh").exists
     # a plain relay post still creates its node at once
     await post_ok_to(c, 1, "plain", "fresh-plain")
-    assert mb.broker.queues["fresh-plain"].depth == 1
+    assert mb.queue("fresh-plain").depth == 1
 
 
 # -- D5: no disposition for a delivery the client already settled ----------------------------------------
@@ -1118,7 +1119,7 @@ async def test_d5_no_disposition_for_a_delivery_the_client_settled(
     elif scenario.endswith("settled-txn-accept"):
         await c.peer.disposition(delivery_id, settled=True, state=TransactionalState(txn_id=txn, outcome=Accepted()))
     await c.peer.expect_nothing()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     if scenario.startswith(("rollback", "commit")):
         state, others = await discharge_all(c, txn, fail=scenario.startswith("rollback"))
         assert state == Accepted()
@@ -1151,7 +1152,7 @@ async def test_d6_unknown_txn_id_on_an_unsettled_delivery_is_settled_released(
     await c.peer.disposition(delivery_id, settled=False, state=TransactionalState(txn_id=NEVER_DECLARED))
     got = await gather(c.peer)
     assert [f.performative for f in got] == [released(delivery_id)], got
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (1, 0)
     (again,) = await take_and_accept(c, 2, 1)
     assert again.payload == payloads[0]

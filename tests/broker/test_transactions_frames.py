@@ -41,7 +41,7 @@ from minibroker.amqp.definitions import (
 )
 from minibroker.amqp.errors import Condition
 from minibroker.amqp.types import Symbol, UInt
-from minibroker.broker.core import Broker, BrokerSettings
+from minibroker.broker.core import BrokerSettings
 from minibroker.broker.transactions import MAX_TXN_ID, TXN_CAPABILITIES
 from minibroker.testing import frames
 from minibroker.testing.client import Frame
@@ -62,10 +62,11 @@ def settings() -> BrokerSettings:
     return BrokerSettings()
 
 
-def assert_clean(broker: Broker) -> None:
+def assert_clean(mb: MemoryBroker) -> None:
     """No open transaction, nothing staged, nothing acquired."""
-    assert broker.transactions == []
-    leftovers = {name: (q.staged, q.acquired) for name, q in broker.queues.items() if q.staged or q.acquired}
+    assert mb.broker.transactions == []
+    counts = {name: (q.staged, q.acquired) for name in mb.queues for q in [mb.queue(name).stats()]}
+    leftovers = {name: count for name, count in counts.items() if any(count)}
     assert leftovers == {}, "queues with (staged, acquired) messages left"
 
 
@@ -74,7 +75,7 @@ async def mb(settings: BrokerSettings) -> AsyncIterator[MemoryBroker]:
     async with memory_broker(settings, receive_timeout=5.0) as running:
         yield running
         await running.settle()
-        assert_clean(running.broker)
+        assert_clean(running)
 
 
 class Client:
@@ -387,7 +388,7 @@ async def test_transactional_post_is_staged_until_commit(mb: MemoryBroker, autoj
     assert provisional.state == TransactionalState(txn_id=txn, outcome=Accepted())
     await c.post(1, frames.message("two"), txn=txn, settled=True)  # pre-settled: staged, no answer
     await c.peer.expect_nothing()  # the consumer with credit sees nothing
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.staged, queue.acquired) == (0, 2, 0)
     (info,) = mb.broker.transactions
     assert (info.txn_id, info.connection, info.posts, info.staged_addresses) == (txn, "poster", 2, ("q",))
@@ -414,10 +415,10 @@ async def test_transactional_post_rolled_back_is_dropped(mb: MemoryBroker, autoj
     for text in ("a", "b"):
         await c.post(1, frames.message(text), txn=txn)
         assert isinstance((await c.peer.expect(Disposition)).state, TransactionalState)
-    assert mb.broker.queues["q"].staged == 2
+    assert mb.queue("q").staged == 2
     assert await c.discharge(txn, fail=True) == Accepted()
     await c.peer.expect_nothing()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q").stats()
     assert (queue.depth, queue.staged, queue.enqueued_total) == (0, 0, 0)
     assert mb.broker.txn_stats.rolled_back == 1
 
@@ -448,7 +449,7 @@ async def test_committed_posts_keep_posted_order_across_queues(mb: MemoryBroker,
         ids = [t.performative.delivery_id for t in delivered]
         await c.peer.disposition(ids[0], ids[-1], state=Accepted())
     # and globally: the broker's arrival sequence follows the posting order
-    assert mb.broker.queues["q1"].enqueued_total == 3
+    assert mb.queue("q1").stats().enqueued_total == 3
 
 
 async def test_transactional_anonymous_relay_post(mb: MemoryBroker, autojump_clock: MockClock) -> None:
@@ -458,9 +459,9 @@ async def test_transactional_anonymous_relay_post(mb: MemoryBroker, autojump_clo
     txn = await c.declare()
     await c.post(1, frames.message("relayed", to("relay-q")), txn=txn)
     assert (await c.peer.expect(Disposition)).state == TransactionalState(txn_id=txn, outcome=Accepted())
-    assert "relay-q" not in mb.broker.queues  # created by the commit, so a rollback leaves nothing behind
+    assert not mb.queue("relay-q").exists  # created by the commit, so a rollback leaves nothing behind
     assert await c.discharge(txn) == Accepted()
-    queue = mb.broker.queues["relay-q"]
+    queue = mb.queue("relay-q")
     assert (queue.depth, queue.staged) == (1, 0)
 
 
@@ -490,7 +491,7 @@ async def test_multi_frame_transactional_post(mb: MemoryBroker, autojump_clock: 
     assert provisional.first == delivery_id
     assert provisional.state == TransactionalState(txn_id=txn, outcome=Accepted())
     await c.peer.expect_nothing()
-    assert mb.broker.queues["big"].staged == 1
+    assert mb.queue("big").staged == 1
     answer, (delivered,) = await discharge_with(c, txn, 1)
     assert answer == Accepted()
     assert isinstance(delivered.performative, Transfer)
@@ -519,8 +520,9 @@ async def test_post_to_unknown_address_fails_the_commit(mb: MemoryBroker, autoju
     assert isinstance(answer, Rejected)
     assert condition(answer) == Condition.TRANSACTION_ROLLBACK
     await c.peer.expect_nothing()  # nothing was delivered
-    assert "nowhere" not in mb.broker.queues
-    known = mb.broker.queues["known"]
+    assert not mb.queue("nowhere").exists
+    assert mb.queue("known").exists
+    known = mb.queue("known").stats()
     assert (known.depth, known.staged, known.enqueued_total) == (0, 0, 0)
     stats = mb.broker.txn_stats
     assert (stats.failed_commits, stats.rolled_back, stats.committed) == (1, 1, 0)
@@ -543,7 +545,7 @@ async def test_unknown_txn_id_on_transfer_rejects_that_delivery(
     # the connection survives and the message went nowhere
     await c.post(1, frames.message("plain"))
     assert (await c.peer.expect(Disposition)).state == Accepted()
-    assert mb.broker.queues["q"].depth == 1
+    assert mb.queue("q").depth == 1
 
 
 # -- acquiring (§4.4.3) -----------------------------------------------------------------------------------
@@ -566,7 +568,7 @@ async def test_acquisition_committed_with_accepted_outcome(mb: MemoryBroker, aut
     await c.credit(2, 3, properties={TXN_ID: txn})
     delivered = await c.take(3)
     assert [t.performative.state for t in delivered] == [TransactionalState(txn_id=txn)] * 3
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (0, 3)
     assert mb.broker.transactions[0].acquisitions == 3
     ids = [t.performative.delivery_id for t in delivered]
@@ -601,7 +603,7 @@ async def test_acquisition_rolled_back_returns_messages_unchanged(mb: MemoryBrok
     assert [f.performative for f in settled] == [
         frames.disposition(ids[0], ids[1], role=frames.SENDER, state=Released())
     ]
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (2, 0)
     # the link acquires outside the transaction now; delivery-count is unchanged (byte-identical messages)
     await c.credit(2, 2)
@@ -634,7 +636,7 @@ async def test_flow_properties_start_and_end_transactional_acquisition(
     await c.peer.disposition(first.performative.delivery_id, second.performative.delivery_id, state=staged)
     await c.peer.disposition(third.performative.delivery_id, state=Accepted())
     assert await c.discharge(txn) == Accepted()
-    assert mb.broker.queues["q"].depth == 0
+    assert mb.queue("q").depth == 0
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["commit", "rollback"])
@@ -650,7 +652,7 @@ async def test_plain_outcome_on_a_transactionally_acquired_delivery_is_staged(
     (delivered,) = await c.take(1)
     await c.peer.disposition(delivered.performative.delivery_id, state=Accepted())
     await c.peer.expect_nothing()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (0, 1)  # the transaction decides
     assert mb.broker.transactions[0].retirements == 1
     assert await c.discharge(txn, fail=fail) == Accepted()
@@ -669,7 +671,7 @@ async def test_presettled_transactional_acquisition(mb: MemoryBroker, autojump_c
     delivered = await c.take(2)
     assert all(t.performative.settled for t in delivered)
     assert all(t.performative.state == TransactionalState(txn_id=txn) for t in delivered)
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (0, 2)
     assert await c.discharge(txn, fail=fail) == Accepted()  # no disposition for settled deliveries
     assert (queue.depth, queue.acquired) == ((2, 0) if fail else (0, 0))
@@ -686,7 +688,7 @@ async def test_acquisition_committed_without_outcome_stays_acquired(
     await c.credit(2, 1, properties={TXN_ID: txn})
     (delivered,) = await c.take(1)
     assert await c.discharge(txn) == Accepted()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (0, 1)  # an ordinary unsettled delivery now
     await c.peer.disposition(delivered.performative.delivery_id, state=Accepted())
     await mb.settle()
@@ -714,7 +716,7 @@ async def test_consumer_detached_while_its_delivery_is_in_a_transaction(
         await c.peer.disposition(delivered.performative.delivery_id, settled=False, state=staged)
     await c.peer.send(Detach(handle=UInt(2), closed=True))
     assert (await c.peer.expect(Detach)).handle == c.handles[2]
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (0, 1)
     assert await c.discharge(txn, fail=fail) == Accepted()
     # a committed accept removes it; otherwise the source's default outcome (released) puts it back
@@ -736,7 +738,7 @@ async def test_retirement_rolled_back(mb: MemoryBroker, autojump_clock: MockCloc
     await c.peer.disposition(delivery_id, settled=settled, state=TransactionalState(txn_id=txn, outcome=Accepted()))
     await c.peer.expect_nothing()
     assert mb.broker.transactions[0].retirements == 1
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (0, 1)
     assert await c.discharge(txn, fail=True) == Accepted()
     await c.peer.expect_nothing()  # no credit left, and nothing to settle
@@ -766,7 +768,7 @@ async def test_retirement_with_released_and_modified_committed(mb: MemoryBroker,
     answer, (settled,) = await discharge_with(c, txn, 1)
     assert answer == Accepted()
     assert settled.performative == frames.disposition(ids[1], role=frames.SENDER, state=modified)
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (2, 0)
     await c.credit(2, 2)
     again = await c.take(2)
@@ -797,7 +799,7 @@ async def test_unknown_txn_id_on_disposition_returns_the_message(
         answer = await c.peer.expect(Disposition)
         assert (answer.role, answer.first, answer.settled) == (frames.SENDER, delivery_id, True)
         assert answer.state == Released()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (1, 0)
 
 
@@ -828,10 +830,10 @@ async def test_delivery_acquired_under_one_transaction_whose_outcome_names_anoth
     assert all(condition(d) == Condition.TRANSACTION_ROLLBACK for d in detaches)
     assert mb.broker.transactions == []
     assert mb.broker.txn_stats.rolled_back == 2
-    assert mb.broker.queues["other"].staged == 0
+    assert mb.queue("other").staged == 0
     (released,) = [p for p in got if isinstance(p, Disposition)]
     assert (released.first, released.state) == (delivery_id, Released())
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (1, 0)
     for handle in (0, 1):
         await c.peer.send(Detach(handle=UInt(handle), closed=True))
@@ -858,7 +860,7 @@ async def test_outcome_staged_again_under_another_transaction_moves_there(
     await c.peer.expect_nothing()
     assert [(i.txn_id, i.retirements) for i in mb.broker.transactions] == [(txn_a, 0), (txn_b, 1)]
     assert await c.discharge(txn_a, handle=0) == Accepted()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (0, 1)  # A holds nothing of it any more
     answer, others = await discharge_with(c, txn_b, 1, handle=1)
     assert answer == Accepted()
@@ -888,11 +890,11 @@ async def test_coordinator_detach_rolls_back_its_transactions(mb: MemoryBroker, 
     await mb.settle()
     assert [i.txn_id for i in mb.broker.transactions] == [survivor]
     assert mb.broker.txn_stats.rolled_back == 2
-    assert mb.broker.queues["posts"].staged == 0
-    assert mb.broker.queues["q"].acquired == 1  # the unsettled retirement is back to plain acquired
+    assert mb.queue("posts").staged == 0
+    assert mb.queue("q").acquired == 1  # the unsettled retirement is back to plain acquired
     await c.peer.disposition(delivery_id, state=Accepted())
     assert await c.discharge(survivor, handle=1) == Accepted()
-    assert mb.broker.queues["q"].depth == 0
+    assert mb.queue("q").depth == 0
 
 
 async def test_session_end_rolls_back_the_transactions_of_its_controller(
@@ -909,7 +911,7 @@ async def test_session_end_rolls_back_the_transactions_of_its_controller(
     await c.peer.expect(End)
     await mb.settle()
     assert mb.broker.transactions == []
-    assert mb.broker.queues["q"].staged == 0
+    assert mb.queue("q").staged == 0
     assert mb.broker.txn_stats.rolled_back == 1
 
 
@@ -935,13 +937,13 @@ async def test_connection_drop_rolls_back_its_transactions(mb: MemoryBroker, aut
     await c.receiver("q", 2)
     await c.credit(2, 2, properties={TXN_ID: txn})
     await c.take(2)
-    assert mb.broker.queues["q"].acquired == 2
+    assert mb.queue("q").acquired == 2
     await c.peer.aclose()
     await mb.settle()
     assert mb.broker.transactions == []
     assert mb.broker.txn_stats.rolled_back == 1
-    assert mb.broker.queues["posts"].staged == 0
-    assert (mb.broker.queues["q"].depth, mb.broker.queues["q"].acquired) == (2, 0)
+    assert mb.queue("posts").staged == 0
+    assert (mb.queue("q").depth, mb.queue("q").acquired) == (2, 0)
 
 
 async def test_txn_id_of_another_connection_is_unknown(mb: MemoryBroker, autojump_clock: MockClock) -> None:
@@ -959,7 +961,7 @@ async def test_txn_id_of_another_connection_is_unknown(mb: MemoryBroker, autojum
     (info,) = mb.broker.transactions
     assert (info.txn_id, info.connection, info.posts) == (txn, "owner", 0)
     assert await owner.discharge(txn) == Accepted()
-    assert mb.broker.queues["q"].depth == 0
+    assert mb.queue("q").depth == 0
 
 
 async def test_txn_id_works_from_every_session_of_its_connection(mb: MemoryBroker, autojump_clock: MockClock) -> None:
@@ -976,7 +978,7 @@ async def test_txn_id_works_from_every_session_of_its_connection(mb: MemoryBroke
     # and a controller on the other session may discharge it
     await c.coordinator(handle=1, channel=1)
     assert await c.discharge(txn, handle=1, channel=1) == Accepted()
-    assert mb.broker.queues["q"].depth == 1
+    assert mb.queue("q").depth == 1
 
 
 # -- transaction time-out (MockClock: no real waiting) ----------------------------------------------------
@@ -994,13 +996,13 @@ async def test_transaction_timeout_rolls_back(mb: MemoryBroker, autojump_clock: 
     assert [round(i.age) for i in mb.broker.transactions_at(trio.current_time())] == [5, 0]
     await trio.sleep(6)  # the old one is 11 s old now, the young one 6 s
     assert [i.txn_id for i in mb.broker.transactions] == [young]
-    assert mb.broker.queues["q"].staged == 0
+    assert mb.queue("q").staged == 0
     stats = mb.broker.txn_stats
     assert (stats.timed_out, stats.rolled_back) == (1, 1)
     assert condition(await c.discharge(old)) == Condition.TRANSACTION_TIMEOUT
     assert condition(await c.discharge(old)) == Condition.UNKNOWN_TXN_ID  # reported once; then it is unknown
     assert await c.discharge(young) == Accepted()
-    assert mb.broker.queues["q"].depth == 0
+    assert mb.queue("q").depth == 0
     assert trio.current_time() >= 11
     assert time.monotonic() - started < 2  # virtual time only
 
@@ -1021,7 +1023,7 @@ async def test_work_on_a_timed_out_transaction_still_leaves_its_discharge_a_time
     assert condition(answer) == Condition.TRANSACTION_TIMEOUT
     assert condition(await c.discharge(["not", "binary"])) == Condition.UNKNOWN_TXN_ID
     assert condition(await c.discharge(txn)) == Condition.TRANSACTION_TIMEOUT
-    assert mb.broker.queues["q"].depth == 0
+    assert mb.queue("q").depth == 0
 
 
 @pytest.mark.parametrize("settings", [BrokerSettings(transaction_timeout=0)], ids=["no-timeout"])
@@ -1054,7 +1056,7 @@ async def test_timed_out_acquisition_and_retirement_go_back(mb: MemoryBroker, au
     released = await c.peer.expect(Disposition)  # the broker settles the acquired delivery released
     assert (released.first, released.role, released.state) == (acquired.performative.delivery_id, False, Released())
     assert mb.broker.txn_stats.timed_out == 1
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.acquired) == (2, 0)
     assert condition(await c.discharge(txn)) == Condition.TRANSACTION_TIMEOUT
 

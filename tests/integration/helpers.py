@@ -24,7 +24,6 @@ from proton.handlers import IncomingMessageHandler, MessagingHandler
 from proton.reactor import Container
 from proton.utils import BlockingConnection
 
-from minibroker.server.app import RunningBroker
 from minibroker.testing.thread import ThreadedBroker
 
 BLOCKING_TIMEOUT = 10.0
@@ -38,12 +37,8 @@ QUIET_PERIOD = 0.3
 # -- broker state -------------------------------------------------------------------------------------
 def queue_stats(broker: ThreadedBroker, name: str) -> tuple[int, int]:
     """``(depth, acquired)`` of queue ``name``, read in the broker's thread; (0, 0) if it does not exist."""
-
-    def read(running: RunningBroker) -> tuple[int, int]:
-        queue = running.broker.queues.get(name)
-        return (0, 0) if queue is None else (queue.depth, queue.acquired)
-
-    return broker.call(read)
+    stats = broker.queue(name).stats()
+    return (stats.depth, stats.acquired)
 
 
 def queue_depth(broker: ThreadedBroker, name: str) -> int:

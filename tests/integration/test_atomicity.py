@@ -151,9 +151,8 @@ class Checker:
 
     def _read(self, running: RunningBroker) -> tuple[tuple[int, ...], dict[str, set[str]], set[str]]:
         """In the broker thread, in one go: depths, ready and acquired uids by queue, the consumer's record."""
-        broker = running.broker
-        depths = tuple(broker.queues[q].depth if q in broker.queues else 0 for q in QUEUES)
-        held = {q: _held_uids(broker, q) for q in QUEUES}
+        depths = tuple(running.queue(q).depth for q in QUEUES)
+        held = {q: _held_uids(running.broker, q) for q in QUEUES}
         with self.lock:  # after the broker's state: whatever the broker retired is recorded already
             consumed = set(self.consumed)
         return depths, held, consumed
@@ -177,7 +176,10 @@ class Checker:
 
 
 def _held_uids(broker: Broker, name: str) -> set[str]:
-    """uids of the messages queue ``name`` holds: ready, or acquired by a consumer link and not settled."""
+    """uids of the messages queue ``name`` holds: ready, or acquired by a consumer link and not settled.
+
+    Which messages a consumer holds is not in the inspection API (only how many): read from the core.
+    """
     queue = broker.queues.get(name)
     if queue is None:
         return set()
@@ -229,9 +231,8 @@ def threaded_broker() -> Iterator[ThreadedBroker]:
 
 def _settled_down(broker: ThreadedBroker) -> bool:
     def read(running: RunningBroker) -> bool:
-        b = running.broker
-        queues = [b.queues[q] for q in QUEUES if q in b.queues]
-        return not b.transactions and all((q.depth, q.acquired, q.staged) == (0, 0, 0) for q in queues)
+        queues = [running.queue(q).stats() for q in QUEUES]
+        return not running.broker.transactions and all((q.depth, q.acquired, q.staged) == (0, 0, 0) for q in queues)
 
     return broker.call(read)
 

@@ -37,7 +37,7 @@ def annotations_of(message: Message) -> dict[str, Any]:
 
 
 def scheduled(broker: ThreadedBroker, name: str) -> int:
-    return read_broker(broker, lambda core: core.queues[name].scheduled if name in core.queues else 0)
+    return broker.queue(name).stats().scheduled
 
 
 def node_names(broker: ThreadedBroker) -> set[str]:

@@ -91,15 +91,17 @@ def test_interleaved_sends_to_two_queues_stay_apart(broker: ThreadedBroker) -> N
     for name, count in Interleaved.counts.items():
         assert scenario.got[name] == [f"{name}-{i}" for i in range(count)]
         assert queue_stats(broker, name) == (0, 0)
-    totals = broker.call(lambda running: {q.name: q.enqueued_total for q in running.broker.queues.values()})
+    totals = {name: broker.queue(name).stats().enqueued_total for name in broker.queues}
     assert totals == Interleaved.counts
 
 
 def test_queue_is_created_on_attach_and_depth_tracks_it(broker: ThreadedBroker) -> None:
-    assert "created-on-attach" not in broker.call(lambda running: running.broker.queues)
+    queue = broker.queue("created-on-attach")
+    assert not queue.exists
     with blocking_connection(broker) as conn:
         receiver = conn.create_receiver("created-on-attach", credit=0)
-        assert broker.call(lambda running: running.broker.queues["created-on-attach"].depth) == 0
+        assert queue.exists
+        assert queue.depth == 0
         sender = conn.create_sender("created-on-attach")
         for i in range(7):
             sender.send(Message(body=i))

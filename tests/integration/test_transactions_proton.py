@@ -319,7 +319,7 @@ def test_transactions_are_visible_while_open(broker: ThreadedBroker) -> None:
 
         def inspect(self) -> None:
             def read(running: RunningBroker) -> Any:
-                return running.broker.transactions, running.broker.queues["visible"].staged
+                return running.broker.transactions, running.queue("visible").staged
 
             (txn_info,), staged = broker.call(read)
             assert txn_info.posts == 1
@@ -334,4 +334,4 @@ def test_transactions_are_visible_while_open(broker: ThreadedBroker) -> None:
 
     run(Hold(broker.url))
     assert queue_stats(broker, "visible") == (1, 0)
-    assert broker.call(lambda running: running.broker.queues["visible"].staged) == 0
+    assert broker.queue("visible").staged == 0

@@ -241,7 +241,7 @@ async def test_disposition_behind_a_flow_naming_an_unknown_txn_id(mb: MemoryBrok
     assert detach.error is not None
     await c.peer.send(Detach(handle=UInt(2), closed=True))
     await mb.settle()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     # the flow came first: the link was detached, which released m0, and the disposition that followed (sent
     # before the client saw the detach) is void, §2.6.2
     assert (queue.acquired, queue.depth) == (0, 2)

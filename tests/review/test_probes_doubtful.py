@@ -60,7 +60,7 @@ async def test_settling_a_browsed_copy_does_not_claim_transactional_work(
     states = [f.performative.state for f in got]
     assert not any(isinstance(s, TransactionalState) for s in states), f"the broker answered {states}"
     assert await c.discharge(txn) == Accepted()
-    assert mb.broker.queues["q"].depth == 1
+    assert mb.queue("q").depth == 1
 
 
 # (an outcome staged again under another transaction: see test_transactions_frames.py,

@@ -60,13 +60,13 @@ async def test_post_racing_the_deletion_of_its_dynamic_node_is_dropped_and_the_c
     await owner.peer.send(Detach(handle=UInt(2), closed=True))
     await owner.peer.expect(Detach)
     await mb.settle()
-    assert address not in mb.broker.queues
+    assert not mb.queue(address).exists
     await c.post(3, frames.message("to the deleted node"), txn=txn, settled=settled)
     state, others = await discharge_all(c, txn)
     assert any(isinstance(f.performative, Detach) for f in others)  # the producer link's detach
     assert isinstance(state, Rejected), (
         f"T committed without its post to the deleted node (its post to 'plain' was applied: "
-        f"{mb.broker.queues['plain'].enqueued_total} enqueued); frames: {others}"
+        f"{mb.queue('plain').stats().enqueued_total} enqueued); frames: {others}"
     )
     assert condition(state) == Condition.TRANSACTION_ROLLBACK
     await plain_watcher.peer.expect_nothing()
@@ -100,6 +100,6 @@ async def test_post_discarded_by_a_link_error_does_not_fail_its_transaction(
         answer, _others = await discharge_all(c, txn)
         assert isinstance(answer, Rejected), (
             f"T committed although a post in it was discarded ({cause}); 'plain' got "
-            f"{mb.broker.queues['plain'].enqueued_total}, 'other' got {mb.broker.queues['other'].enqueued_total}"
+            f"{mb.queue('plain').stats().enqueued_total}, 'other' got {mb.queue('other').stats().enqueued_total}"
         )
         await w.peer.expect_nothing()

@@ -168,7 +168,7 @@ async def test_accepting_a_partly_sent_delivery_must_not_abort_it_and_consume_it
         answer, _ = await discharge_all(c, txn)
         assert answer == Accepted()
     rest = await _rest_of_first(c)
-    queue = mb.broker.queues["big"]
+    queue = mb.queue("big")
     aborted = bool(rest) and rest[-1].performative.aborted is True
     assert not (aborted and (queue.depth, queue.acquired) == (0, 0)), (
         "the delivery was aborted (the client discards it) and the message was consumed: it is lost"

@@ -87,7 +87,7 @@ async def test_discharge_pipelined_behind_a_detaching_frame_must_not_commit(
     assert not any(a.state == Accepted() for a in answers), (
         f"the commit was accepted on a coordinator link the broker had already detached: {got}"
     )
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     assert (queue.depth, queue.staged) == (0, 0), "the victim's work became visible after its controller was detached"
     await q_watcher.peer.expect_nothing()
     assert mb.broker.transactions == []

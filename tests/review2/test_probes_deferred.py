@@ -44,10 +44,9 @@ async def test_a_commit_does_not_overfill_a_node_it_creates(mb: MemoryBroker, au
         assert answer.first == delivery_id
         answers.append(answer.state)
     outcome = await c.discharge(txn)
-    queue = mb.broker.queues.get("x")
-    depth = queue.depth if queue is not None else 0
-    if queue is not None:
-        queue.purge()
+    queue = mb.queue("x")
+    depth = queue.depth
+    queue.purge()
     refused = any(isinstance(a, Rejected) or isinstance(getattr(a, "outcome", None), Rejected) for a in answers)
     assert depth <= 1, (
         f"node 'x' admits one message, yet the commit put {depth} on it (post answers {answers}, discharge {outcome})"

@@ -38,7 +38,7 @@ async def test_a_later_plain_outcome_takes_the_outcome_out_of_the_transaction(
     await c.peer.disposition(delivery_id, settled=True, state=Accepted())  # the client's last word: consumed
     await gather(c.peer)
     assert await c.discharge(txn, fail=True) == Accepted()
-    queue = mb.broker.queues["q"]
+    queue = mb.queue("q")
     depth = queue.depth
     queue.purge()
     assert depth == 0, "a message the client accepted and settled outside any transaction came back when T rolled back"

@@ -89,7 +89,7 @@ async def post_then_txn_flow(mb: MemoryBroker, *, presettled: bool, separately: 
     got = await gather(c.peer)
     answers = answers_to(got, discharge_id)
     assert [a.state for a in answers] == [Accepted()], got
-    depth = mb.broker.queues["q"].depth
+    depth = mb.queue("q").depth
     await c.peer.send(Detach(handle=UInt(2), closed=True))  # (cleanup: a delivery still acquired goes back)
     await gather(c.peer)
     assert sent_state == TransactionalState(txn_id=txn), (
@@ -125,9 +125,9 @@ async def test_credit_of_a_flow_ending_acquisition_is_not_spent_inside_the_trans
     got = await gather(c.peer)
     answers = answers_to(got, discharge_id)
     assert [a.state for a in answers] == [Accepted()], got
-    depth = mb.broker.queues["q"].depth
+    depth = mb.queue("q").depth
     if depth:
-        mb.broker.queues["q"].purge()
+        mb.queue("q").purge()
     # read ahead: the delivery went out under T (state T), and the rollback put the accepted message back (depth 1)
     assert (sent_state, depth) == (None, 0), (
         f"a flow ended acquisition under T, yet its credit carried a delivery acquired under T ({sent_state}); the "

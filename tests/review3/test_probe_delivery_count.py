@@ -44,7 +44,7 @@ async def test_saturated_count_journaled_and_restored(tmp_path: Path, autojump_c
         await c3.peer.aclose()
         await c.peer.expect_nothing(1)
         assert mb.broker.internal_errors == 0
-        assert mb.broker.queues["orders"].depth == 3
+        assert mb.queue("orders").depth == 3
     async with memory_broker(settings, data_dir=tmp_path, data_sync=False) as mb:
         c = await client(mb)
         await c.receiver("orders", 1)

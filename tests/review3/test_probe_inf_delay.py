@@ -42,7 +42,7 @@ async def test_infinite_delay_in_a_commit_is_all_or_nothing(tmp_path: Path, auto
             outcome = await c.discharge(txn, handle=CONTROLLER)
         except AssertionError as exc:  # connection closed
             outcome = exc
-        queue = mb.broker.queues["orders"]
+        queue = mb.queue("orders").stats()
         # either the commit is whole (3 messages: 2 ready, 1 scheduled; or 3 ready, the infinite delay ignored as
         # the fix does) or nothing of it is there
         print(

@@ -46,7 +46,6 @@ async def test_a_committed_transaction_survives_a_restart(
             )
         # either the commit is acknowledged (and survives), or it is refused before anything is applied
         outcome = await c.discharge(txn, handle=CONTROLLER)
-        dlq = mb.broker.queues.get("orders.DLQ")
         if isinstance(outcome, Accepted):
             expected = (0, 5)
         else:
@@ -55,7 +54,6 @@ async def test_a_committed_transaction_survives_a_restart(
             assert outcome.error.condition == Symbol("amqp:transaction:rollback")
             assert "journal record" in (outcome.error.description or "")
             expected = (5, 0)
-        assert (mb.broker.queues["orders"].depth, dlq.depth if dlq else 0) == expected
+        assert (mb.queue("orders").depth, mb.queue("orders.DLQ").depth) == expected
     async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
-        dlq = mb.broker.queues.get("orders.DLQ")
-        assert (mb.broker.queues["orders"].depth, dlq.depth if dlq else 0) == expected
+        assert (mb.queue("orders").depth, mb.queue("orders.DLQ").depth) == expected

@@ -63,8 +63,8 @@ async def test_a_durable_message_with_a_non_ascii_annotation_key_is_not_acknowle
     if not isinstance(state, Accepted):
         return  # refused: nothing was promised
     async with memory_broker(data_dir=tmp_path) as mb:
-        queue = mb.broker.queues.get("orders")
-        assert queue is not None, "an accepted durable message was lost on restart"
+        queue = mb.queue("orders")
+        assert queue.exists, "an accepted durable message was lost on restart"
         assert queue.depth == 1, "an accepted durable message was lost on restart"
 
 

@@ -200,9 +200,7 @@ class Accounting(RuleBasedStateMachine):
             peer.conn: sum(1 for k in self.links[n].values() if k in ("topic", "durable", "shared"))
             for n, peer in self.peers.items()
         }
-        assert broker.endpoints._topic_links == {c: v for c, v in topic_links.items() if v}, (
-            broker.endpoints._topic_links
-        )
+        assert broker.endpoints.topic_links == {c: v for c, v in topic_links.items() if v}, broker.endpoints.topic_links
 
     def teardown(self) -> None:
         if self.world is None:
@@ -213,7 +211,7 @@ class Accounting(RuleBasedStateMachine):
         broker = self.world.broker
         assert broker.endpoints.links == 0
         assert broker.coordinator.staged_bytes == 0
-        assert broker.endpoints._topic_links == {}
+        assert broker.endpoints.topic_links == {}
 
 
 TestAccounting = pytest.mark.timeout(900)(Accounting.TestCase)

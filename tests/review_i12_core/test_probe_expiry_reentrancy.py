@@ -17,6 +17,7 @@ from minibroker.amqp.types import Described, Symbol, UInt
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.policy import NodePolicy
 from minibroker.broker.selector import SELECTOR_DESCRIPTORS
+from minibroker.handles import CoreView
 from minibroker.testing import frames
 from tests.broker.txn_driver import World
 
@@ -64,5 +65,5 @@ def test_the_message_chosen_during_the_reentrant_expiry_is_not_lost() -> None:
     other.attach_consumer("c", "q", presettled=True, default_outcome=None)
     other.flow("c", 10)
     names = [c.name for c in world.settle()[other].completed]
-    queue = world.broker.queues["q"]
-    assert sorted(names) == ["m1", "m2"], f"received {names}; queue {queue!r} (acquired={queue.acquired})"
+    queue = CoreView(world.broker).queue("q").stats()
+    assert sorted(names) == ["m1", "m2"], f"received {names}; queue {queue!r}"

@@ -8,6 +8,7 @@ from typing import Any
 from minibroker.amqp.definitions import Accepted, Declared, MessageAnnotations, Properties, Rejected, TransactionalState
 from minibroker.amqp.types import Symbol
 from minibroker.broker.core import Broker, BrokerSettings
+from minibroker.handles import CoreView
 from minibroker.testing import frames
 from tests.broker.txn_driver import World, payload
 
@@ -21,6 +22,7 @@ def _declare(world: World, peer: Any) -> bytes:
 
 def test_a_commit_that_would_pass_max_nodes_fails_and_shows_nothing() -> None:
     world = World(Broker(BrokerSettings(max_nodes=3, auto_delete_idle=0)))
+    view = CoreView(world.broker)
     peer = world.connect("app")
     peer.attach_controller("c")
     peer.attach_producer("q", "q")  # node 1
@@ -40,18 +42,19 @@ def test_a_commit_that_would_pass_max_nodes_fails_and_shows_nothing() -> None:
     other = world.connect("other")
     other.attach_producer("x", "x")  # node 2: now a and b cannot both be made
     world.settle()
-    assert len(world.broker.queues) == 2
+    assert len(view.queues) == 2
     discharge = peer.discharge("c", txn, fail=False)
     state, _ = world.settle()[peer].answers[discharge]
     assert isinstance(state, Rejected), state
-    assert sorted(world.broker.queues) == ["q", "x"], sorted(world.broker.queues)
-    assert world.broker.queues["q"].depth == 0
+    assert view.queues == ["q", "x"], view.queues
+    assert view.queue("q").depth == 0
     assert world.broker.coordinator.staged_bytes == 0
-    assert world.broker.queues["q"].staged == 0
+    assert view.queue("q").staged == 0
 
 
 def test_idle_sweep_spares_a_node_with_a_scheduled_message_or_a_staged_post() -> None:
     world = World(Broker(BrokerSettings(auto_delete_idle=10)))
+    view = CoreView(world.broker)
     peer = world.connect("app")
     peer.attach_controller("c")
     peer.attach_producer("relay", None)
@@ -74,13 +77,13 @@ def test_idle_sweep_spares_a_node_with_a_scheduled_message_or_a_staged_post() ->
     for _ in range(8):
         world.advance(5)
         world.settle()
-    assert "sched" in world.broker.queues
-    assert world.broker.queues["sched"].scheduled == 1
-    assert "staged" in world.broker.queues
+    assert view.queue("sched").exists
+    assert view.queue("sched").stats().scheduled == 1
+    assert view.queue("staged").exists
     discharge = peer.discharge("c", txn, fail=False)
     state, _ = world.settle()[peer].answers[discharge]
     assert isinstance(state, Accepted), state
-    assert world.broker.queues["staged"].depth == 1
+    assert view.queue("staged").depth == 1
     world.advance(60)
     world.settle()
-    assert world.broker.queues["sched"].depth == 1
+    assert view.queue("sched").depth == 1

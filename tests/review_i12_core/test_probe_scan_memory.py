@@ -22,6 +22,7 @@ from minibroker.amqp.definitions import ApplicationProperties, Header
 from minibroker.amqp.types import Described, Symbol, UByte
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.selector import SELECTOR_DESCRIPTORS
+from minibroker.handles import CoreView
 from minibroker.testing import frames
 from tests.broker.txn_driver import World
 
@@ -51,7 +52,7 @@ def _idle_selector_consumers(world: World, peer: Any, count: int) -> None:
         peer.attach_consumer(f"idle{i}", "q", presettled=True, default_outcome=None, source_filter=_red_only())
         peer.flow(f"idle{i}", 1)
     world.settle()
-    assert world.broker.queues["q"].depth == 0
+    assert CoreView(world.broker).queue("q").depth == 0
 
 
 def test_consumed_messages_are_not_kept_by_an_idle_selector_consumer() -> None:

@@ -19,6 +19,7 @@ from minibroker.amqp import codec
 from minibroker.amqp.definitions import AmqpValue, Properties, Rejected
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.message import Message
+from minibroker.handles import CoreView
 from minibroker.testing import frames
 from tests.broker.txn_driver import World
 
@@ -55,7 +56,7 @@ def test_the_broker_refuses_message_annotations_larger_than_its_limit() -> None:
     assert big.error is not None
     assert big.error.condition == "amqp:resource-limit-exceeded", big.error
     assert not isinstance(small, Rejected), small
-    assert world.broker.queues["q"].depth == 1
+    assert CoreView(world.broker).queue("q").depth == 1
 
 
 def test_the_relay_does_not_decode_a_properties_section_larger_than_the_limit() -> None:
@@ -74,4 +75,4 @@ def test_the_relay_does_not_decode_a_properties_section_larger_than_the_limit() 
     assert big.error is not None
     assert big.error.condition == "amqp:not-found", big.error
     assert not isinstance(small, Rejected), small
-    assert world.broker.queues["q"].depth == 1
+    assert CoreView(world.broker).queue("q").depth == 1

@@ -10,6 +10,7 @@ from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, Header, MessageAnnotations, Modified, Rejected, Released
 from minibroker.amqp.types import Symbol, UInt
 from minibroker.broker.core import Broker, BrokerSettings
+from minibroker.handles import CoreView
 from minibroker.testing import frames
 from minibroker.testing.client import Frame
 from tests.broker.txn_driver import World
@@ -71,10 +72,11 @@ def test_modified_annotations_stay_on_one_subscriptions_copy() -> None:
     peer.dispose(b_again.delivery_id, Accepted(), settled=True)
     peer.dispose(ids["c"], Accepted(), settled=True)
     world.settle()
-    dlqs = [q for name, q in world.broker.queues.items() if name.endswith("DLQ")]
-    assert len(dlqs) == 1, world.broker.queues
+    view = CoreView(world.broker)
+    dlqs = [view.queue(name) for name in view.queues if name.endswith("DLQ")]
+    assert len(dlqs) == 1, view.queues
     assert dlqs[0].depth == 1
-    dead = _annotations(dlqs[0].ready[0].payload)
+    dead = dlqs[0].peek()[0].annotations
     assert dead[Symbol("x-a")] == "mine"
     assert Symbol("x-b") not in dead
     for sub in world.broker.topics["t"].subscriptions.values():
@@ -109,7 +111,8 @@ def test_one_copy_expires_while_another_is_acquired_and_a_third_consumed() -> No
     world.settle()
     subs = {s.key[1].split("#")[0]: s for s in world.broker.topics["t"].subscriptions.values()}
     assert subs["b"].depth == 0
-    expired = world.broker.queues["expired"]
+    expired = CoreView(world.broker).queue("expired")
+    assert expired.exists
     assert expired.depth == 1
     peer.dispose(ids["a"], Released(), settled=True)  # comes back expired: goes to the expiry address too
     world.settle()

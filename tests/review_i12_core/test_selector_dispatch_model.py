@@ -51,6 +51,7 @@ from minibroker.amqp.types import Described, Symbol, UByte, UInt
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.policy import NodePolicy
 from minibroker.broker.selector import SELECTOR_DESCRIPTORS
+from minibroker.handles import CoreView
 from minibroker.testing import frames
 from tests.broker.txn_driver import World
 
@@ -410,22 +411,22 @@ class SelectorDispatch(RuleBasedStateMachine):
         for c in seen.completed:
             assert c.name in self.ready, f"{c.name} at the end, but the model says it is not ready"
             self._consume(c.name)
-        dlq = self.world.broker.queues.get("q.DLQ")
-        dead = {m.content.payload for m in dlq.ready} if dlq is not None else set()
+        view = CoreView(self.world.broker)
+        dead = {m.body for m in view.queue("q.DLQ").peek()}
         assert len(dead) == len(self.dead), (len(dead), sorted(self.dead))
         assert all(v == 1 for v in self.consumed.values()), {k: v for k, v in self.consumed.items() if v != 1}
         assert not (set(self.consumed) & self.expired), set(self.consumed) & self.expired
         assert set(self.consumed) | self.dead | self.expired == set(self.msgs), (
             set(self.msgs) - set(self.consumed) - self.dead - self.expired
         )
-        queue = self.world.broker.queues["q"]
+        queue = view.queue("q").stats()
         assert (queue.depth, queue.acquired, queue.scheduled) == (0, 0, 0), queue
 
     @invariant()
     def broker_counts(self) -> None:
         if self.world is None:
             return
-        queue = self.world.broker.queues["q"]
+        queue = CoreView(self.world.broker).queue("q").stats()
         now = self.world.now
         live = {n for n in self.ready if self.msgs[n].expires is None or self.msgs[n].expires > now}
         assert len(live) <= queue.depth <= len(self.ready), (queue.depth, sorted(self.ready))

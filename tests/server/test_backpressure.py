@@ -69,7 +69,7 @@ def output_of(running: RunningBroker, container_id: str) -> int:
         for c in running.broker.connections
         if c.remote_open is not None and c.remote_open.container_id == container_id
     ]
-    return len(engine._out)
+    return engine.output_size
 
 
 def consumer_output(running: RunningBroker) -> int:
@@ -77,8 +77,8 @@ def consumer_output(running: RunningBroker) -> int:
 
 
 def queue_counts(running: RunningBroker) -> tuple[int, int]:
-    queue = running.broker.queues.get("bp")
-    return (0, 0) if queue is None else (queue.depth, queue.acquired)
+    stats = running.queue("bp").stats()
+    return (stats.depth, stats.acquired)
 
 
 def stalled_consumer(port: int) -> ScriptedPeer:

@@ -293,9 +293,9 @@ async def test_idle_expiry_spares_what_is_in_use(mb: MemoryBroker, autojump_cloc
         await peer.send(Detach(handle=UInt(handle), closed=True))
         await peer.expect(Detach)
     await trio.sleep(IDLE * 0.9)
-    assert "idle" in mb.broker.queues  # not idle long enough yet
+    assert mb.queue("idle").exists  # not idle long enough yet
     await trio.sleep(IDLE)
-    queues = mb.broker.queues
+    queues = mb.queues
     assert "idle" not in queues  # empty, no link: gone
     assert {"holding", "linked", "configured"} <= set(queues)
     # a queue that was used meanwhile starts counting again
@@ -306,10 +306,10 @@ async def test_idle_expiry_spares_what_is_in_use(mb: MemoryBroker, autojump_cloc
     await peer.send(Detach(handle=UInt(4), closed=True))
     await peer.expect(Detach)
     await trio.sleep(IDLE / 2)
-    assert "holding" in mb.broker.queues
+    assert mb.queue("holding").exists
     await trio.sleep(IDLE * 1.6)
-    assert "holding" not in mb.broker.queues
-    assert {"linked", "configured"} <= set(mb.broker.queues)
+    assert not mb.queue("holding").exists
+    assert {"linked", "configured"} <= set(mb.queues)
 
 
 async def test_idle_expiry_spares_a_queue_with_staged_work(mb: MemoryBroker, autojump_clock: MockClock) -> None:
@@ -327,10 +327,10 @@ async def test_idle_expiry_spares_a_queue_with_staged_work(mb: MemoryBroker, aut
     await peer.send(Detach(handle=UInt(1), closed=True))
     await peer.expect(Detach)
     await trio.sleep(IDLE * 3)
-    assert mb.broker.queues["pending"].staged == 1
+    assert mb.queue("pending").staged == 1
     await peer.transfer(0, 2, frames.message(AmqpValue(Discharge(txn_id=declared.txn_id, fail=False))))
     assert isinstance((await peer.expect(Disposition)).state, Accepted)
-    assert mb.broker.queues["pending"].depth == 1  # the commit found its node
+    assert mb.queue("pending").depth == 1  # the commit found its node
     assert mb.broker.next_deadline() is not None
 
 

@@ -100,7 +100,7 @@ async def test_a_full_disk_refuses_durable_work_serves_the_rest_and_resumes(tmp_
         await c.post(0, durable("pre-settled-while-full"), settled=True)  # no answer: dropped, not queued
         await c.post(0, frames.message("not durable"))  # everything else is served
         assert isinstance(await answer(c), Accepted)
-        queue = mb.broker.queues["orders"]
+        queue = mb.queue("orders")
         assert queue.depth == 4  # kept-0..2 and "not durable": nothing the journal did not take
         await c.receiver("topic://ticker", 3)  # a non-durable subscription keeps nothing in the journal ...
         await c.sender("topic://ticker", 4)
@@ -236,7 +236,7 @@ async def test_expiry_and_scheduling_survive_a_restart(tmp_path: Path, autojump_
     async with memory_broker(data_dir=tmp_path, data_sync=False, clock=later, receive_timeout=1000) as mb:
         assert mb.writer is not None
         journal = mb.writer.journal
-        queue = mb.broker.queues["orders"]
+        queue = mb.queue("orders").stats()
         assert (queue.depth, queue.scheduled) == (1, 2)
         kept = {m.payload for m in journal.state.messages[QUEUE_KEY].values()}
         assert kept == {sent["plain"], sent["scheduled"], sent["scheduled-expiring"]}  # the expired ones left
@@ -351,7 +351,7 @@ async def test_the_broker_goes_on_while_a_compaction_writes_its_snapshot(tmp_pat
         await until(lambda: len(journal.segments()) == 1 and journal.segments()[0].name != "journal-00000001.log")
     assert released == [True]
     async with memory_broker(data_dir=tmp_path) as mb:
-        assert mb.broker.queues["orders"].depth == 2  # trigger, during
+        assert mb.queue("orders").depth == 2  # trigger, during
 
 
 async def test_a_durable_message_larger_than_a_journal_record_is_refused(
@@ -374,4 +374,4 @@ async def test_a_durable_message_larger_than_a_journal_record_is_refused(
         assert isinstance(await answer(c), Accepted)
         await c.post(0, durable("small"))
         assert isinstance(await answer(c), Accepted)
-        assert mb.broker.queues["orders"].depth == 2
+        assert mb.queue("orders").depth == 2

@@ -220,7 +220,7 @@ def test_producer_credit_is_replenished_with_a_credit_of_one() -> None:
                 flow = peer.expect(Flow)
                 assert (flow.handle, flow.link_credit) == (0, 1)
             peer.close()
-        assert running.call(lambda r: r.broker.queues["trickle"].depth) == 3
+        assert running.queue("trickle").depth == 3
 
 
 def test_peer_wait_fails_with_a_clear_message(broker: ThreadedBroker) -> None:
