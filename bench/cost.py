@@ -1,6 +1,6 @@
 """Deterministic cost of the broker core and engine: machine instructions per operation, under callgrind.
 
-    python bench/cost.py [--tree DIR ...] [--scenarios presettled_send,presettled_receive,txn_one]
+    python -m bench.cost [--tree DIR ...] [--scenarios presettled_send,presettled_receive,txn_one]
 
 CPU time on a shared machine moves by tens of per cent from run to run; instruction counts do not (the same
 binary, input and environment give the same count, whatever else the machine does). Each scenario drives an
