@@ -10,8 +10,7 @@ from typing import Any
 from bench.measures import percentile
 from bench.perf_scenarios import ENCODED, ClientOptions, Meter
 from bench.raw import RawClient
-from minibroker.amqp.definitions import Accepted, AmqpValue, Coordinator, Declare, Discharge
-from minibroker.amqp.types import Symbol
+from minibroker.amqp.definitions import Accepted, AmqpValue, Declare, Discharge
 from minibroker.testing import frames
 
 
@@ -88,12 +87,7 @@ def raw_txn_roundtrip(opts: ClientOptions) -> dict[str, Any]:
     """Empty transactions on a coordinator link: declare, wait for declared, discharge, wait for accepted;
     one after the other. Latency: declare sent -> discharge settled (two round trips)."""
     client = RawClient(opts.url)
-    name = "bench-raw-coordinator"
-    link = client._new_link(name, sender=True)
-    coordinator = Coordinator(capabilities=[Symbol("amqp:local-transactions")])
-    attach = frames.attach_sender(None, link.handle, name, target=coordinator)
-    client.send(frames.frame(0, attach))
-    client.wait(lambda: link.attached and link.credit > 0)
+    link = client.attach_coordinator("bench-raw-coordinator")
     session = client.session
     declared = session.declared
     declare = frames.message(AmqpValue(Declare()))

@@ -25,6 +25,7 @@ from minibroker.amqp.definitions import (
     Attach,
     Begin,
     Close,
+    Coordinator,
     Declared,
     Detach,
     Disposition,
@@ -35,7 +36,7 @@ from minibroker.amqp.definitions import (
     Transfer,
 )
 from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER, FRAME_HEADER, SASL_FRAME, SASL_HEADER
-from minibroker.amqp.types import UInt
+from minibroker.amqp.types import Symbol, UInt
 from minibroker.testing import frames
 
 IO_TIMEOUT = 10.0  # seconds any single wait on the broker may take before the run counts as hung
@@ -251,6 +252,14 @@ class RawClient:
         )
         self.wait(lambda: link.attached)
         self.flow(link, credit)
+        return link
+
+    def attach_coordinator(self, name: str) -> RawLink:
+        """A sender link to the transaction coordinator (local transactions), once it has credit."""
+        link = self._new_link(name, sender=True)
+        coordinator = Coordinator(capabilities=[Symbol("amqp:local-transactions")])
+        self.send(frames.frame(0, frames.attach_sender(None, link.handle, name, target=coordinator)))
+        self.wait(lambda: link.attached and link.credit > 0)
         return link
 
     def _new_link(self, name: str, *, sender: bool) -> RawLink:
