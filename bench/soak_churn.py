@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.measures import cpu_seconds, open_fds, peak_rss_kib, rss_kib
+from bench.measures import cpu_seconds, open_fds
 from bench.raw import IO_TIMEOUT, RawConnection
-from bench.soak_figures import Probe, RssSampler, settled_stats
+from bench.soak_figures import Probe, RssSampler, record_broker_after
 from minibroker.amqp.definitions import Accepted, Attach, Flow, Transfer
 from minibroker.amqp.framing import AMQP_HEADER
 from minibroker.testing import frames
@@ -148,10 +148,6 @@ def run_churn(
     result.timed_out = result.completed < cycles
     result.cycles_per_s = round(result.completed / result.seconds, 1) if result.seconds else 0.0
     if probe is not None and sampler is not None:
-        result.broker_cpu_s = round(cpu_seconds(probe.pid) - cpu_before, 2)
-        result.broker_after = settled_stats(probe, result.broker_before)
+        record_broker_after(result, probe, sampler, cpu_before)
         result.fds_after = open_fds(probe.pid)
-        result.rss = sampler.summary(rss_kib(probe.pid))
-        result.rss_samples = sampler.samples
-        result.peak_rss_kib = max(peak_rss_kib(probe.pid), result.rss["rss_peak_sampled_kib"])
     return result

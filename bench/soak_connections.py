@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.measures import cpu_seconds, peak_rss_kib, rss_kib
-from bench.soak_figures import Probe, RssSampler, settled_stats
+from bench.measures import cpu_seconds
+from bench.soak_figures import Probe, RssSampler, record_broker_after
 
 
 @dataclass
@@ -204,10 +204,6 @@ def run_connections(
     result.lost = total - sum(len(s) for s in seen)
     result.messages_per_s = round(result.received / result.seconds) if result.seconds else 0.0
     if probe is not None and sampler is not None:
-        result.broker_cpu_s = round(cpu_seconds(probe.pid) - cpu_before, 2)
+        record_broker_after(result, probe, sampler, cpu_before)
         result.broker_cpu_us_per_message = round(1e6 * result.broker_cpu_s / max(1, result.received), 1)
-        result.broker_after = settled_stats(probe, result.broker_before)
-        result.rss = sampler.summary(rss_kib(probe.pid))
-        result.rss_samples = sampler.samples
-        result.peak_rss_kib = max(peak_rss_kib(probe.pid), result.rss["rss_peak_sampled_kib"])
     return result

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bench.measures import rss_kib
+from bench.measures import cpu_seconds, peak_rss_kib, rss_kib
 
 
 class Probe(Protocol):
@@ -71,3 +71,24 @@ def settled_stats(probe: Probe, before: dict[str, Any], timeout: float = 10.0) -
         if (settled and stats["trio_tasks"] <= before.get("trio_tasks", 0)) or time.monotonic() > deadline:
             return probe.stats(collect=True)
         time.sleep(0.02)
+
+
+class BrokerFigures(Protocol):
+    """The broker's figures every soak result holds."""
+
+    broker_cpu_s: float
+    broker_before: dict[str, Any]
+    broker_after: dict[str, Any]
+    rss: dict[str, Any]
+    rss_samples: list[tuple[int, float, int]]
+    peak_rss_kib: int
+
+
+def record_broker_after(result: BrokerFigures, probe: Probe, sampler: RssSampler, cpu_before: float) -> None:
+    """Once a run is over, into ``result``: the broker's CPU time since ``cpu_before``, its stats once the run's
+    connections are gone (``settled_stats``), its RSS now and along the run, and its peak RSS."""
+    result.broker_cpu_s = round(cpu_seconds(probe.pid) - cpu_before, 2)
+    result.broker_after = settled_stats(probe, result.broker_before)
+    result.rss = sampler.summary(rss_kib(probe.pid))
+    result.rss_samples = sampler.samples
+    result.peak_rss_kib = max(peak_rss_kib(probe.pid), result.rss["rss_peak_sampled_kib"])

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.measures import cpu_seconds, peak_rss_kib, rss_kib
+from bench.measures import cpu_seconds, rss_kib
 from bench.raw import IO_TIMEOUT, BrokerClosed, RawConnection
-from bench.soak_figures import Probe, RssSampler, settled_stats
+from bench.soak_figures import Probe, RssSampler, record_broker_after
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, AmqpValue, Attach, Disposition, Flow, Transfer
 from minibroker.amqp.types import UInt
@@ -283,10 +283,8 @@ def run_throughput(
     result.lost = producer.sent - unique  # sent, and never received
     result.messages_per_s = round(result.received / result.seconds) if result.seconds else 0.0
     if probe is not None and sampler is not None:
-        result.broker_cpu_s = round(cpu_seconds(probe.pid) - cpu_before, 2)
+        record_broker_after(result, probe, sampler, cpu_before)
         result.broker_cpu_us_per_message = round(1e6 * result.broker_cpu_s / max(1, result.received), 1)
-        result.broker_after = settled_stats(probe, result.broker_before)
-        result.rss = sampler.summary(rss_kib(probe.pid))
         if len(result.checkpoints) == 2:
             warm, end = result.checkpoints
             result.rss["rss_after_warmup_kib"] = warm["rss_kib"]
@@ -295,8 +293,6 @@ def run_throughput(
                 100.0 * (end["rss_kib"] - warm["rss_kib"]) / warm["rss_kib"], 2
             )
             result.allocated_blocks_growth = end["allocated_blocks"] - warm["allocated_blocks"]
-        result.rss_samples = sampler.samples
-        result.peak_rss_kib = max(peak_rss_kib(probe.pid), result.rss["rss_peak_sampled_kib"])
     return result
 
 
