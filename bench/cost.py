@@ -114,7 +114,7 @@ def _per_operation(tree: Path, scenario: str, build_only: bool = False) -> float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", action="append", type=Path, default=[], help="another checkout to measure too")
     parser.add_argument("--scenarios", default=",".join(SIZES))
     parser.add_argument("--drive", nargs=2, help=argparse.SUPPRESS)

@@ -137,7 +137,9 @@ def throughput(mode: str, workdir: Path, connections: int, transactions: int, pe
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.crash", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cycles", type=int, default=50, help="broker kills (default 50)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--transactions", type=int, default=200, help="transactions per throughput run")

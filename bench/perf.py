@@ -147,7 +147,9 @@ def source_state() -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.perf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--count", type=int, default=5000,
                         help="messages per scenario (txn_1 and txn_roundtrip: a tenth of it, in transactions; "

@@ -60,7 +60,9 @@ def run_client(name: str, opts: ClientOptions) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.perf_client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("name", help="the scenario (memory_fill and drain: perf's memory figures)")
     parser.add_argument("--url", required=True)
     parser.add_argument("--address", required=True)

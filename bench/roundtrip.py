@@ -56,7 +56,9 @@ class SendThenReceive(MessagingHandler):  # type: ignore[misc]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.roundtrip", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--url", help="an already running AMQP 1.0 broker (host:port)")

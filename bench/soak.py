@@ -91,7 +91,9 @@ def _print_leftovers(before: dict[str, Any], after: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.soak", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every count by this (default 1.0)")
     parser.add_argument("--only", default="connections,throughput,churn,attacks", help="comma-separated scenarios")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
