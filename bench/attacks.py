@@ -1,8 +1,8 @@
 """What one hostile or careless peer costs everyone else: the broker's limits under attack.
 
-    python bench/soak.py --only attacks [--scale 1.0]
+    python -m bench.soak --only attacks [--scale 1.0]
 
-Each attack runs against a fresh broker process (``bench/soak.py``'s ``BrokerProcess``, with the
+Each attack runs against a fresh broker process (``bench.broker_process.BrokerProcess``, with the
 configuration the attack needs) while a *bystander* connection makes round trips (an unsettled transfer
 and the broker's ``accepted``) to a queue of its own. For each attack the run reports the bystander's
 round trips (median and worst, before and during the attack), the broker's CPU time and RSS growth, and
@@ -36,7 +36,9 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.soak import HOST, IO_TIMEOUT, BrokerClosed, BrokerProcess, RawConnection, cpu_seconds, rss_kib
+from bench.broker_process import HOST, BrokerProcess
+from bench.measures import cpu_seconds, rss_kib
+from bench.raw import IO_TIMEOUT, BrokerClosed, RawConnection
 from minibroker.amqp.definitions import (
     ApplicationProperties,
     Attach,
@@ -428,7 +430,7 @@ def run_attack(name: str, scale: float = 1.0) -> AttackResult:
     attack, config, login = ATTACKS[name]
     result = AttackResult(name)
     with ExitStack() as stack:
-        broker = stack.enter_context(BrokerProcess(config))
+        broker = stack.enter_context(BrokerProcess(config=config))
         bystander = Bystander(broker.port, **({"user": USER, "password": PASSWORD} if login else {}))
         bystander.mark()
         rss_before, cpu_before, began = rss_kib(broker.pid), cpu_seconds(broker.pid), time.perf_counter()

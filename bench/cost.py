@@ -1,6 +1,6 @@
 """Deterministic cost of the broker core and engine: machine instructions per operation, under callgrind.
 
-    python bench/cost.py [--tree DIR ...] [--scenarios presettled_send,presettled_receive,txn_one]
+    python -m bench.cost [--tree DIR ...] [--scenarios presettled_send,presettled_receive,txn_one]
 
 CPU time on a shared machine moves by tens of per cent from run to run; instruction counts do not (the same
 binary, input and environment give the same count, whatever else the machine does). Each scenario drives an
@@ -114,7 +114,7 @@ def _per_operation(tree: Path, scenario: str, build_only: bool = False) -> float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", action="append", type=Path, default=[], help="another checkout to measure too")
     parser.add_argument("--scenarios", default=",".join(SIZES))
     parser.add_argument("--drive", nargs=2, help=argparse.SUPPRESS)

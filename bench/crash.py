@@ -1,6 +1,6 @@
 """Crash test at full size, and what durability costs.
 
-    python bench/crash.py [--cycles 50] [--seed S] [--transactions 200] [--per-transaction 10] [--json]
+    python -m bench.crash [--cycles 50] [--seed S] [--transactions 200] [--per-transaction 10] [--json]
 
 1. ``--cycles`` times: start ``python -m minibroker --data-dir DIR``, run the workload of
    tests/crash/workload.py against it (durable sends unsettled and in transactions, commits and aborts,
@@ -30,8 +30,8 @@ from proton import Delivery, Message
 from proton.handlers import MessagingHandler, TransactionHandler
 from proton.reactor import Container, Transaction
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.crash.workload import BrokerProcess, Timer, run_cycles
+from bench.broker_process import BrokerProcess
+from tests.crash.workload import Timer, run_cycles
 
 ADDRESS = "bench.crash.throughput"
 
@@ -121,11 +121,8 @@ class Start(MessagingHandler):  # type: ignore[misc]
 
 def throughput(mode: str, workdir: Path, connections: int, transactions: int, per: int) -> float:
     """Messages per second of durable transactional sends against a broker in ``mode``."""
-    data_dir = config = None
-    if mode != "memory":
-        data_dir = workdir / f"throughput-{mode}-{connections}"
-        config = workdir / f"{mode}.toml"
-        config.write_text(f'data_sync = "{mode}"\n')
+    data_dir = None if mode == "memory" else workdir / f"throughput-{mode}-{connections}"
+    config = None if mode == "memory" else {"data_sync": mode}
     process = BrokerProcess(data_dir, config=config, stderr_path=workdir / "throughput.stderr")
     try:
         start = Start(process.url, connections, transactions, per)
@@ -140,7 +137,9 @@ def throughput(mode: str, workdir: Path, connections: int, transactions: int, pe
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.crash", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cycles", type=int, default=50, help="broker kills (default 50)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--transactions", type=int, default=200, help="transactions per throughput run")

@@ -1,6 +1,6 @@
 """Send N messages to a queue, then receive them all, with python-qpid-proton; print messages/s.
 
-    python bench/roundtrip.py [--count 10000] [--size 256] [--url amqp://HOST:PORT]
+    python -m bench.roundtrip [--count 10000] [--size 256] [--url amqp://HOST:PORT]
 
 Without --url it starts minibroker as a subprocess (``python -m minibroker --port 0``), so the broker
 and the client each have their own process and interpreter. The figures are mostly the client's:
@@ -10,15 +10,14 @@ python-qpid-proton's Python layer costs tens of microseconds per message (see be
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
-import sys
 import time
 from typing import Any
 
 from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
+
+from bench.broker_process import BrokerProcess
 
 
 class SendThenReceive(MessagingHandler):  # type: ignore[misc]
@@ -56,37 +55,22 @@ class SendThenReceive(MessagingHandler):  # type: ignore[misc]
             event.connection.close()
 
 
-def start_broker() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "minibroker", "--port", "0", "--log-level", "warning"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"amqp://(\S+)", line)
-    if not match:
-        proc.kill()
-        raise SystemExit(f"broker did not start: {line!r}")
-    return proc, match.group(1)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.roundtrip", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--url", help="an already running AMQP 1.0 broker (host:port)")
     args = parser.parse_args()
-    proc = None
-    url = args.url
-    if url is None:
-        proc, url = start_broker()
+    broker = None if args.url else BrokerProcess()
+    url = broker.url if broker is not None else args.url
     try:
         handler = SendThenReceive(url, args.count, args.size)
         Container(handler).run()
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(10)
+        if broker is not None:
+            broker.stop()
     m = handler.marks
     send_s = m["sent"] - m["start"]
     recv_s = m["received"] - m["sent"]

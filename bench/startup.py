@@ -1,6 +1,6 @@
 """Start-up, stop and footprint of minibroker, embedded and as a process.
 
-    python bench/startup.py [--runs 20]
+    python -m bench.startup [--runs 20]
 
 Reports, as the median (and min-max) of ``--runs`` runs:
 - embedded (trio): ``async with minibroker.serve(...)`` entered (listener bound, nodes created) and left;
@@ -18,15 +18,14 @@ import importlib.metadata
 import json
 import re
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import trio
 
 import minibroker
-from minibroker.health import check
+from bench.broker_process import TimedBroker
+from bench.measures import rss_kib
 
 CONFIG = {"server": {"port": 0}, "queues": {"orders": {}}}
 
@@ -58,32 +57,14 @@ def embedded_thread(runs: int) -> dict[str, float]:
     return _summary(samples)
 
 
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
 def process(runs: int) -> dict[str, dict[str, float]]:
     listening, answering, rss = [], [], []
     for _ in range(runs):
-        started = time.perf_counter()
-        with subprocess.Popen(
-            [sys.executable, "-m", "minibroker", "--port", "0", "--log-level", "warning"],
-            stdout=subprocess.PIPE, text=True,
-        ) as proc:  # fmt: skip
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            listening.append(time.perf_counter() - started)
-            match = re.search(r"amqp://(\S+)", line)
-            assert match, line
-            check(match.group(0), timeout=5)
-            answering.append(time.perf_counter() - started)
+        with TimedBroker() as broker:
+            listening.append(broker.listening_s)
+            answering.append(broker.startup_s)
             time.sleep(0.2)
-            rss.append(_rss_kib(proc.pid) / 1024)
-            proc.terminate()
-            proc.wait(10)
+            rss.append(rss_kib(broker.pid) / 1024)
     return {"listening": _summary(listening), "open_answered": _summary(answering), "idle_rss_mib": _summary(rss)}
 
 
@@ -117,7 +98,9 @@ def install_size() -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.startup", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()

@@ -6,7 +6,7 @@ nothing the broker acknowledged is lost, invented or delivered again.
   (and, when the record was not fsynced yet, also on a copy where that record is torn).
 * Random SIGKILLs: the workload of ``workload.py`` runs against a broker killed at random moments, cycle
   after cycle; then a fresh client drains what is left and the checker compares it with the client's log.
-  CI runs a few cycles; ``bench/crash.py`` runs the same at full size.
+  CI runs a few cycles; ``python -m bench.crash`` runs the same at full size.
 * The checker itself, on made-up logs: each kind of violation is caught, and what is allowed passes.
 """
 
@@ -203,7 +203,7 @@ def test_random_kills_lose_invent_and_duplicate_nothing(tmp_path: Path) -> None:
 
 
 def test_workload_knows_the_crash_points() -> None:
-    # workload.py runs as a script without importing minibroker (slow to import): it keeps its own copies
+    # workload.py runs in a process of its own without importing minibroker (slow to import): it keeps copies
     assert (workload.CRASH_POINTS, workload.CRASH_EXIT_STATUS) == (POINTS, CRASH_EXIT_STATUS)
 
 

@@ -1,6 +1,6 @@
 """Crash workload and checker: does every message survive a broker crash exactly as the client was told?
 
-Run as a process (``python tests/crash/workload.py run --url HOST:PORT --log FILE --prefix P``) it connects
+Run as a process (``python -m tests.crash.workload run --url HOST:PORT --log FILE --prefix P``) it connects
 to a broker with python-qpid-proton and, until the connection breaks (the broker was killed) or
 ``--duration`` runs out, it
 
@@ -50,9 +50,6 @@ import argparse
 import json
 import os
 import random
-import re
-import select
-import signal
 import subprocess
 import sys
 import time
@@ -67,6 +64,9 @@ from proton import Delivery, Endpoint, Handler, Message
 from proton.handlers import MessagingHandler, TransactionHandler
 from proton.reactor import Container, DurableSubscription, Transaction
 
+from bench import ROOT
+from bench.broker_process import BrokerProcess, readline
+
 QUEUES = ("crash.q0", "crash.q1")
 TOPIC = "crash.t"
 SUBSCRIPTION = "crash-sub"  # link name of the durable subscription; with CONTAINER_ID it names it
@@ -74,7 +74,6 @@ CONTAINER_ID = "minibroker-crash-workload"
 DESTINATIONS = (*QUEUES, f"topic://{TOPIC}")
 CRASH_POINTS = ("after-write", "before-fsync", "after-fsync")  # minibroker.store.crash.POINTS
 CRASH_EXIT_STATUS = 86
-LISTENING = re.compile(r"minibroker listening on amqp://([\d.]+):(\d+)")
 TICK = 0.002  # seconds between the workload's decisions
 CREDIT = 20  # credit of each of the workload's receivers
 MAX_TRANSACTIONS = 3  # open at once
@@ -623,69 +622,9 @@ def check_file(log_path: str | Path, drained: Counter[str]) -> Report:
 
 
 # -- broker processes and the crash loop ----------------------------------------------------------------
-def _readline(stream: Any, timeout: float) -> str:
-    """One line from a pipe, or "" after ``timeout`` seconds."""
-    ready, _, _ = select.select([stream], [], [], timeout)
-    return str(stream.readline()) if ready else ""
-
-
-class BrokerProcess:
-    """``python -m minibroker --port 0`` on 127.0.0.1 as a subprocess; ``url`` once it listens."""
-
-    def __init__(
-        self,
-        data_dir: str | Path | None,
-        *,
-        env: dict[str, str] | None = None,
-        config: str | Path | None = None,
-        stderr_path: str | Path | None = None,
-        timeout: float = 15.0,
-    ) -> None:
-        command = [sys.executable, "-m", "minibroker", "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"]
-        if data_dir is not None:
-            command += ["--data-dir", str(data_dir)]
-        if config is not None:
-            command += ["--config", str(config)]
-        environ = {k: v for k, v in os.environ.items() if k != "MINIBROKER_CRASH_AT"}
-        environ.pop("MINIBROKER_CONFIG", None)
-        environ.update(env or {})
-        self._stderr = open(stderr_path or os.devnull, "ab")  # noqa: SIM115 (closed in stop())
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=environ)
-        assert self.proc.stdout is not None
-        line = _readline(self.proc.stdout, timeout)
-        match = LISTENING.search(line)
-        if match is None:
-            self.kill()
-            raise RuntimeError(f"broker did not start: {line!r} (see {stderr_path})")
-        self.url = f"{match.group(1)}:{match.group(2)}"
-
-    def kill(self) -> int:
-        """SIGKILL (if still running) and reap; the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        return self.wait(10)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            status = self.proc.wait(timeout)
-        finally:
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
-            self._stderr.close()
-        return status
-
-    def stop(self) -> int:
-        """SIGTERM (a clean stop) and reap."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            return self.wait(10)
-        except subprocess.TimeoutExpired:
-            return self.kill()
-
-
 @contextmanager
 def broker(data_dir: str | Path | None, **options: Any) -> Iterator[BrokerProcess]:
+    """A ``BrokerProcess`` on ``data_dir`` for a ``with`` block, killed (SIGKILL) at its end."""
     process = BrokerProcess(data_dir, **options)
     try:
         yield process
@@ -699,10 +638,10 @@ class WorkloadProcess:
 
     def __init__(self, log_path: Path, prefix: str, seed: int, cycle: int, duration: float = 30.0) -> None:
         command = [
-            sys.executable, __file__, "run", "--url", "-", "--log", str(log_path), "--prefix", prefix,
-            "--seed", str(seed), "--cycle", str(cycle), "--duration", str(duration),
+            sys.executable, "-m", "tests.crash.workload", "run", "--url", "-", "--log", str(log_path),
+            "--prefix", prefix, "--seed", str(seed), "--cycle", str(cycle), "--duration", str(duration),
         ]  # fmt: skip
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
 
     def go(self, url: str, timeout: float = 10.0) -> bool:
         """Start working against ``url``; True once its links are open (False after ``timeout``)."""
@@ -710,7 +649,7 @@ class WorkloadProcess:
         assert self.proc.stdout is not None
         self.proc.stdin.write(url + "\n")
         self.proc.stdin.close()
-        return _readline(self.proc.stdout, timeout).strip() == "ready"
+        return readline(self.proc.stdout, timeout).strip() == "ready"
 
     def finish(self, timeout: float = 10.0) -> None:
         """Wait for it to end by itself (its connection broke), else kill it."""

@@ -1,5 +1,5 @@
 """bench/attacks.py at reduced size: each attack on the broker's limits is answered as README "Limits and
-security" says, and a bystander connection is served throughout. Full-size figures: ``python bench/soak.py
+security" says, and a bystander connection is served throughout. Full-size figures: ``python -m bench.soak
 --only attacks``."""
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Load and soak at reduced size: bench/soak.py's three scenarios, small enough for CI (< 45 s together).
+"""Load and soak at reduced size: ``bench.soak``'s three scenarios, small enough for CI (< 45 s together).
 
 * many connections at once (python-qpid-proton): nothing lost, nothing duplicated, FIFO per queue;
-* many messages through one queue (bench/soak.py's raw-socket client, broker in its own process so its RSS
+* many messages through one queue (``bench.raw``'s raw-socket client, broker in its own process so its RSS
   is its own): nothing lost or duplicated, memory flat once warmed up;
 * connect/disconnect churn (raw sockets, broker in this process's thread): no connection, trio task,
   socket or file descriptor left behind, the shared queue back to empty.
 
-The full-size figures come from ``python bench/soak.py``.
+The full-size figures come from ``python -m bench.soak``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,19 @@ from typing import Any
 
 import pytest
 
-from bench import soak
+from bench.broker_process import HOST, BrokerProcess
+from bench.introspect import broker_stats
+from bench.measures import open_fds
+from bench.soak_churn import run_churn
+from bench.soak_connections import run_connections
+from bench.soak_throughput import run_throughput
 from minibroker.testing.thread import ThreadedBroker
 
 pytestmark = pytest.mark.slow
 
 
 class ThreadProbe:
-    """An in-thread broker as bench/soak.py's ``Probe``: this process's /proc figures, the broker's own stats."""
+    """An in-thread broker as ``bench.soak_figures.Probe``: this process's /proc figures, the broker's own stats."""
 
     def __init__(self, broker: ThreadedBroker) -> None:
         self.broker = broker
@@ -36,7 +41,7 @@ class ThreadProbe:
             counts.append(self.stats()["trio_tasks"])
 
     def stats(self, *, collect: bool = False) -> dict[str, Any]:
-        return self.broker.call(lambda running: soak.broker_stats(running, collect=collect))
+        return self.broker.call(lambda running: broker_stats(running, collect=collect))
 
 
 def _figures(result: Any) -> dict[str, Any]:
@@ -46,7 +51,7 @@ def _figures(result: Any) -> dict[str, Any]:
 
 @pytest.mark.timeout(60)
 def test_fifty_connections_each_send_and_receive_a_hundred_without_loss_or_duplicate(broker: ThreadedBroker) -> None:
-    result = soak.run_connections(broker.url, 50, 100, prefetch=50, time_limit=40.0, probe=ThreadProbe(broker))
+    result = run_connections(broker.url, 50, 100, prefetch=50, time_limit=40.0, probe=ThreadProbe(broker))
 
     assert result.opened == 50, _figures(result)
     assert result.ok, _figures(result)
@@ -62,9 +67,9 @@ def test_fifty_connections_each_send_and_receive_a_hundred_without_loss_or_dupli
 @pytest.mark.timeout(90)
 def test_fifty_thousand_messages_through_one_queue_in_flat_memory() -> None:
     messages = 50_000
-    with soak.BrokerProcess() as broker:
+    with BrokerProcess(introspect=True) as broker:
         # paused twice with the queue empty and the connections open: after 25,000 messages and at the end
-        result = soak.run_throughput(soak.HOST, broker.port, messages, warmup=0.5, time_limit=60.0, probe=broker)
+        result = run_throughput(HOST, broker.port, messages, warmup=0.5, time_limit=60.0, probe=broker)
         assert broker.stop() == 0
 
     assert result.ok, _figures(result)
@@ -93,9 +98,9 @@ def test_fifty_thousand_messages_through_one_queue_in_flat_memory() -> None:
 @pytest.mark.timeout(60)
 def test_five_hundred_connect_disconnect_cycles_leave_nothing_behind(broker: ThreadedBroker) -> None:
     probe = ThreadProbe(broker)
-    fds_before = soak.open_fds(os.getpid())
+    fds_before = open_fds(os.getpid())
 
-    result = soak.run_churn(soak.HOST, broker.port, 500, workers=4, time_limit=40.0, probe=probe)
+    result = run_churn(HOST, broker.port, 500, workers=4, time_limit=40.0, probe=probe)
 
     assert result.failures == 0, result.first_failures
     assert not result.timed_out, _figures(result)
@@ -107,6 +112,6 @@ def test_five_hundred_connect_disconnect_cycles_leave_nothing_behind(broker: Thr
         result.broker_before["trio_task_names"], after["trio_task_names"],
     )  # fmt: skip
     assert after["queues"].get("soak.churn", {"ready": 0, "acquired": 0}) == {"ready": 0, "acquired": 0}
-    fds_after = soak.open_fds(os.getpid())
+    fds_after = open_fds(os.getpid())
     assert abs(fds_after[0] - fds_before[0]) <= 5, (fds_before, fds_after)
     assert fds_after[1] <= fds_before[1], f"sockets left open: {fds_before} -> {fds_after}"

@@ -1,0 +1,159 @@
+"""perf's figures summarised: one line per scenario as it ends, the median and [min-max] over the runs, the
+table beside the reference brokers (ActiveMQ, RabbitMQ, proton's example broker), and the targets."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from bench.perf_scenarios import MEMORY_MESSAGES, SCENARIOS, Scenario
+
+
+def per_unit_us(result: dict[str, Any], key: str) -> float | None:
+    value = result.get(key)
+    if value is None or not result.get("count"):
+        return None
+    return float(value) / float(result["count"]) * 1e6
+
+
+def summarise_one(scenario: Scenario, result: dict[str, Any]) -> str:
+    if "error" in result:
+        return f"ERROR {result['error']}"
+    rate = result["count"] / result["elapsed_s"]
+    broker = per_unit_us(result, "broker_cpu_s")
+    client = per_unit_us(result, "client_cpu_s")
+    text = f"{result['count']} {scenario.unit}s, {rate:.0f}/s, broker {_fmt(broker)} µs/{scenario.unit}, "
+    text += f"client {_fmt(client)} µs/{scenario.unit}"
+    if "latency_p50_ms" in result:
+        text += f", p50 {result['latency_p50_ms']:.2f} ms, p99 {result['latency_p99_ms']:.2f} ms"
+    return text
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def spread(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def aggregate(runs: list[dict[str, Any]], scenarios: list[Scenario]) -> dict[str, Any]:
+    summary: dict[str, Any] = {"scenarios": {}}
+    for scenario in scenarios:
+        results = [r["scenarios"].get(scenario.name, {}) for r in runs]
+        ok = [r for r in results if r and "error" not in r]
+        figures: dict[str, Any] = {"unit": scenario.unit, "errors": [r["error"] for r in results if "error" in r]}
+        metrics: dict[str, Callable[[dict[str, Any]], float | None]] = {
+            "rate_per_s": lambda r: r["count"] / r["elapsed_s"],
+            "broker_cpu_us": lambda r: per_unit_us(r, "broker_cpu_s"),
+            "client_cpu_us": lambda r: per_unit_us(r, "client_cpu_s"),
+            "latency_p50_ms": lambda r: r.get("latency_p50_ms"),
+            "latency_p99_ms": lambda r: r.get("latency_p99_ms"),
+            "count": lambda r: r["count"],
+        }
+        for key, get in metrics.items():
+            values = [v for v in (get(r) for r in ok) if v is not None]
+            figures[key] = spread(values)
+        summary["scenarios"][scenario.name] = figures
+    startup = [s for r in runs for s in r.get("startup_s", [])]
+    summary["startup_s"] = spread(startup)
+    summary["listening_s"] = spread([s for r in runs for s in r.get("listening_s", [])])
+    summary["startup_cpu_s"] = spread([s for r in runs for s in r.get("startup_cpu_s", []) if s is not None])
+    memory = [r["memory"] for r in runs if "memory" in r]
+    for key in ("idle_rss_mib", "queued_rss_mib", "bytes_per_queued_message"):
+        summary[key] = spread([m[key] for m in memory if key in m])
+    return summary
+
+
+REFERENCE_EXTRA = {
+    "startup_s": (1.33, 7.8, 0.24),
+    "idle_rss_mib": (103, 142, 25),
+    "bytes_per_queued_message": (2400, 3000, 2400),
+    "txn_roundtrip_p50_ms": (1.19, None, None),
+    "txn_roundtrip_p99_ms": (2.41, None, None),
+}
+
+
+def _med(d: dict[str, Any] | None) -> float | None:
+    return None if d is None else float(d["median"])
+
+
+def _ms(d: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
+    if d is None:
+        return "n/a"
+    return f"{d['median'] * scale:.{digits}f} [{d['min'] * scale:.{digits}f}-{d['max'] * scale:.{digits}f}]"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+
+def report(summary: dict[str, Any], scenarios: list[Scenario]) -> list[str]:
+    lines = [
+        "figures: median [min-max] over the runs; broker/client CPU in µs per message (per transaction for txn_1 "
+        "and txn_roundtrip); ratio columns: ours/ActiveMQ and proton-example/ours",
+        f"{'scenario':22} {'msg/s':>20} {'broker µs':>20} {'client µs':>20} {'p50 ms':>8} {'p99 ms':>8}"
+        f" {'AMQ':>6} {'Rabbit':>6} {'proton':>6} {'us/AMQ':>7} {'prot/us':>7}",
+    ]
+    for scenario in scenarios:
+        f = summary["scenarios"][scenario.name]
+        broker = _med(f["broker_cpu_us"])
+        amq, rabbit, prot = scenario.reference
+        ref = [_fmt(x, 1) if x is not None else "-" for x in (amq, rabbit, prot)]
+        lines.append(
+            f"{scenario.name:22} {_ms(f['rate_per_s'], digits=0):>20} {_ms(f['broker_cpu_us']):>20} "
+            f"{_ms(f['client_cpu_us']):>20} {_fmt(_med(f['latency_p50_ms']), 2):>8} "
+            f"{_fmt(_med(f['latency_p99_ms']), 2):>8} {ref[0]:>6} {ref[1]:>6} {ref[2]:>6} "
+            f"{_ratio(broker, amq):>7} {_ratio(prot, broker):>7}" + (f"  errors: {f['errors']}" if f["errors"] else "")
+        )
+    lines.append(f"start-up to AMQP open answered: {_ms(summary['startup_s'], 1000)} ms "
+                 f"(to the listening line: {_ms(summary['listening_s'], 1000)} ms; broker CPU used by then: "
+                 f"{_ms(summary['startup_cpu_s'], 1000)} ms); "
+                 f"ActiveMQ 1330, RabbitMQ 7800, proton example 240")  # fmt: skip
+    lines.append(f"RSS idle: {_ms(summary['idle_rss_mib'])} MiB; with {MEMORY_MESSAGES} messages queued: "
+                 f"{_ms(summary['queued_rss_mib'])} MiB; per queued 256-byte message: "
+                 f"{_ms(summary['bytes_per_queued_message'], digits=0)} bytes "
+                 f"(ActiveMQ 103 MiB / 2400, RabbitMQ 142 / 3000, proton example 25 / 2400)")  # fmt: skip
+    return lines
+
+
+def targets(summary: dict[str, Any]) -> list[str]:
+    s = summary["scenarios"]
+
+    def broker(name: str) -> float | None:
+        return _med(s[name]["broker_cpu_us"]) if name in s else None
+
+    checks: list[tuple[str, float | None, float, str]] = []
+    for scenario in SCENARIOS:
+        if scenario.name not in s or scenario.unit != "msg" or scenario.name.startswith("txn"):
+            continue
+        amq, _rabbit, prot = scenario.reference
+        value = broker(scenario.name)
+        if amq is not None:
+            checks.append((f"{scenario.name}: broker CPU ≤ 2x ActiveMQ ({2 * amq:.1f} µs)", value, 2 * amq, "≤"))
+        if prot is not None:
+            checks.append((f"{scenario.name}: ≥ 4x cheaper than proton example ({prot / 4:.1f} µs)", value,
+                           prot / 4, "≤"))  # fmt: skip
+    for name, limit in (("txn_1", 230.0), ("txn_10", 32.0), ("txn_100", 16.0), ("txn_accept_100", 21.5)):
+        if name in s:
+            checks.append((f"{name}: broker CPU ≤ ActiveMQ ({limit} µs)", broker(name), limit, "≤"))
+    for name, client in (("txn_roundtrip", "proton client"), ("raw_txn_roundtrip", "raw client")):
+        if name in s:
+            checks.append((f"declare+discharge p50 < 1 ms ({client})", _med(s[name]["latency_p50_ms"]), 1.0, "<"))
+    startup = _med(summary["startup_s"])
+    checks.append(("process ready < 0.3 s", startup, 0.3, "<"))
+    checks.append(("idle RSS < 40 MiB", _med(summary["idle_rss_mib"]), 40.0, "<"))
+    checks.append(("< 1 kB per queued 256-byte message", _med(summary["bytes_per_queued_message"]), 1000.0, "<"))
+    lines = []
+    for label, value, limit, op in checks:
+        if value is None:
+            status = "n/a"
+        elif value <= limit if op == "≤" else value < limit:
+            status = "MET"
+        else:
+            status = "MISSED"
+        lines.append(f"  [{status:6}] {label}: {_fmt(value, 2)}")
+    return lines
