@@ -26,7 +26,8 @@ from urllib.parse import unquote, urlsplit
 from minibroker.amqp.definitions import Close, Open, SaslMechanisms, SaslOutcome
 from minibroker.amqp.framing import AMQP_HEADER, SASL_FRAME, SASL_HEADER
 from minibroker.testing import frames
-from minibroker.testing.client import ClientConnection, Ended, ProtocolError, ProtocolHeader, read_event
+from minibroker.testing.client import ClientConnection, Ended, ProtocolError, ProtocolHeader
+from minibroker.testing.peer import read_event
 
 DEFAULT_URL = "amqp://127.0.0.1:5672"
 PORTS = {"amqp": 5672, "amqps": 5671}

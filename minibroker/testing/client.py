@@ -12,11 +12,11 @@ specification makes a client track, whoever chose the values:
   frames (a multi-frame delivery is assembled: its last frame carries the whole ``Delivery``).
 
 It never refuses to send a frame: a negative test sends what it likes, and the bookkeeping follows what was
-really sent. Four drivers move the bytes: ``ScriptedPeer`` (a blocking socket), ``MemoryPeer`` (a trio
-stream), the in-memory engine driver of the transaction tests, and the benchmarks' raw clients; the health
-check speaks through it too. Composite steps (SASL, open, begin, attach, close) are written once here as
-*scripts*, generators that yield ``Send`` and ``Expect`` steps and return the answer, which each driver runs
-with its own I/O (``run_blocking`` below for sockets).
+really sent. Drivers move the bytes: ``ScriptedPeer`` (a blocking socket, ``minibroker.testing.peer``), ``MemoryPeer``
+(a trio stream, ``minibroker.testing.memory``), the in-memory engine driver of the transaction tests, and the
+benchmarks' raw clients; the health check speaks through it too. Composite steps (SASL, open, begin, attach,
+close) are written once here as *scripts*: generators that yield ``Send`` and ``Expect`` steps and return the
+answer, which each driver runs with its own I/O (``ScriptedPeer.run``, ``MemoryPeer.run``).
 
     conn = ClientConnection()
     conn.send_header(AMQP_HEADER)
@@ -28,8 +28,6 @@ with its own I/O (``run_blocking`` below for sockets).
 
 from __future__ import annotations
 
-import socket
-import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -703,56 +701,6 @@ def recent(received: list[Frame], count: int = 5) -> str:
     return "; last frames received: " + ", ".join(map(repr, last)) if last else "; no frame received"
 
 
-# -- the blocking socket driver's I/O, for the simplest users (the health check, the benchmarks) ----------
-def read_event(conn: ClientConnection, sock: socket.socket, deadline: float) -> Event:
-    """The next header, frame or ``Ended`` from ``sock``, reading as needed; ``TimeoutError`` at ``deadline``
-    (a ``time.monotonic()`` value). Heartbeats are returned like any frame."""
-    while (event := conn.next_event()) is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("no answer from the broker in time")
-        sock.settimeout(remaining)
-        try:
-            data = sock.recv(262144)
-        except ConnectionResetError:
-            data = b""
-        conn.receive_data(data)
-    return event
-
-
-def run_blocking(conn: ClientConnection, sock: socket.socket, script: Script[R], timeout: float) -> R:
-    """Run ``script`` over a blocking socket; each expected frame must come within ``timeout`` seconds.
-
-    Fails with ``AssertionError`` when an answer is not what the script expects, ``TimeoutError`` when none
-    comes in time, ``ConnectionError`` when the broker closes the stream first.
-    """
-    received: list[Frame] = []
-    answer: Any = None
-    try:
-        while True:
-            step = script.send(answer)
-            if isinstance(step, Send):
-                perform_send(conn, step)
-                sock.sendall(conn.data_to_send())
-                answer = None
-                continue
-            deadline = time.monotonic() + timeout
-            while True:
-                event = read_event(conn, sock, deadline)
-                if isinstance(event, Ended):
-                    raise ConnectionError(f"the broker closed the connection{recent(received)}")
-                if isinstance(event, Frame):
-                    received.append(event)
-                    if event.is_heartbeat:
-                        continue
-                break
-            check(step, event, recent(received))
-            answer = event
-    except StopIteration as stop:
-        result: R = stop.value
-        return result
-
-
 def perform_send(conn: ClientConnection, step: Send) -> None:
     """Put a ``Send`` step's bytes into ``conn``'s output."""
     if step.header is not None:
@@ -786,8 +734,6 @@ __all__ = [
     "open_connection",
     "parse_frames",
     "perform_send",
-    "read_event",
     "recent",
-    "run_blocking",
     "split_header",
 ]

@@ -29,12 +29,28 @@ from typing import Any, TypeVar
 from minibroker.amqp.definitions import Attach, Begin, Close, Open, SaslOutcome
 from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER
 from minibroker.testing import client, frames
-from minibroker.testing.client import ClientConnection, Ended, Expect, Frame, ProtocolHeader, Sasl, Script, Send
+from minibroker.testing.client import ClientConnection, Ended, Event, Expect, Frame, ProtocolHeader, Sasl, Script, Send
 
 P = TypeVar("P")
 R = TypeVar("R")
 
 _RECV_SIZE = 65536
+
+
+def read_event(conn: ClientConnection, sock: socket.socket, deadline: float) -> Event:
+    """The next header, frame or ``Ended`` of ``conn``, reading ``sock`` (blocking) as needed; ``TimeoutError``
+    at ``deadline`` (a ``time.monotonic()`` value). Heartbeats are returned like any frame."""
+    while (event := conn.next_event()) is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no answer from the broker in time")
+        sock.settimeout(remaining)
+        try:
+            data = sock.recv(_RECV_SIZE)
+        except ConnectionResetError:
+            data = b""
+        conn.receive_data(data)
+    return event
 
 
 class ScriptedPeer:
@@ -86,18 +102,10 @@ class ScriptedPeer:
 
     def _next(self, deadline: float, waiting_for: str) -> ProtocolHeader | Frame | Ended:
         """The next header, frame or end of the stream; fails at ``deadline``."""
-        while (event := self.conn.next_event()) is None:
-            remaining = deadline - time.monotonic()
-            try:
-                if remaining <= 0:
-                    raise TimeoutError
-                self.sock.settimeout(remaining)
-                data = self.sock.recv(_RECV_SIZE)
-            except TimeoutError:
-                raise AssertionError(f"timed out waiting for {waiting_for}{client.recent(self.received)}") from None
-            except ConnectionResetError:
-                data = b""
-            self.conn.receive_data(data)
+        try:
+            event = read_event(self.conn, self.sock, deadline)
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {waiting_for}{client.recent(self.received)}") from None
         if isinstance(event, Frame):
             self.received.append(event)
         return event
@@ -258,4 +266,4 @@ class ScriptedPeer:
         self.send(frames.disposition(first, last, role=role, settled=settled, state=state), channel)
 
 
-__all__ = ["Sasl", "ScriptedPeer"]
+__all__ = ["Sasl", "ScriptedPeer", "read_event"]
