@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from minibroker.amqp.definitions import (
     Attach,
@@ -701,12 +701,31 @@ def recent(received: list[Frame], count: int = 5) -> str:
     return "; last frames received: " + ", ".join(map(repr, last)) if last else "; no frame received"
 
 
-def perform_send(conn: ClientConnection, step: Send) -> None:
-    """Put a ``Send`` step's bytes into ``conn``'s output."""
-    if step.header is not None:
-        conn.send_header(step.header)
-    else:
-        conn.send(step.performative, step.channel, step.payload, step.frame_type)
+class ScriptRun(Generic[R]):
+    """Steps through a script for a driver: queues each ``Send`` into the connection (the driver then writes
+    ``data_to_send()``) and stops at each ``Expect``, which the driver answers by reading."""
+
+    def __init__(self, conn: ClientConnection, script: Script[R]) -> None:
+        self.conn = conn
+        self.script = script
+        self.result: R | None = None
+        """What the script returned, once ``advance`` returned None."""
+
+    def advance(self, answer: Any = None) -> Expect | None:
+        """Give the script ``answer`` (the event its last ``Expect`` asked for); the next ``Expect``, or None
+        when the script has finished."""
+        try:
+            step = self.script.send(answer)
+            while isinstance(step, Send):
+                if step.header is not None:
+                    self.conn.send_header(step.header)
+                else:
+                    self.conn.send(step.performative, step.channel, step.payload, step.frame_type)
+                step = self.script.send(None)
+        except StopIteration as stop:
+            self.result = stop.value
+            return None
+        return step
 
 
 __all__ = [
@@ -724,6 +743,7 @@ __all__ = [
     "ProtocolHeader",
     "Sasl",
     "Script",
+    "ScriptRun",
     "Send",
     "Session",
     "attach_link",
@@ -733,7 +753,6 @@ __all__ = [
     "close_connection",
     "open_connection",
     "parse_frames",
-    "perform_send",
     "recent",
     "split_header",
 ]

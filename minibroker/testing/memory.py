@@ -28,7 +28,7 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import trio
 import trio.testing
@@ -43,7 +43,7 @@ from minibroker.server.connection import ConnectionTask, run_broker_timer
 from minibroker.server.journal import JournalWriter
 from minibroker.store.journal import Journal
 from minibroker.testing import client, frames
-from minibroker.testing.client import ClientConnection, Ended, Expect, Frame, ProtocolHeader, Script, Send
+from minibroker.testing.client import ClientConnection, Ended, Expect, Frame, ProtocolHeader, Script, ScriptRun
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -153,26 +153,19 @@ class MemoryPeer:
 
     async def run(self, script: Script[R]) -> R:
         """Run a client-core script (``minibroker.testing.client``): its sends and expectations, in order."""
-        answer: Any = None
-        try:
-            while True:
-                step = script.send(answer)
-                if isinstance(step, Send):
-                    client.perform_send(self.conn, step)
-                    await self._flush()
-                    answer = None
-                    continue
-                if step.header is not None:
-                    self.conn.expect_header()
-                    answer = await self._next("a protocol header")
-                else:
-                    answer = await self.receive()
-                if isinstance(answer, Ended):
-                    raise AssertionError("connection closed by the broker while waiting for a protocol header")
-                client.check(step, answer, client.recent(self.received))
-        except StopIteration as stop:
-            result: R = stop.value
-            return result
+        steps = ScriptRun(self.conn, script)
+        step = steps.advance()
+        while True:
+            await self._flush()
+            if step is None:
+                return cast(R, steps.result)
+            if step.header is not None:
+                self.conn.expect_header()
+            answer = await (self._next("a protocol header") if step.header is not None else self.receive())
+            if isinstance(answer, Ended):
+                raise AssertionError("connection closed by the broker while waiting for a protocol header")
+            client.check(step, answer, client.recent(self.received))
+            step = steps.advance(answer)
 
     # -- connection, sessions, links (as ``ScriptedPeer``) --------------------------------------------
     async def open(self, **fields: Any) -> Open:
@@ -210,31 +203,16 @@ class MemoryPeer:
         await self.send(self.conn.flow(handle, link_credit, channel=channel, **fields), channel=channel)
 
     async def transfer(
-        self,
-        handle: int,
-        delivery_id: int | None,
-        payload: bytes = b"",
-        *,
-        settled: bool | None = None,
-        state: Any = None,
-        channel: int = 0,
-        **fields: Any,
+        self, handle: int, delivery_id: int | None, payload: bytes = b"", *, channel: int = 0, **fields: Any
     ) -> None:
-        """Send one ``transfer`` frame (``more=True`` and ``delivery_id=None`` for multi-frame ones)."""
-        await self.send(frames.transfer(handle, delivery_id, settled=settled, state=state, **fields), channel, payload)
+        """Send one ``transfer`` frame (``more=True`` and ``delivery_id=None`` for multi-frame ones); ``fields``
+        as ``frames.transfer`` takes them (``settled``, ``state``, ``tag`` ...)."""
+        await self.send(frames.transfer(handle, delivery_id, **fields), channel, payload)
 
-    async def disposition(
-        self,
-        first: int,
-        last: int | None = None,
-        *,
-        role: bool = frames.RECEIVER,
-        settled: bool = True,
-        state: Any = None,
-        channel: int = 0,
-    ) -> None:
-        """Send ``disposition`` for deliveries ``first``..``last`` (by default as their receiver)."""
-        await self.send(frames.disposition(first, last, role=role, settled=settled, state=state), channel)
+    async def disposition(self, first: int, last: int | None = None, *, channel: int = 0, **fields: Any) -> None:
+        """Send ``disposition`` for deliveries ``first``..``last``; by default as their receiver, settling them
+        (``fields`` as ``frames.disposition`` takes them: ``role``, ``settled``, ``state``)."""
+        await self.send(frames.disposition(first, last, **fields), channel)
 
 
 class MemoryBroker(NamespaceView):

@@ -24,12 +24,22 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from minibroker.amqp.definitions import Attach, Begin, Close, Open, SaslOutcome
 from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER
 from minibroker.testing import client, frames
-from minibroker.testing.client import ClientConnection, Ended, Event, Expect, Frame, ProtocolHeader, Sasl, Script, Send
+from minibroker.testing.client import (
+    ClientConnection,
+    Ended,
+    Event,
+    Expect,
+    Frame,
+    ProtocolHeader,
+    Sasl,
+    Script,
+    ScriptRun,
+)
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -174,23 +184,17 @@ class ScriptedPeer:
 
     def run(self, script: Script[R]) -> R:
         """Run a client-core script (``minibroker.testing.client``): its sends and expectations, in order."""
-        answer: Any = None
-        try:
-            while True:
-                step = script.send(answer)
-                if isinstance(step, Send):
-                    client.perform_send(self.conn, step)
-                    self._flush()
-                    answer = None
-                elif step.header is not None:
-                    answer = ProtocolHeader(self.expect_header())
-                    client.check(step, answer, "")
-                else:
-                    answer = self.receive()
-                    client.check(step, answer, client.recent(self.received))
-        except StopIteration as stop:
-            result: R = stop.value
-            return result
+        steps = ScriptRun(self.conn, script)
+        step = steps.advance()
+        while True:
+            self._flush()
+            if step is None:
+                return cast(R, steps.result)
+            answer: ProtocolHeader | Frame = (
+                ProtocolHeader(self.expect_header()) if step.header is not None else self.receive()
+            )
+            client.check(step, answer, client.recent(self.received))
+            step = steps.advance(answer)
 
     # -- connection ---------------------------------------------------------------------------------
     def authenticate(self, sasl: Sasl = "ANONYMOUS") -> SaslOutcome:
@@ -239,31 +243,16 @@ class ScriptedPeer:
         self.send(self.conn.flow(handle, link_credit, channel=channel, **fields), channel=channel)
 
     def transfer(
-        self,
-        handle: int,
-        delivery_id: int | None,
-        payload: bytes = b"",
-        *,
-        settled: bool | None = None,
-        state: Any = None,
-        channel: int = 0,
-        **fields: Any,
+        self, handle: int, delivery_id: int | None, payload: bytes = b"", *, channel: int = 0, **fields: Any
     ) -> None:
-        """Send one ``transfer`` frame (``more=True`` and ``delivery_id=None`` for multi-frame ones)."""
-        self.send(frames.transfer(handle, delivery_id, settled=settled, state=state, **fields), channel, payload)
+        """Send one ``transfer`` frame (``more=True`` and ``delivery_id=None`` for multi-frame ones); ``fields``
+        as ``frames.transfer`` takes them (``settled``, ``state``, ``tag`` ...)."""
+        self.send(frames.transfer(handle, delivery_id, **fields), channel, payload)
 
-    def disposition(
-        self,
-        first: int,
-        last: int | None = None,
-        *,
-        role: bool = frames.RECEIVER,
-        settled: bool = True,
-        state: Any = None,
-        channel: int = 0,
-    ) -> None:
-        """Send ``disposition`` for deliveries ``first``..``last`` (by default as their receiver)."""
-        self.send(frames.disposition(first, last, role=role, settled=settled, state=state), channel)
+    def disposition(self, first: int, last: int | None = None, *, channel: int = 0, **fields: Any) -> None:
+        """Send ``disposition`` for deliveries ``first``..``last``; by default as their receiver, settling them
+        (``fields`` as ``frames.disposition`` takes them: ``role``, ``settled``, ``state``)."""
+        self.send(frames.disposition(first, last, **fields), channel)
 
 
 __all__ = ["Sasl", "ScriptedPeer", "read_event"]

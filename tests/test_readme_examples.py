@@ -1,0 +1,25 @@
+"""The README's Python examples run as written: a user copying one gets what the README says."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def python_block(heading: str) -> str:
+    """The first ```python block under the README heading ``heading``."""
+    text = README.read_text()
+    start = text.index(heading)
+    found = re.search(r"```python\n(.*?)```", text[start:], re.S)
+    assert found is not None, f"no python example under {heading!r}"
+    return found.group(1)
+
+
+@pytest.mark.timeout(30)
+def test_the_scripted_peer_example_runs() -> None:
+    code = python_block("### Frame by frame: the scripted peer and the client core")
+    exec(compile(code, "README.md (scripted peer)", "exec"), {})  # every assert in it must hold
