@@ -17,7 +17,7 @@ from bench.soak_figures import Probe, RssSampler, record_broker_after
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, AmqpValue, Attach, Disposition, Flow, Transfer
 from minibroker.amqp.types import UInt
-from minibroker.testing import frames
+from minibroker.testing import client, frames
 
 
 def _uint(value: int) -> UInt:
@@ -95,7 +95,7 @@ class _Producer:
 
     def _check(self) -> None:
         """The patched template decodes as the transfer and message it stands for."""
-        (parsed,) = frames.parse_frames(bytes(self._frame(0x01020304, 77)))
+        (parsed,) = client.parse_frames(bytes(self._frame(0x01020304, 77)))
         transfer = parsed.performative
         assert isinstance(transfer, Transfer), transfer
         assert transfer.delivery_id == 0x01020304, transfer

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -138,8 +137,12 @@ def test_unknown_and_known_users_take_as_long_to_fail() -> None:
     auth = {**NO_LIMITS, "users": {"bob": hash_password("right", iterations=200_000)}}
     with run_in_thread({"server": {"port": 0}, "auth": auth}) as running:
         timed_login(running, "bob", "warm-up")
-        known = statistics.median(timed_login(running, "bob", f"wrong-{i}") for i in range(5))
-        unknown = statistics.median(timed_login(running, "mallory", f"wrong-{i}") for i in range(5))
+        # alternated, and the fastest of each: load on a shared machine only ever adds time, to either side
+        samples = [
+            (timed_login(running, "bob", f"wrong-{i}"), timed_login(running, "mallory", f"wrong-{i}")) for i in range(5)
+        ]
+        known = min(k for k, _ in samples)
+        unknown = min(u for _, u in samples)
         with open_as(running, "bob", "right") as peer:  # the right password still works
             peer.close()
     assert 0.6 * known < unknown < 1.6 * known, (known, unknown)
