@@ -11,7 +11,6 @@ from proton import Delivery, Endpoint, Message, Terminus, symbol
 from proton.reactor import Copy, DurableSubscription, LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 
-from minibroker.broker.core import Broker
 from minibroker.testing.thread import ThreadedBroker
 from tests.integration.helpers import queue_stats, send_messages, wait_for
 from tests.integration.proton_options import (
@@ -380,12 +379,3 @@ def test_browser_reads_without_consuming(broker: ThreadedBroker) -> None:
         assert take(consumer, 4) == ["a", "b", "c", "d"]
         wait_for(lambda: queue_stats(broker, "browsed") == (0, 0), "the consumer to take everything", conn=conn)
         assert_nothing_more(browser)
-
-
-@pytest.mark.parametrize("kind", ["queue", "topic"])
-def test_a_node_is_never_created_over_another(kind: str) -> None:
-    nodes = Broker().nodes
-    existing = nodes.create(nodes.default, "taken", "queue")
-    with pytest.raises(ValueError, match="already exists"):
-        nodes.create(nodes.default, "taken", kind)
-    assert nodes.default.node("taken") is existing
