@@ -8,6 +8,8 @@ runner. So one set of classes serves both, and a test never touches broker state
     broker.queue("orders").stats()          # ready, acquired, staged in transactions, consumers
     broker.queue("orders").peek()           # messages as proton presents them, not consumed
     broker.queue("orders").purge()          # drop the ready messages
+    broker.topic("news").subscriptions()    # each subscription's name, kind and counts
+    broker.topic("news").peek(container, name)  # one subscription's ready messages, not consumed
     broker.transactions                     # open transactions and what each staged
     broker.connections                      # who is connected
     broker.reset()                          # drop every node, message and transaction
@@ -23,8 +25,9 @@ from typing import TypeVar
 from minibroker.broker.core import Broker
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.queue import Queue
+from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, view_message
+from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats, view_message
 
 T = TypeVar("T")
 
@@ -121,6 +124,80 @@ class QueueHandle:
         return f"QueueHandle({self.name!r}, namespace={self.namespace!r})"
 
 
+class TopicHandle:
+    """A topic by name in one namespace; every call reads the current state."""
+
+    def __init__(self, owner: Inspectable, namespace: str, name: str) -> None:
+        self._owner = owner
+        self.namespace = namespace
+        self.name = name
+
+    def _topic(self, broker: Broker) -> Topic | None:
+        namespace = broker.namespaces.get(self.namespace)
+        if namespace is None:
+            raise LookupError(f"namespace {self.namespace!r} does not exist (any more)")
+        return namespace.topics.get(self.name)
+
+    @property
+    def exists(self) -> bool:
+        """Whether the topic exists now."""
+        return self._owner._call(lambda broker: self._topic(broker) is not None)
+
+    @property
+    def staged(self) -> int:
+        """Messages posted to the topic in open transactions, invisible until commit (0 when it does not exist)."""
+
+        def read(broker: Broker) -> int:
+            topic = self._topic(broker)
+            return 0 if topic is None else topic.staged
+
+        return self._owner._call(read)
+
+    def subscriptions(self) -> list[SubscriptionStats]:
+        """Each subscription's name, kind and counts at one instant, in the order they were made (none when the
+        topic does not exist)."""
+
+        def read(broker: Broker) -> list[SubscriptionStats]:
+            topic = self._topic(broker)
+            if topic is None:
+                return []
+            return [
+                SubscriptionStats(
+                    s.key[0],
+                    s.key[1],
+                    s.durable,
+                    s.shared,
+                    s.depth,
+                    s.acquired,
+                    s.staged,
+                    broker.dispatcher.consumer_count(s),
+                    s.enqueued_total,
+                    s.scheduled,
+                    s.held_bytes,
+                )
+                for s in topic.subscriptions.values()
+            ]
+
+        return self._owner._call(read)
+
+    def peek(self, container: str, name: str, limit: int | None = None) -> list[MessageView]:
+        """The ready messages of the subscription keyed ``(container, name)`` (as ``subscriptions()`` names it) in
+        delivery order, decoded, without consuming them; none when it does not exist."""
+
+        def read(broker: Broker) -> list[tuple[bytes, int]]:
+            topic = self._topic(broker)
+            subscription: Subscription | None = None if topic is None else topic.subscriptions.get((container, name))
+            if subscription is None:
+                return []
+            items = subscription.ready if limit is None else subscription.ready[:limit]
+            return [(m.payload, m.delivery_count) for m in items]
+
+        return [view_message(p, delivery_count=c) for p, c in self._owner._call(read)]
+
+    def __repr__(self) -> str:
+        return f"TopicHandle({self.name!r}, namespace={self.namespace!r})"
+
+
 class NamespaceView(Inspectable):
     """Inspection of one namespace (the default one unless told)."""
 
@@ -140,6 +217,15 @@ class NamespaceView(Inspectable):
     def queues(self) -> list[str]:
         """Names of the queues that exist now."""
         return self._call(lambda broker: sorted(self._namespace(broker).queues))
+
+    def topic(self, name: str) -> TopicHandle:
+        """The topic called ``name`` (it need not exist yet)."""
+        return TopicHandle(self, self.namespace_name, name)
+
+    @property
+    def topics(self) -> list[str]:
+        """Names of the topics that exist now."""
+        return self._call(lambda broker: sorted(self._namespace(broker).topics))
 
     @property
     def transactions(self) -> list[TransactionInfo]:

@@ -152,3 +152,43 @@ class ConnectionInfo:
     user: str | None
     sessions: int
     links: int
+
+
+@dataclass(frozen=True)
+class SubscriptionStats:
+    """Counts of one subscription of a topic at one moment, with what names it.
+
+    ``container`` and ``name`` are the subscription's key as the broker holds it: the container-id and link
+    name of a durable subscription (``name`` ends in ``|volatile`` for a shared non-durable one, and a global
+    shared subscription has an empty ``container``); for a link's own non-durable subscription, ``#`` and the
+    connection number, and the link name followed by ``#``, the channel, ``:`` and the handle.
+    """
+
+    container: str
+    name: str
+    durable: bool
+    """Kept while no link is attached (and across restarts when the broker journals)."""
+    shared: bool
+    """One queue whose links compete for its messages (source capability ``shared``)."""
+    ready: int
+    """Messages waiting for a consumer (``depth``)."""
+    acquired: int
+    """Messages delivered and not yet settled."""
+    staged: int
+    """Messages posted in open transactions, invisible until commit."""
+    consumers: int
+    enqueued_total: int
+    scheduled: int
+    """Messages held back until their delivery time (``x-opt-delivery-delay`` / ``-time``)."""
+    held_bytes: int
+    """Bytes of the messages held (ready, acquired and scheduled): what ``max_bytes`` bounds."""
+
+    @property
+    def depth(self) -> int:
+        """Messages ready for delivery (the same as ``ready``)."""
+        return self.ready
+
+    @property
+    def held(self) -> int:
+        """Messages the subscription holds: ready, acquired and scheduled (what ``max_messages`` bounds)."""
+        return self.ready + self.acquired + self.scheduled

@@ -184,7 +184,7 @@ async def test_subscription_selectors_read_no_oversized_section(mb: MemoryBroker
     for n, payload in enumerate([small, big]):
         await producer.transfer(0, n, payload, settled=True)
     await mb.settle()
-    red, not_red, everything = (s.depth for s in mb.broker.topics["paint"].subscriptions.values())
+    red, not_red, everything = (s.depth for s in mb.topic("paint").subscriptions())
     assert (red, not_red, everything) == (1, 0, 2)
 
 
@@ -242,13 +242,13 @@ async def test_expiry_still_expires_every_copy(mb: MemoryBroker, autojump_clock:
     await producer.transfer(0, 0, frames.message("short", Header(ttl=UInt(1000))), settled=True)
     await producer.transfer(0, 1, frames.message("long", Header(ttl=UInt(60_000))), settled=True)
     await mb.settle()
-    subscriptions = list(mb.broker.topics["t"].subscriptions.values())
-    assert [s.depth for s in subscriptions] == [2, 2, 2]
+    topic = mb.topic("t")
+    assert [s.depth for s in topic.subscriptions()] == [2, 2, 2]
     assert len(mb.broker.dispatcher.timers) == 2  # one timer per publish, not per copy
     await trio.sleep(2)
-    assert [s.depth for s in subscriptions] == [1, 1, 1]
+    assert [s.depth for s in topic.subscriptions()] == [1, 1, 1]
     await trio.sleep(60)
-    assert [s.depth for s in subscriptions] == [0, 0, 0]
+    assert [s.depth for s in topic.subscriptions()] == [0, 0, 0]
 
 
 # -- leftovers (item 17) ----------------------------------------------------------------------------------------

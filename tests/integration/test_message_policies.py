@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from proton import Condition, Delivery, Message, symbol
 
-from minibroker.broker.core import Broker
 from minibroker.testing.thread import ThreadedBroker
 from tests.integration.helpers import queue_stats, section, wait_for
 from tests.integration.proton_options import (
@@ -20,7 +19,6 @@ from tests.integration.proton_options import (
     broker_with,
     connection,
     next_delivery,
-    read_broker,
     remote_condition,
     send_and_wait,
     send_raw_and_wait,
@@ -41,10 +39,7 @@ def scheduled(broker: ThreadedBroker, name: str) -> int:
 
 
 def node_names(broker: ThreadedBroker) -> set[str]:
-    def read(core: Broker) -> set[str]:
-        return set(core.queues) | set(core.topics)
-
-    return read_broker(broker, read)
+    return set(broker.queues) | set(broker.topics)
 
 
 # -- expiry --------------------------------------------------------------------------------------------------
@@ -287,9 +282,9 @@ def test_topic_limit_applies_to_each_subscription() -> None:
         slow.flow(5)
         assert take(slow, 1) == [1]
 
-        def held(core: Broker) -> int:
-            return sum(s.held for s in core.topics["feed"].subscriptions.values())
+        def held() -> int:
+            return sum(s.held for s in broker.topic("feed").subscriptions())
 
-        wait_for(lambda: read_broker(broker, held) == 0, "the accept", conn=conn)
+        wait_for(lambda: held() == 0, "the accept", conn=conn)
         assert send_and_wait(conn, sender, Message(body=3)).remote_state == Delivery.ACCEPTED
         assert take(slow, 1) == [3]

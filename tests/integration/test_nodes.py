@@ -11,7 +11,6 @@ from proton import Delivery, Endpoint, Message, Terminus, symbol
 from proton.reactor import Copy, DurableSubscription, LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 
-from minibroker.broker.core import Broker
 from minibroker.testing.thread import ThreadedBroker
 from tests.integration.helpers import queue_stats, send_messages, wait_for
 from tests.integration.proton_options import (
@@ -21,7 +20,6 @@ from tests.integration.proton_options import (
     broker_with,
     close,
     connection,
-    read_broker,
     refusal,
     remote_condition,
     send_and_wait,
@@ -36,17 +34,16 @@ def bodies(*values: Any) -> list[Message]:
 def node_kinds(broker: ThreadedBroker) -> dict[str, str]:
     """Every node of the default namespace and its kind."""
 
-    def read(core: Broker) -> dict[str, str]:
-        kinds = {name: "queue" for name in core.queues}
-        kinds.update({name: "topic" for name in core.topics})
-        return kinds
-
-    return read_broker(broker, read)
+    kinds = {name: "queue" for name in broker.queues}
+    kinds.update({name: "topic" for name in broker.topics})
+    return kinds
 
 
 def subscriptions(broker: ThreadedBroker, topic: str) -> dict[tuple[str, str], int]:
     """The subscriptions of ``topic`` by key, with their ready messages."""
-    return read_broker(broker, lambda core: {k: s.depth for k, s in core.topics[topic].subscriptions.items()})
+    handle = broker.topic(topic)
+    assert handle.exists, topic
+    return {(s.container, s.name): s.depth for s in handle.subscriptions()}
 
 
 def detach(broker: ThreadedBroker, conn: BlockingConnection, receiver: BlockingReceiver) -> None:
@@ -56,10 +53,10 @@ def detach(broker: ThreadedBroker, conn: BlockingConnection, receiver: BlockingR
     """
     receiver.link.detach()
 
-    def consumers(core: Broker) -> int:
-        return sum(core.dispatcher.consumer_count(s) for t in core.topics.values() for s in t.subscriptions.values())
+    def consumers() -> int:
+        return sum(s.consumers for topic in broker.topics for s in broker.topic(topic).subscriptions())
 
-    wait_for(lambda: read_broker(broker, consumers) == 0, "the detach", conn=conn)
+    wait_for(lambda: consumers() == 0, "the detach", conn=conn)
 
 
 # -- topics and queues ---------------------------------------------------------------------------------------
@@ -94,7 +91,7 @@ def test_topic_gives_every_subscriber_its_own_copy(kind: str) -> None:
         close(first)
         wait_for(lambda: subscriptions(broker, "news") == {}, "the last subscription to go")
         sender.send(Message(body="unheard"))  # a topic without subscribers keeps nothing
-        assert read_broker(broker, lambda core: core.topics["news"].depth) == 0
+        assert sum(s.depth for s in broker.topic("news").subscriptions()) == 0
 
 
 QUEUE_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -190,7 +187,7 @@ def test_shared_subscription_splits_messages_between_its_links(scope: str) -> No
         send_messages(broker, "news", bodies(*range(10)))
         assert take(everything, 10) == list(range(10))
         wait_for(
-            lambda: read_broker(broker, lambda core: core.topics["news"].subscriptions[key].acquired) == 10,
+            lambda: {(s.container, s.name): s.acquired for s in broker.topic("news").subscriptions()}[key] == 10,
             "every message to be sent to one of the shared links",
         )
         got_first = take(first, first.fetcher.has_message) if first.fetcher else []
@@ -382,12 +379,3 @@ def test_browser_reads_without_consuming(broker: ThreadedBroker) -> None:
         assert take(consumer, 4) == ["a", "b", "c", "d"]
         wait_for(lambda: queue_stats(broker, "browsed") == (0, 0), "the consumer to take everything", conn=conn)
         assert_nothing_more(browser)
-
-
-@pytest.mark.parametrize("kind", ["queue", "topic"])
-def test_a_node_is_never_created_over_another(kind: str) -> None:
-    nodes = Broker().nodes
-    existing = nodes.create(nodes.default, "taken", "queue")
-    with pytest.raises(ValueError, match="already exists"):
-        nodes.create(nodes.default, "taken", kind)
-    assert nodes.default.node("taken") is existing

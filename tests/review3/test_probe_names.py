@@ -31,6 +31,6 @@ async def test_odd_names_survive_restarts(tmp_path: Path) -> None:
     for _ in range(2):
         async with memory_broker(data_dir=tmp_path) as mb:
             assert mb.queue(QUEUE).depth == 1
-            (sub,) = mb.broker.topics["t\x00\U0001f600"].subscriptions.values()
-            assert sub.key == (CONTAINER, LINK)
+            (sub,) = mb.topic("t\x00\U0001f600").subscriptions()
+            assert (sub.container, sub.name) == (CONTAINER, LINK)
             assert sub.depth == 1

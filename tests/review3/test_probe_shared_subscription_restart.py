@@ -44,9 +44,9 @@ async def test_unsubscribe_a_global_shared_durable_subscription_after_a_restart(
         await c.receiver("prices", 1, name="orders|global", source=source(), target=Target())
         await c.peer.send(Detach(handle=UInt(1), closed=False))
         await c.peer.expect(Detach)
-        (sub,) = mb.broker.topics["prices"].subscriptions.values()
+        (sub,) = mb.topic("prices").subscriptions()
         assert sub.shared
     async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
-        (sub,) = mb.broker.topics["prices"].subscriptions.values()
+        (sub,) = mb.topic("prices").subscriptions()
         assert await unsubscribe_finds_it(mb), "Qpid JMS unsubscribe finds nothing after a restart"
         assert sub.shared, "restored as not shared"

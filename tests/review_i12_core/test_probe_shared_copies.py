@@ -79,7 +79,7 @@ def test_modified_annotations_stay_on_one_subscriptions_copy() -> None:
     dead = dlqs[0].peek()[0].annotations
     assert dead[Symbol("x-a")] == "mine"
     assert Symbol("x-b") not in dead
-    for sub in world.broker.topics["t"].subscriptions.values():
+    for sub in view.topic("t").subscriptions():
         assert (sub.depth, sub.acquired) == (0, 0)
 
 
@@ -109,7 +109,7 @@ def test_one_copy_expires_while_another_is_acquired_and_a_third_consumed() -> No
     world.settle()
     world.advance(2.0)  # b's copy (ready) expires; a's is acquired
     world.settle()
-    subs = {s.key[1].split("#")[0]: s for s in world.broker.topics["t"].subscriptions.values()}
+    subs = {s.name.split("#")[0]: s for s in CoreView(world.broker).topic("t").subscriptions()}
     assert subs["b"].depth == 0
     expired = CoreView(world.broker).queue("expired")
     assert expired.exists
@@ -120,6 +120,6 @@ def test_one_copy_expires_while_another_is_acquired_and_a_third_consumed() -> No
     peer.flow("b", 5)
     peer.flow("a", 5)
     assert not world.settle()[peer].started
-    for sub in subs.values():
+    for sub in CoreView(world.broker).topic("t").subscriptions():
         assert (sub.depth, sub.acquired, sub.held_bytes) == (0, 0, 0), sub
     assert world.broker.dispatcher.timers.next_deadline() is None

@@ -10,6 +10,7 @@ and a consumer that stalls and falls silent is dropped at the idle time-out, its
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +60,39 @@ def poll(broker: ThreadedBroker, read: Callable[[RunningBroker], T], done: Calla
         if done(value):
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}; last seen {value!r}"
+        time.sleep(0.02)
+
+
+def broker_end(port: int, client: socket.socket) -> int:
+    """The socket inode of the broker's end of ``client``'s connection to ``port`` (the OS's view, /proc/net/tcp;
+    the broker runs in this process). Call it once the broker has accepted the connection (inode 0 before)."""
+    local = client.getsockname()[1]
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        ours, theirs, inode = fields[1], fields[2], int(fields[9])
+        if int(ours.split(":")[1], 16) == port and int(theirs.split(":")[1], 16) == local and inode:
+            return inode
+    raise AssertionError(f"no accepted broker end of 127.0.0.1:{local} -> {port} in /proc/net/tcp")
+
+
+def open_sockets() -> set[int]:
+    """Inodes of the sockets this process (and so the broker) holds open: the OS's view, /proc/self/fd."""
+    inodes = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[len("socket:[") : -1]))
+    return inodes
+
+
+def wait_closed(inode: int, what: str) -> None:
+    """Wait until the broker has closed its socket ``inode``; fail naming ``what`` after 20 s."""
+    deadline = time.monotonic() + 20.0
+    while inode in open_sockets():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
 
 
@@ -169,6 +203,7 @@ def test_peer_that_does_not_read_is_not_read_either(broker: ThreadedBroker) -> N
     flooder = ScriptedPeer(sock, timeout=5.0)
     try:
         flooder.open(container_id="flooder")
+        end = broker_end(broker.port, sock)  # (accepted by now: the broker answered the open)
         flooder.begin()
         chunk = frames.frame(0, frames.flow(echo=True)) * 1000  # 32 kB in, as much out
         sock.settimeout(0.5)
@@ -187,7 +222,7 @@ def test_peer_that_does_not_read_is_not_read_either(broker: ThreadedBroker) -> N
             assert other.create_sender("other").send(Message(body="hi")).remote_state == Delivery.ACCEPTED
     finally:
         flooder.close_socket()
-    poll(broker, lambda running: len(running._server.tasks), lambda n: n == 0, "the flooder's connection to end")
+    wait_closed(end, "the flooder's connection to end")
 
 
 def test_stalled_consumer_is_dropped_after_the_idle_timeout() -> None:
@@ -195,6 +230,7 @@ def test_stalled_consumer_is_dropped_after_the_idle_timeout() -> None:
     a short grace even though it never reads our close: its messages and its connection slot come back."""
     with run_in_thread({"server": {"port": 0, "idle_timeout": 0.6}}) as broker:
         consumer = stalled_consumer(broker.port)
+        end = broker_end(broker.port, consumer.sock)
         try:
             acquired = []
 
@@ -206,7 +242,7 @@ def test_stalled_consumer_is_dropped_after_the_idle_timeout() -> None:
             assert max(acquired) > 0
             # now silent as well: closed at the idle time-out although it cannot even read our close
             poll(broker, queue_counts, lambda c: c == (COUNT // 2, 0), "the unsettled messages to return")
-            poll(broker, lambda running: len(running._server.tasks), lambda n: n == 0, "the connection to end")
+            wait_closed(end, "the connection to end")  # its socket, although it cannot even read our close
         finally:
             consumer.close_socket()
         with blocking_connection(broker) as conn:  # what it held is delivered again, the first message first

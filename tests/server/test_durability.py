@@ -275,8 +275,8 @@ async def test_a_durable_subscription_named_with_nuls_survives_restarts(tmp_path
         assert isinstance(await answer(producer), Accepted)
     for _ in range(2):  # every later start works too
         async with memory_broker(data_dir=tmp_path) as mb:
-            (subscription,) = mb.broker.topics["news"].subscriptions.values()
-            assert subscription.key == (CONTAINER, LINK)
+            (subscription,) = mb.topic("news").subscriptions()
+            assert (subscription.container, subscription.name) == (CONTAINER, LINK)
             assert subscription.depth == 1
     async with memory_broker(data_dir=tmp_path) as mb:
         c = await _durable_subscriber(mb)
@@ -303,9 +303,13 @@ async def test_a_publish_to_many_durable_subscriptions_journals_its_payload_once
         grown = sum(p.stat().st_size for p in mb.writer.journal.segments()) - before
         assert len(payload) < grown < len(payload) + subscriptions * 150, grown  # not 300 copies (18 MB)
     async with memory_broker(data_dir=tmp_path) as mb:
-        topic = mb.broker.topics["prices"]
-        assert len(topic.subscriptions) == subscriptions
-        assert all(s.depth == 1 and s.ready[0].payload == payload for s in topic.subscriptions.values())
+        topic = mb.topic("prices")
+        subs = topic.subscriptions()
+        assert len(subs) == subscriptions
+        assert all(s.depth == 1 for s in subs)
+        for s in subs:
+            (message,) = topic.peek(s.container, s.name)
+            assert (message.body, message.durable, message.size) == ("x" * 60_000, True, len(payload))
 
 
 async def test_the_broker_goes_on_while_a_compaction_writes_its_snapshot(tmp_path: Path) -> None:

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import trio
 from proton import Message
+from proton.reactor import DurableSubscription
 from proton.utils import BlockingConnection
 
 import minibroker
 from minibroker.config import Config, ConfigError
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
+from tests.integration.proton_options import Capabilities
 
 
 def _send(url: str, address: str, *messages: Message) -> None:
@@ -62,6 +64,33 @@ def test_stats_count_acquired_messages(broker: ThreadedBroker) -> None:
         assert [c.links for c in broker.connections] == [1]
     finally:
         conn.close()
+
+
+def test_topic_handle_shows_each_subscription(broker: ThreadedBroker) -> None:
+    conn = BlockingConnection(broker.url, timeout=5, container_id="app")
+    try:
+        conn.create_receiver("topic://news", name="keeper", credit=0, options=DurableSubscription())
+        conn.create_receiver("topic://news", name="shared-one", credit=0, options=Capabilities("shared"))
+        assert broker.topics == ["news"]
+        assert broker.queues == []  # subscriptions are not queues
+        _send(broker.url, "topic://news", Message(body="one"), Message(body="two", priority=7))
+        topic = broker.topic("news")
+        broker.wait_for(lambda: sum(s.held for s in topic.subscriptions()) == 4)
+        keeper, shared = topic.subscriptions()  # in the order they were made
+        assert (keeper.container, keeper.name, keeper.durable, keeper.shared) == ("app", "keeper", True, False)
+        assert (shared.container, shared.name) == ("app", "shared-one|volatile")  # its name, less "|anything"
+        assert (shared.durable, shared.shared) == (False, True)
+        assert (keeper.ready, keeper.acquired, keeper.consumers, keeper.enqueued_total) == (2, 0, 1, 2)
+        assert (shared.depth, shared.acquired, shared.held, shared.staged, shared.scheduled) == (2, 0, 2, 0, 0)
+        assert shared.held_bytes > 0
+        assert [m.body for m in topic.peek("app", "shared-one|volatile")] == ["two", "one"]  # priority 7 first
+        assert [m.body for m in topic.peek("app", "keeper", limit=1)] == ["two"]
+        assert topic.peek("app", "nobody") == []
+        assert (topic.exists, topic.staged) == (True, 0)
+    finally:
+        conn.close()
+    missing = broker.topic("nothing-here")
+    assert (missing.exists, missing.subscriptions(), missing.peek("app", "keeper")) == (False, [], [])
 
 
 def test_wait_for_is_woken_by_a_real_message(broker: ThreadedBroker) -> None:

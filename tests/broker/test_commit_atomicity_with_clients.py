@@ -1,5 +1,8 @@
 """Commits are atomic as seen from outside: real proton clients, the real threaded broker (DESIGN §3, §4).
 
+White-box (hence here, among the broker's own tests): a snapshot reads which messages each consumer link holds
+unsettled, which the inspection API does not give (only how many), and one test breaks the coordinator's commit.
+
 Two producers, each a python-qpid-proton ``Container`` in a thread of its own, run transactions through
 proton's transactional API: declare, send ``PER_QUEUE`` messages to each of q1, q2 and q3 (application
 properties ``batch`` and ``uid``), wait for the provisional outcomes, commit; ``BATCHES`` times each. A third
@@ -33,7 +36,6 @@ from proton import Message
 from proton.handlers import TransactionHandler
 from proton.reactor import Container, Transaction
 
-from minibroker.broker.core import Broker
 from minibroker.broker.links import Dispatched
 from minibroker.broker.transactions import Transaction as BrokerTransaction
 from minibroker.broker.views import view_message
@@ -152,7 +154,7 @@ class Checker:
     def _read(self, running: RunningBroker) -> tuple[tuple[int, ...], dict[str, set[str]], set[str]]:
         """In the broker thread, in one go: depths, ready and acquired uids by queue, the consumer's record."""
         depths = tuple(running.queue(q).depth for q in QUEUES)
-        held = {q: _held_uids(running.broker, q) for q in QUEUES}
+        held = {q: _held_uids(running, q) for q in QUEUES}
         with self.lock:  # after the broker's state: whatever the broker retired is recorded already
             consumed = set(self.consumed)
         return depths, held, consumed
@@ -175,18 +177,22 @@ class Checker:
                 )
 
 
-def _held_uids(broker: Broker, name: str) -> set[str]:
+def _held_uids(running: RunningBroker, name: str) -> set[str]:
     """uids of the messages queue ``name`` holds: ready, or acquired by a consumer link and not settled.
 
     Which messages a consumer holds is not in the inspection API (only how many): read from the core.
     """
-    queue = broker.queues.get(name)
+    ready = [m.properties["uid"] for m in running.queue(name).peek()]
+    queue = running.broker.queues.get(name)
     if queue is None:
         return set()
-    messages = list(queue.ready)
-    for consumer in broker.dispatcher.consumers(queue):
-        messages += [d.message for d in consumer.unsettled.values() if isinstance(d, Dispatched)]
-    return {str(view_message(m.payload).properties["uid"]) for m in messages}
+    acquired = [
+        view_message(d.message.payload).properties["uid"]
+        for consumer in running.broker.dispatcher.consumers(queue)
+        for d in consumer.unsettled.values()
+        if isinstance(d, Dispatched)
+    ]
+    return {str(uid) for uid in ready + acquired}
 
 
 def run_batches(broker: ThreadedBroker, batches: int) -> Report:
