@@ -659,7 +659,6 @@ class ServerConnection:
         refused = len(self.sessions) >= self.max_sessions
         session = Session(local, channel, begin.next_outgoing_id or 0, _INCOMING_WINDOW)
         session.remote_incoming_window = begin.incoming_window or 0
-        session.remote_outgoing_window = begin.outgoing_window or 0
         # the peer may attach no more links than our handles can name (its handle-max): so ours stay in its range
         session.handle_max = min(self.max_links - 1, 0xFFFFFFFF if begin.handle_max is None else begin.handle_max)
         self.sessions[channel] = session
@@ -804,7 +803,6 @@ class ServerConnection:
         window = (next_incoming + (flow.incoming_window or 0) - session.next_outgoing_id) & SERIAL_MASK
         # serial arithmetic: a flow that was overtaken by our transfers can make the window negative, which is 0
         session.remote_incoming_window = 0 if window > 0x7FFFFFFF else window
-        session.remote_outgoing_window = flow.outgoing_window or 0
         self._pump(session)
         if flow.handle is None:
             if flow.echo:

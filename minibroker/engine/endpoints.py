@@ -178,7 +178,6 @@ class Session:
         "pending",
         "remote_channel",
         "remote_incoming_window",
-        "remote_outgoing_window",
     )
 
     def __init__(self, channel: int, remote_channel: int, next_incoming_id: int, incoming_window: int) -> None:
@@ -188,7 +187,6 @@ class Session:
         self.next_incoming_id = next_incoming_id
         self.incoming_window = incoming_window
         self.remote_incoming_window = 0
-        self.remote_outgoing_window = 0
         self.next_delivery_id = 0
         self.links: dict[int, Link] = {}  # by the peer's (input) handle
         self.links_by_output: dict[int, Link] = {}
