@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, AmqpValue, Error, TransactionalState
+from minibroker.amqp.sections import AMQP_VALUE, walk
 from minibroker.broker.links import Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import Namespace, Node
@@ -153,8 +154,10 @@ def info(txn: Transaction, now: float) -> TransactionInfo:
 
 
 def control_body(payload: bytes) -> Any:
-    """The value of the amqp-value section of a coordinator message (§4.3), or None."""
-    for section in codec.decode_all(payload):
-        if isinstance(section, AmqpValue):
-            return section.value
+    """The value of the amqp-value section of a coordinator message (§4.3), or None. Only that section is
+    decoded; ``DecodeError`` when it does not decode, or the sections before it cannot be told apart."""
+    for section in walk(payload):
+        if section.code == AMQP_VALUE:
+            value = codec.decode(payload, section.start)[0]
+            return value.value if isinstance(value, AmqpValue) else None
     return None
