@@ -40,9 +40,10 @@ from minibroker.amqp.definitions import (
     TransactionalState,
 )
 from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.states import Outcome, as_delivery_state, is_outcome
 from minibroker.amqp.types import DecodeError, Symbol
 from minibroker.broker.clock import BrokerClock
-from minibroker.broker.dispatch import ACCEPTED, Dispatcher, is_outcome
+from minibroker.broker.dispatch import ACCEPTED, Dispatcher
 from minibroker.broker.links import RELEASED, Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import TOPIC, Node
@@ -145,7 +146,7 @@ class Coordinator:
         dispatcher.acquirer = self
 
     # -- the Acquirer seam of the dispatcher (§4.4.3) ---------------------------------------------------
-    def transfer_state(self, consumer: Consumer) -> Any:
+    def transfer_state(self, consumer: Consumer) -> TransactionalState | None:
         txn = self._acquiring.get(consumer)
         return txn.state if txn is not None else None
 
@@ -379,7 +380,7 @@ class Coordinator:
     ) -> None:
         """Stage a transactional post and answer with its provisional outcome (``target`` None: unroutable;
         ``refusal``: the post is refused, e.g. not permitted, and so is the commit)."""
-        named = [delivery.state.txn_id] if not delivery.earlier_states else named_transactions(delivery)
+        named = named_transactions(delivery)
         if len(named) > 1:
             # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
             mixed = error(Condition.TRANSACTION_ROLLBACK, "the frames of one transfer named different transactions")
@@ -461,7 +462,7 @@ class Coordinator:
                 self._stopped[consumer] = txn_id
                 self.dispatcher.stop(consumer)
 
-    def discarded(self, conn: ServerConnection, states: list[Any]) -> None:
+    def discarded(self, conn: ServerConnection, states: list[object]) -> None:
         """A transfer was discarded before it was whole (not aborted by its sender): a transaction it was
         posted in cannot commit (§4.4.4: "Should the resource be unable to process the delivery it MUST NOT
         allow the successful discharge of the associated transaction")."""
@@ -513,7 +514,8 @@ class Coordinator:
                     del self._holder[dispatched]
                 plain.append(dispatched)
         # a browsed copy is settled with the outcome it was given, never as work of a transaction
-        self.outbox.settle(conn, browsed, state.outcome if isinstance(state, TransactionalState) else state)
+        given = state.outcome if isinstance(state, TransactionalState) else state
+        self.outbox.settle(conn, browsed, as_delivery_state(given))
         if plain:
             self.dispatcher.apply_outcome(conn, plain, state, settled)
         self.dispatcher.dispatch_all(touched)
@@ -786,9 +788,9 @@ class _Settlements:
     __slots__ = ("_by_conn",)
 
     def __init__(self) -> None:
-        self._by_conn: dict[ServerConnection, dict[int, tuple[Any, list[OutgoingDelivery]]]] = {}
+        self._by_conn: dict[ServerConnection, dict[int, tuple[Outcome, list[OutgoingDelivery]]]] = {}
 
-    def add(self, delivery: OutgoingDelivery, outcome: Any) -> None:
+    def add(self, delivery: OutgoingDelivery, outcome: Outcome) -> None:
         conn = delivery.link.context.conn
         by_outcome = self._by_conn.setdefault(conn, {})
         by_outcome.setdefault(id(outcome), (outcome, []))[1].append(delivery)

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, AmqpValue, Error, TransactionalState
 from minibroker.amqp.sections import AMQP_VALUE, walk
+from minibroker.amqp.states import Outcome
 from minibroker.broker.links import Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import Namespace, Node
@@ -95,7 +96,7 @@ class Transaction:
         # acquired: deliveries sent under it, in the order sent (an ordered set); outcomes: deliveries it holds
         # an outcome for, with the outcome its commit applies; consumers: links whose flow named it
         self.acquired: dict[Dispatched, None] = {}
-        self.outcomes: dict[Dispatched, Any] = {}
+        self.outcomes: dict[Dispatched, Outcome] = {}
         self.consumers: set[Consumer] = set()
         self.failed: Error | None = None
 

@@ -86,6 +86,7 @@ from minibroker.amqp.framing import (
     SASL_HEADER,
     encode_frame,
 )
+from minibroker.amqp.states import DeliveryState
 from minibroker.amqp.types import DecodeError, Symbol, UInt
 from minibroker.engine.endpoints import (
     RECEIVER,
@@ -1110,7 +1111,7 @@ class ServerConnection:
         payload: bytes,
         *,
         settled: bool,
-        state: Any = None,
+        state: DeliveryState | None = None,
         context: Any = None,
         message_format: int = 0,
     ) -> OutgoingDelivery:
@@ -1180,7 +1181,7 @@ class ServerConnection:
             session.remote_incoming_window -= 1
             session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
 
-    def settle(self, deliveries: list[OutgoingDelivery], state: Any = None) -> None:
+    def settle(self, deliveries: list[OutgoingDelivery], state: DeliveryState | None = None) -> None:
         """Settle deliveries we sent, with ``state`` (disposition, role=sender). A delivery not completely sent
         keeps going out (``abort`` stops one). Settling a delivery that either end has already settled is a
         ``LocalProtocolError``: the peer has forgotten it."""
@@ -1222,7 +1223,9 @@ class ServerConnection:
             self.trace("->", session.channel, aborted, 0)
         self._pump(session)
 
-    def dispose_incoming(self, deliveries: list[IncomingDelivery], state: Any, *, settled: bool = True) -> None:
+    def dispose_incoming(
+        self, deliveries: list[IncomingDelivery], state: DeliveryState | None, *, settled: bool = True
+    ) -> None:
         """Give the peer's deliveries an outcome (disposition, role=receiver).
 
         Answering a delivery that is settled at our end already is a ``LocalProtocolError``.
@@ -1236,7 +1239,7 @@ class ServerConnection:
         self,
         deliveries: list[Any],
         role: bool,
-        state: Any,
+        state: DeliveryState | None,
         table: Callable[[Any], dict[int, Any]],
         settled: bool = True,
     ) -> None:
@@ -1256,7 +1259,7 @@ class ServerConnection:
         if run:
             self._send_disposition(run, role, state, settled)
 
-    def _send_disposition(self, run: list[Any], role: bool, state: Any, settled: bool) -> None:
+    def _send_disposition(self, run: list[Any], role: bool, state: DeliveryState | None, settled: bool) -> None:
         first, last = run[0].delivery_id, run[-1].delivery_id
         self._send(
             run[0].link.session.channel,
@@ -1304,7 +1307,7 @@ def _with_short_error(performative: Any, excess: int) -> Any:
 _MAX_STATES = 8  # distinct states remembered per incoming delivery: enough to see that they disagree
 
 
-def _remember_state(delivery: IncomingDelivery, state: Any) -> None:
+def _remember_state(delivery: IncomingDelivery, state: object) -> None:
     """Keep an earlier, different state of a multi-frame delivery (once each, and only a few: a peer that keeps
     changing it costs nothing more)."""
     earlier = delivery.earlier_states
@@ -1314,7 +1317,7 @@ def _remember_state(delivery: IncomingDelivery, state: Any) -> None:
         earlier.append(state)
 
 
-def _states(delivery: IncomingDelivery) -> list[Any]:
+def _states(delivery: IncomingDelivery) -> list[object]:
     """The delivery states the frames of ``delivery`` carried."""
     states = list(delivery.earlier_states or ())
     if delivery.state is not None:
