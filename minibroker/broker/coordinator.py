@@ -58,8 +58,8 @@ from minibroker.broker.transactions import (
     Deferred,
     Post,
     Transaction,
+    TransactionCounters,
     TransactionInfo,
-    TransactionStats,
     control_body,
     info,
 )
@@ -128,7 +128,7 @@ class Coordinator:
         self.dispatcher = dispatcher
         self.outbox = outbox
         self.recorder = recorder
-        self.stats = TransactionStats()
+        self.counters = TransactionCounters()
         self._txn_ids = txn_ids
         self._new_deadline = new_deadline
         self._open: dict[bytes, Transaction] = {}  # every open transaction, oldest first
@@ -220,7 +220,7 @@ class Coordinator:
         txn = Transaction(txn_id, conn, controller, self.clock.now)
         self._open[txn_id] = txn
         held.open[txn_id] = txn
-        self.stats.declared += 1
+        self.counters.declared += 1
         if len(self._open) == 1:
             self._new_deadline()
         self.outbox.answer_now(conn, delivery, Declared(txn_id=txn_id))
@@ -262,7 +262,7 @@ class Coordinator:
         if failure is not None:
             if txn.id in self._open:
                 self._rollback_all([txn])
-            self.stats.failed_commits += 1
+            self.counters.failed_commits += 1
             err = error(Condition.TRANSACTION_ROLLBACK, f"transaction rolled back: {failure.description}")
             self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
@@ -607,7 +607,7 @@ class Coordinator:
                 settle.add(delivery, outcome)  # §4.4.2: the broker settles what it still holds unsettled
             touched.add(consumer.queue)
         settle.send(self.outbox)
-        self.stats.committed += 1
+        self.counters.committed += 1
         self.dispatcher.dispatch_all(touched)
         return None
 
@@ -708,7 +708,7 @@ class Coordinator:
                 self.dispatcher.finish(dispatched, consumer.default_outcome)
             touched.add(consumer.queue)
         settle.send(self.outbox)
-        self.stats.rolled_back += 1
+        self.counters.rolled_back += 1
         return touched
 
     def _end(self, txn: Transaction) -> list[Consumer]:
@@ -764,7 +764,7 @@ class Coordinator:
             if now < txn.created + timeout:
                 break
             expired.append(txn)
-        self.stats.timed_out += len(expired)
+        self.counters.timed_out += len(expired)
         self._rollback_all(expired, stop=True, contain=contain)
         for txn in expired:
             held = self._by_conn.get(txn.conn)

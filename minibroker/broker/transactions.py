@@ -128,15 +128,39 @@ class TransactionInfo:
     staged_addresses: tuple[str, ...]
 
 
-@dataclass
+@dataclass(frozen=True)
 class TransactionStats:
-    """Counters over the broker's lifetime."""
+    """The transaction counters over the broker's lifetime, at one moment (a snapshot: it never changes)."""
 
     declared: int = 0
     committed: int = 0
     rolled_back: int = 0
     timed_out: int = 0
+    """Rolled back because they outlived ``[broker] transaction_timeout`` (counted in ``rolled_back`` too)."""
     failed_commits: int = 0
+    """Discharges with fail=false that rolled back instead (§4.4.4: ``amqp:transaction:rollback``)."""
+
+
+class TransactionCounters:
+    """The coordinator's own, live counters; embedders and tests get ``snapshot()`` copies."""
+
+    __slots__ = ("committed", "declared", "failed_commits", "rolled_back", "timed_out")
+
+    def __init__(self) -> None:
+        self.declared = 0
+        self.committed = 0
+        self.rolled_back = 0
+        self.timed_out = 0
+        self.failed_commits = 0
+
+    def snapshot(self) -> TransactionStats:
+        return TransactionStats(
+            declared=self.declared,
+            committed=self.committed,
+            rolled_back=self.rolled_back,
+            timed_out=self.timed_out,
+            failed_commits=self.failed_commits,
+        )
 
 
 def info(txn: Transaction, now: float) -> TransactionInfo:
