@@ -460,6 +460,17 @@ class Dispatcher:
                     break
         return chosen, expired
 
+    @staticmethod
+    def available(consumer: Consumer) -> int:
+        """The ``available`` of our flows on ``consumer``'s link (§2.7.4: messages the sender has ready): the
+        queue's ready messages, for a browser those past its cursor. A selector's are not sifted (that would cost
+        a scan of the queue): ``available`` is advisory."""
+        ready = consumer.queue.ready
+        if consumer.browser and consumer.cursor is not None:
+            past: int = ready.bisect_key_right(consumer.cursor)  # ready messages at or before the cursor
+            return len(ready) - past
+        return len(ready)
+
     def _dispatch_browsers(self, queue: Queue, group: ConsumerGroup) -> None:
         for browser in group.browsers:
             while browser.can_take():

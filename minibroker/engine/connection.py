@@ -219,6 +219,9 @@ class ServerConnection:
         self._checking_user = ""  # whose credentials await the embedder's verdict
         self._out = bytearray()
         self._events: list[Event] = []
+        # links where we are sender whose peer asked for our flow (§2.7.4 echo): answered once its ``LinkFlow``
+        # has been handled, so the answer tells what the broker did with the credit (``set_available``)
+        self._echoes: list[Link] = []
         self._now = now
         self._started = now
         self._last_received = now
@@ -290,6 +293,8 @@ class ServerConnection:
         ahead: list[Event] = []  # plain transfers read ahead of their handling (``accept_attach(read_ahead=)``)
         try:
             while True:
+                if self._echoes:  # the events of the frame before have been handled
+                    self._answer_echoes()
                 try:
                     phase: Phase = self.phase  # (not narrowed: commands run between frames)
                     pos = self._pos
@@ -351,9 +356,12 @@ class ServerConnection:
                         ahead = []
                     yield from events
             yield from self._release(ahead)
+            if self._echoes:
+                self._answer_echoes()
         finally:
             del buf[: self._pos]
             self._pos = 0
+            self._echoes.clear()  # (left only when the caller stopped taking events: the connection is failing)
 
     def _release(self, ahead: list[Event]) -> Iterator[Event]:
         """The transfers read ahead, one at a time, unless the connection was closed meanwhile (§2.4.3: after
@@ -821,7 +829,10 @@ class ServerConnection:
                 link.credit = 0
             link.drain = bool(flow.drain)
         if flow.echo:
-            self._send_link_flow(link)
+            if link.role == SENDER:
+                self._echoes.append(link)  # answered once the broker has acted on this flow (``_parse``)
+            else:
+                self._send_link_flow(link)
         self._events.append(LinkFlow(link, flow.properties))
 
     def _flow_fields(self, session: Session) -> dict[str, Any]:
@@ -835,7 +846,16 @@ class ServerConnection:
     def _send_session_flow(self, session: Session) -> None:
         self._send(session.channel, Flow(**self._flow_fields(session)))
 
+    def _answer_echoes(self) -> None:
+        """Send our flow on each link whose peer asked for it with echo (§2.7.4) and got none since."""
+        echoes, self._echoes = self._echoes, []
+        for link in dict.fromkeys(echoes):
+            if link.state is not LinkState.DETACHED:
+                self._send_link_flow(link)
+
     def _send_link_flow(self, link: Link, *, drain: bool | None = None) -> None:
+        if self._echoes and link in self._echoes:  # this flow answers the echo too
+            self._echoes = [other for other in self._echoes if other is not link]
         self._send(
             link.session.channel,
             Flow(
@@ -1282,7 +1302,8 @@ class ServerConnection:
         self._send_link_flow(link, drain=True)
 
     def set_available(self, link: Link, available: int) -> None:
-        """Record how many messages the node holds for this link (reported in our flows)."""
+        """Set how many messages we have ready to send on ``link`` (where we are sender): the ``available`` of our
+        next flows on it (§2.7.4: the answer to an echo, the end of a drain)."""
         link.available = available
 
 
