@@ -11,7 +11,9 @@ exchange, SASL, open/close, sessions with their windows, links with their credit
 reassembly of multi-frame transfers and splitting of large ones. It decides nothing about messages: that
 is the broker core's job, done through the commands at the bottom of the class (``accept_attach``,
 ``deliver``, ``settle``, ``abort`` ...), each of which only queues frames, and each of which raises
-``LocalProtocolError`` when given where it makes no sense.
+``LocalProtocolError`` when given where it makes no sense. A flow with echo on a link where we send is answered
+once its ``LinkFlow`` has been handled (when the next frame is parsed, or the read ends), so the answer tells what
+the broker did with the credit and what it has left (``set_available``, §2.7.4).
 
 SASL: the engine decides the outcome itself, unless the policy defers PLAIN checks (``SaslPolicy.deferred``,
 for checks too slow to make while the caller waits): then it reports ``CredentialsReceived``, hands the
