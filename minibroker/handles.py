@@ -246,7 +246,7 @@ class NamespaceView(Inspectable):
     @property
     def txn_stats(self) -> TransactionStats:
         """Broker-wide transaction counters (declared, committed, rolled back, timed out)."""
-        return self._call(lambda broker: TransactionStats(**vars(broker.txn_stats)))
+        return self._call(lambda broker: broker.txn_stats)
 
     def reset(self) -> None:
         """Drop every node, message and transaction of this namespace; close its connections."""

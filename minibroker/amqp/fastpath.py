@@ -14,6 +14,7 @@ from typing import Any
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, Disposition, TransactionalState, Transfer
+from minibroker.amqp.states import DeliveryState
 from minibroker.amqp.types import DecodeError
 
 TRANSFER_PREFIX = b"\x00\x53\x14"
@@ -184,7 +185,7 @@ def encode_transfer(
     message_format: int | None,
     settled: bool | None,
     more: bool,
-    state: Any = None,
+    state: DeliveryState | None = None,
 ) -> bytes:
     """The encoded transfer performative (trailing nulls trimmed), as ``codec.encode(Transfer(...))``."""
     parts = [_uint_bytes(handle)]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp.definitions import Accepted, Coordinator, Error, Modified, Rejected, Released, Source, Target
 from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.states import Outcome
 from minibroker.amqp.types import Described, Symbol
 from minibroker.broker.links import RELEASED
 from minibroker.broker.namespace import parse_address
@@ -67,7 +68,7 @@ class AttachConsumer:
     """The node's name; None for a dynamic node."""
     kind: str | None
     """"queue" or "topic" as the capabilities or an address prefix ask, or None."""
-    default_outcome: Any
+    default_outcome: Outcome
     selector: Selector | None
     filters: dict[Any, Any] | None
     """The filters we apply, echoed in our source (§3.5.3: filters not echoed are not applied)."""

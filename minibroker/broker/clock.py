@@ -23,10 +23,6 @@ class WallClock:
         """The broker-clock instant of a wall-clock time in milliseconds since the epoch."""
         return wall_ms / 1000 - self.offset
 
-    def to_wall_ms(self, now: float) -> int:
-        """The wall-clock time, in milliseconds since the epoch, of a broker-clock instant."""
-        return int((now + self.offset) * 1000)
-
 
 class BrokerClock:
     """The broker-clock instant being handled (``now``) and the wall-clock mapping."""

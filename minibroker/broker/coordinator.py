@@ -40,9 +40,10 @@ from minibroker.amqp.definitions import (
     TransactionalState,
 )
 from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.states import Outcome, as_delivery_state, is_outcome
 from minibroker.amqp.types import DecodeError, Symbol
 from minibroker.broker.clock import BrokerClock
-from minibroker.broker.dispatch import ACCEPTED, Dispatcher, is_outcome
+from minibroker.broker.dispatch import ACCEPTED, Dispatcher
 from minibroker.broker.links import RELEASED, Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import TOPIC, Node
@@ -57,8 +58,8 @@ from minibroker.broker.transactions import (
     Deferred,
     Post,
     Transaction,
+    TransactionCounters,
     TransactionInfo,
-    TransactionStats,
     control_body,
     info,
 )
@@ -127,7 +128,7 @@ class Coordinator:
         self.dispatcher = dispatcher
         self.outbox = outbox
         self.recorder = recorder
-        self.stats = TransactionStats()
+        self.counters = TransactionCounters()
         self._txn_ids = txn_ids
         self._new_deadline = new_deadline
         self._open: dict[bytes, Transaction] = {}  # every open transaction, oldest first
@@ -145,7 +146,7 @@ class Coordinator:
         dispatcher.acquirer = self
 
     # -- the Acquirer seam of the dispatcher (§4.4.3) ---------------------------------------------------
-    def transfer_state(self, consumer: Consumer) -> Any:
+    def transfer_state(self, consumer: Consumer) -> TransactionalState | None:
         txn = self._acquiring.get(consumer)
         return txn.state if txn is not None else None
 
@@ -219,7 +220,7 @@ class Coordinator:
         txn = Transaction(txn_id, conn, controller, self.clock.now)
         self._open[txn_id] = txn
         held.open[txn_id] = txn
-        self.stats.declared += 1
+        self.counters.declared += 1
         if len(self._open) == 1:
             self._new_deadline()
         self.outbox.answer_now(conn, delivery, Declared(txn_id=txn_id))
@@ -261,7 +262,7 @@ class Coordinator:
         if failure is not None:
             if txn.id in self._open:
                 self._rollback_all([txn])
-            self.stats.failed_commits += 1
+            self.counters.failed_commits += 1
             err = error(Condition.TRANSACTION_ROLLBACK, f"transaction rolled back: {failure.description}")
             self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
@@ -379,7 +380,7 @@ class Coordinator:
     ) -> None:
         """Stage a transactional post and answer with its provisional outcome (``target`` None: unroutable;
         ``refusal``: the post is refused, e.g. not permitted, and so is the commit)."""
-        named = [delivery.state.txn_id] if not delivery.earlier_states else named_transactions(delivery)
+        named = named_transactions(delivery)
         if len(named) > 1:
             # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
             mixed = error(Condition.TRANSACTION_ROLLBACK, "the frames of one transfer named different transactions")
@@ -461,7 +462,7 @@ class Coordinator:
                 self._stopped[consumer] = txn_id
                 self.dispatcher.stop(consumer)
 
-    def discarded(self, conn: ServerConnection, states: list[Any]) -> None:
+    def discarded(self, conn: ServerConnection, states: list[object]) -> None:
         """A transfer was discarded before it was whole (not aborted by its sender): a transaction it was
         posted in cannot commit (§4.4.4: "Should the resource be unable to process the delivery it MUST NOT
         allow the successful discharge of the associated transaction")."""
@@ -513,7 +514,8 @@ class Coordinator:
                     del self._holder[dispatched]
                 plain.append(dispatched)
         # a browsed copy is settled with the outcome it was given, never as work of a transaction
-        self.outbox.settle(conn, browsed, state.outcome if isinstance(state, TransactionalState) else state)
+        given = state.outcome if isinstance(state, TransactionalState) else state
+        self.outbox.settle(conn, browsed, as_delivery_state(given))
         if plain:
             self.dispatcher.apply_outcome(conn, plain, state, settled)
         self.dispatcher.dispatch_all(touched)
@@ -605,7 +607,7 @@ class Coordinator:
                 settle.add(delivery, outcome)  # §4.4.2: the broker settles what it still holds unsettled
             touched.add(consumer.queue)
         settle.send(self.outbox)
-        self.stats.committed += 1
+        self.counters.committed += 1
         self.dispatcher.dispatch_all(touched)
         return None
 
@@ -706,7 +708,7 @@ class Coordinator:
                 self.dispatcher.finish(dispatched, consumer.default_outcome)
             touched.add(consumer.queue)
         settle.send(self.outbox)
-        self.stats.rolled_back += 1
+        self.counters.rolled_back += 1
         return touched
 
     def _end(self, txn: Transaction) -> list[Consumer]:
@@ -762,7 +764,7 @@ class Coordinator:
             if now < txn.created + timeout:
                 break
             expired.append(txn)
-        self.stats.timed_out += len(expired)
+        self.counters.timed_out += len(expired)
         self._rollback_all(expired, stop=True, contain=contain)
         for txn in expired:
             held = self._by_conn.get(txn.conn)
@@ -786,9 +788,9 @@ class _Settlements:
     __slots__ = ("_by_conn",)
 
     def __init__(self) -> None:
-        self._by_conn: dict[ServerConnection, dict[int, tuple[Any, list[OutgoingDelivery]]]] = {}
+        self._by_conn: dict[ServerConnection, dict[int, tuple[Outcome, list[OutgoingDelivery]]]] = {}
 
-    def add(self, delivery: OutgoingDelivery, outcome: Any) -> None:
+    def add(self, delivery: OutgoingDelivery, outcome: Outcome) -> None:
         conn = delivery.link.context.conn
         by_outcome = self._by_conn.setdefault(conn, {})
         by_outcome.setdefault(id(outcome), (outcome, []))[1].append(delivery)

@@ -381,7 +381,8 @@ class Broker:
 
     @property
     def txn_stats(self) -> TransactionStats:
-        return self.coordinator.stats
+        """The transaction counters now (a snapshot: read the property again for later figures)."""
+        return self.coordinator.counters.snapshot()
 
     @property
     def transactions(self) -> list[TransactionInfo]:

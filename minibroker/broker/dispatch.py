@@ -33,8 +33,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from weakref import WeakSet
 
-from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Released
+from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, TransactionalState
 from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.states import Outcome, is_outcome
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.links import Consumer, ConsumerGroup, Dispatched
 from minibroker.broker.message import MAX_DELIVERY_COUNT, Message
@@ -71,11 +72,6 @@ _SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"  # Service Bus: wall-cl
 ACCEPTED = Accepted()
 
 
-def is_outcome(state: Any) -> bool:
-    """True for the terminal delivery states (§3.4)."""
-    return isinstance(state, Accepted | Rejected | Released | Modified)
-
-
 def selector_fields(message: Message, limit: int | None = None) -> MessageFields:
     """What selectors read of ``message`` (sections of at most ``limit`` bytes), decoded once and kept on it."""
     from minibroker.broker.selector import MessageFields  # only brokers with selectors pay for the import
@@ -109,7 +105,7 @@ def _refusal(targets: list[Queue], message: Message) -> Error | None:
 class Acquirer(Protocol):
     """Who says whether a consumer's deliveries are acquired under a transaction (§4.4.3): the coordinator."""
 
-    def transfer_state(self, consumer: Consumer) -> Any:
+    def transfer_state(self, consumer: Consumer) -> TransactionalState | None:
         """The delivery state the consumer's next transfer carries (a transactional-state), or None."""
 
     def acquired(self, dispatched: Dispatched) -> None:
@@ -117,7 +113,7 @@ class Acquirer(Protocol):
 
 
 class _NoTransactions:
-    def transfer_state(self, consumer: Consumer) -> Any:
+    def transfer_state(self, consumer: Consumer) -> TransactionalState | None:
         return None
 
     def acquired(self, dispatched: Dispatched) -> None:  # pragma: no cover - never called without a state
@@ -464,6 +460,17 @@ class Dispatcher:
                     break
         return chosen, expired
 
+    @staticmethod
+    def available(consumer: Consumer) -> int:
+        """The ``available`` of our flows on ``consumer``'s link (§2.7.4: messages the sender has ready): the
+        queue's ready messages, for a browser those past its cursor. A selector's are not sifted (that would cost
+        a scan of the queue): ``available`` is advisory."""
+        ready = consumer.queue.ready
+        if consumer.browser and consumer.cursor is not None:
+            past: int = ready.bisect_key_right(consumer.cursor)  # ready messages at or before the cursor
+            return len(ready) - past
+        return len(ready)
+
     def _dispatch_browsers(self, queue: Queue, group: ConsumerGroup) -> None:
         for browser in group.browsers:
             while browser.can_take():
@@ -497,7 +504,7 @@ class Dispatcher:
             consumer.unsettled[delivery] = Dispatched(consumer, delivery, message)
 
     # -- outcomes -----------------------------------------------------------------------------------
-    def apply_outcome(self, conn: ServerConnection, deliveries: list[Dispatched], state: Any, settled: bool) -> None:
+    def apply_outcome(self, conn: ServerConnection, deliveries: list[Dispatched], state: object, settled: bool) -> None:
         """The consumer's disposition (§3.4) of deliveries no transaction holds.
 
         A terminal outcome applies; a delivery settled without one gets the source's default outcome
@@ -506,9 +513,10 @@ class Dispatcher:
         """
         queues: set[Queue] = set()
         to_settle = []
+        given = state if is_outcome(state) else None
         for dispatched in deliveries:
-            if is_outcome(state):
-                outcome = state
+            if given is not None:
+                outcome = given
             elif settled:
                 outcome = dispatched.consumer.default_outcome
             else:
@@ -517,10 +525,10 @@ class Dispatcher:
             queues.add(dispatched.consumer.queue)
             if dispatched.delivery.open:
                 to_settle.append(dispatched.delivery)
-        self.outbox.settle(conn, to_settle, state)
+        self.outbox.settle(conn, to_settle, given)  # (only a delivery given an outcome can be left to settle)
         self.dispatch_all(queues)
 
-    def finish(self, dispatched: Dispatched, outcome: Any) -> None:
+    def finish(self, dispatched: Dispatched, outcome: Outcome) -> None:
         """Apply a terminal outcome to a dispatched message and forget the delivery (the caller dispatches)."""
         consumer = dispatched.consumer
         consumer.unsettled.pop(dispatched.delivery, None)

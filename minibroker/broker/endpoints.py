@@ -366,6 +366,8 @@ class Endpoints:
                 self.outbox.touch(conn)
                 return
         self.dispatcher.dispatch(consumer.queue)
+        # what is left for the link, in the flow that ends a drain or answers an echo (the engine sends it next)
+        conn.set_available(consumer.link, self.dispatcher.available(consumer))
         if consumer.link.drain:
             conn.complete_drain(consumer.link)
             self.outbox.touch(conn)

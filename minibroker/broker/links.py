@@ -12,9 +12,10 @@ and which transaction a consumer acquires under. The transaction coordinator own
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from minibroker.amqp.definitions import Released
+from minibroker.amqp.states import Outcome
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import Link, LinkState, OutgoingDelivery
 
@@ -49,7 +50,7 @@ class Consumer:
         conn: ServerConnection,
         link: Link,
         queue: Queue,
-        default_outcome: Any,
+        default_outcome: Outcome,
         *,
         selector: Selector | None = None,
         browser: bool = False,

@@ -25,25 +25,21 @@ from weakref import WeakSet
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import DeliveryAnnotations, Header, MessageAnnotations, Properties
+from minibroker.amqp.sections import (
+    DELIVERY_ANNOTATIONS,
+    HEADER,
+    MESSAGE_ANNOTATIONS,
+    PROPERTIES,
+    section_at,
+    section_end,
+)
 from minibroker.amqp.types import DecodeError, Symbol, UInt
 
-_DESCRIBED = 0x00
-_SMALLULONG = 0x53
-_HEADER, _DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS, _PROPERTIES = 0x70, 0x71, 0x72, 0x73
 _ABSOLUTE_EXPIRY_FIELD = 9  # properties fields before and including absolute-expiry-time
 DEFAULT_PRIORITY = 4  # Part 3 §3.2.1
 # the largest header, message-annotations or properties section decoded on arrival (the broker passes its
 # ``max_selector_properties_size``; a recovered message, accepted before, passes None)
 DEFAULT_SECTION_LIMIT = 64 * 1024
-
-
-def _section_code(payload: bytes, pos: int) -> int:
-    """The descriptor code of the section at ``pos`` when it uses the compact form, else -1."""
-    if len(payload) >= pos + 3 and payload[pos] == _DESCRIBED and payload[pos + 1] == _SMALLULONG:
-        return payload[pos + 2]
-    return -1
-
-
 MAX_DELIVERY_COUNT = 0xFFFFFFFF  # header.delivery-count is a uint (§3.2.1): it saturates there
 
 
@@ -98,20 +94,24 @@ class Content:
         """Why the sections read here do not decode (the message is refused), or None."""
         pos = 0
         try:
-            if _section_code(payload, 0) == _HEADER:
-                self._check_size(payload, 0, "header")
+            # the sections before the properties, each looked for where the one before ended (``amqp.sections``)
+            code, value = section_at(payload, 0)
+            if code == HEADER:
+                self._check_size(payload, 0, value, "header")
                 header, pos = codec.decode(payload)
                 if isinstance(header, Header):
                     self.header = header
                     self.count = min(int(header.delivery_count or 0), MAX_DELIVERY_COUNT)
                     if header.priority is not None:
                         self.priority = min(int(header.priority), 9)
+                code, value = section_at(payload, pos)
             self.body_offset = pos
-            if _section_code(payload, pos) == _DELIVERY_ANNOTATIONS:
-                pos = codec.value_end(payload, pos + 3)  # for the next hop: skipped by its size, never decoded
+            if code == DELIVERY_ANNOTATIONS:
+                pos = section_end(payload, value)  # for the next hop: skipped by its size, never decoded
+                code, value = section_at(payload, pos)
             self.annotations_start = pos
-            if _section_code(payload, pos) == _MESSAGE_ANNOTATIONS:
-                self._check_size(payload, pos, "message-annotations")
+            if code == MESSAGE_ANNOTATIONS:
+                self._check_size(payload, pos, value, "message-annotations")
                 annotations, pos = codec.decode(payload, pos)
                 if isinstance(annotations, MessageAnnotations):
                     self.annotations = annotations.value
@@ -124,10 +124,10 @@ class Content:
             self.body_offset = self.annotations_start = self.annotations_end = pos = 0
         self.properties_start = pos
 
-    def _check_size(self, payload: bytes, pos: int, name: str) -> None:
-        """Refuse to decode the section at ``pos`` when it is larger than ``limit``."""
+    def _check_size(self, payload: bytes, pos: int, value: int, name: str) -> None:
+        """Refuse to decode the section at ``pos`` (its value at ``value``) when it is larger than ``limit``."""
         limit = self.limit
-        if limit is not None and (size := codec.value_end(payload, pos + 3) - pos) > limit:
+        if limit is not None and (size := section_end(payload, value) - pos) > limit:
             self.oversized = True
             raise DecodeError(f"{name} of {size} bytes, larger than the limit of {limit}")
 
@@ -244,10 +244,11 @@ class Message:
     def properties(self) -> Properties | None:
         """The properties section, decoded (None when absent or undecodable)."""
         payload, pos, limit = self.payload, self.properties_start, self.content.limit
-        if _section_code(payload, pos) != _PROPERTIES:
+        code, value = section_at(payload, pos)
+        if code != PROPERTIES:
             return None
         try:
-            if limit is not None and codec.value_end(payload, pos + 3) - pos > limit:
+            if limit is not None and section_end(payload, value) - pos > limit:
                 return None  # larger than the limit: never decoded, as if absent
             section = codec.decode(payload, pos)[0]
         except (DecodeError, IndexError):
@@ -262,15 +263,15 @@ class Message:
 
     def absolute_expiry_time(self) -> int | None:
         """``properties.absolute-expiry-time`` in wall-clock ms; decodes only when the field can be present."""
-        pos = self.properties_start
         payload = self.payload
-        if _section_code(payload, pos) != _PROPERTIES or len(payload) < pos + 5:
+        code, value = section_at(payload, self.properties_start)
+        if code != PROPERTIES or len(payload) < value + 2:
             return None
-        constructor = payload[pos + 3]
-        if constructor == 0xC0:
-            count = payload[pos + 5] if len(payload) > pos + 5 else 0
-        elif constructor == 0xD0:
-            count = int.from_bytes(payload[pos + 8 : pos + 12], "big")
+        constructor = payload[value]
+        if constructor == 0xC0:  # list8: size, count
+            count = payload[value + 2] if len(payload) > value + 2 else 0
+        elif constructor == 0xD0:  # list32: size, count
+            count = int.from_bytes(payload[value + 5 : value + 9], "big")
         else:
             return None
         if count < _ABSOLUTE_EXPIRY_FIELD:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from minibroker.amqp.states import DeliveryState
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery, OutgoingDelivery
 
@@ -40,7 +41,7 @@ class Outbox:
         dirty, self.dirty = self.dirty, set()
         return dirty
 
-    def answer(self, conn: ServerConnection, delivery: IncomingDelivery, state: Any) -> None:
+    def answer(self, conn: ServerConnection, delivery: IncomingDelivery, state: DeliveryState) -> None:
         """Settle the peer's ``delivery`` with ``state`` at the end of this batch, merged into ranges.
 
         ``state`` should be one shared object per outcome: the batch groups deliveries by its identity. A
@@ -54,7 +55,7 @@ class Outbox:
         batch = self._answers.setdefault(conn, {})
         batch.setdefault(id(state), (state, []))[1].append(delivery)
 
-    def answer_now(self, conn: ServerConnection, delivery: IncomingDelivery, state: Any) -> None:
+    def answer_now(self, conn: ServerConnection, delivery: IncomingDelivery, state: DeliveryState) -> None:
         """Give the peer's ``delivery`` the outcome ``state`` now.
 
         rcv-settle-mode second (§2.8.3): we give the outcome and settle only after the sender does.
@@ -72,7 +73,7 @@ class Outbox:
                 conn.dispose_incoming([d for d in deliveries if not d.settled], state)
             self.dirty.add(conn)
 
-    def settle(self, conn: ServerConnection, deliveries: list[OutgoingDelivery], state: Any) -> None:
+    def settle(self, conn: ServerConnection, deliveries: list[OutgoingDelivery], state: DeliveryState | None) -> None:
         """Settle deliveries we sent on ``conn`` with ``state`` (one disposition per run of ids)."""
         if deliveries:
             conn.settle(deliveries, state)

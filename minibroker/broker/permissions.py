@@ -31,6 +31,3 @@ class Permissions:
 
     def may_receive(self, address: str) -> bool:
         return any(fnmatchcase(address, pattern) for pattern in self.receive)
-
-
-EVERYTHING = Permissions()

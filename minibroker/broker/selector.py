@@ -40,14 +40,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from minibroker.amqp import codec
-from minibroker.amqp.definitions import (
-    ApplicationProperties,
-    DeliveryAnnotations,
-    Header,
-    MessageAnnotations,
-    Properties,
-)
+from minibroker.amqp import codec, sections
+from minibroker.amqp.definitions import ApplicationProperties, Header, Properties
 from minibroker.amqp.types import DecodeError, Described, Symbol, ULong
 
 __all__ = [
@@ -114,7 +108,8 @@ class MessageFields:
         is decoded only when it is at most ``limit`` bytes (None: any size), else its bit is set in
         ``oversized``. The annotations are never decoded, and neither is the body: reading stops at the first
         section that is none of header, delivery-annotations, message-annotations, properties or
-        application-properties. A message that does not decode gives empty fields; this never raises.
+        application-properties, or at the first value that is no section (``amqp.sections``). A message whose
+        sections do not decode gives empty fields; this never raises.
         """
         try:
             return _decode_fields(cls, payload, limit)
@@ -122,17 +117,11 @@ class MessageFields:
             return cls({}, limit=limit)
 
 
-_SECTIONS_BEFORE_BODY = frozenset(
-    key
-    for section in (Header, DeliveryAnnotations, MessageAnnotations, Properties, ApplicationProperties)
-    for key in (ULong(section.DESCRIPTOR_CODE), Symbol(section.DESCRIPTOR_NAME))
-)
-_SECTION_BITS: dict[Any, int] = {
-    key: bit
-    for section, bit in ((Header, HEADER), (Properties, PROPERTIES), (ApplicationProperties, APPLICATION_PROPERTIES))
-    for key in (ULong(section.DESCRIPTOR_CODE), Symbol(section.DESCRIPTOR_NAME))
+_SECTION_BITS: dict[int, int] = {
+    sections.HEADER: HEADER,
+    sections.PROPERTIES: PROPERTIES,
+    sections.APPLICATION_PROPERTIES: APPLICATION_PROPERTIES,
 }
-_NOT_A_DESCRIPTOR = frozenset({0x00, 0x45, 0xC0, 0xC1, 0xD0, 0xD1, 0xE0, 0xF0})  # described or compound
 
 
 def _decode_fields(cls: type[MessageFields], payload: bytes, limit: int | None) -> MessageFields:
@@ -140,31 +129,21 @@ def _decode_fields(cls: type[MessageFields], payload: bytes, limit: int | None) 
     properties: Properties | None = None
     application_properties: dict[Any, Any] = {}
     oversized = 0
-    pos, end = 0, len(payload)
-    while pos < end:
-        # Part 3 §3.2: every section is a described value; its descriptor says which, its size where it ends
-        if payload[pos] != 0x00:
-            raise DecodeError(f"message section at offset {pos} is not a described value")
-        if payload[pos + 1] in _NOT_A_DESCRIPTOR:
-            break
-        descriptor, value_pos = codec.decode(payload, pos + 1)
-        if not isinstance(descriptor, int | str) or descriptor not in _SECTIONS_BEFORE_BODY:
-            break
-        section_end = codec.value_end(payload, value_pos)
-        bit = _SECTION_BITS.get(descriptor, 0)
-        if bit and limit is not None and section_end - pos > limit:
+    # §3.2: only the body and the footer come after application-properties: the walk stops there
+    for section in sections.walk(payload, last=sections.APPLICATION_PROPERTIES):
+        bit = _SECTION_BITS.get(section.code, 0)
+        if not bit:
+            continue  # the annotations: skipped by their size
+        if limit is not None and section.end - section.start > limit:
             oversized |= bit
-        elif bit:
-            section, _ = codec.decode(payload, pos)
-            if isinstance(section, Header):
-                header = section
-            elif isinstance(section, Properties):
-                properties = section
-            elif isinstance(section, ApplicationProperties):
-                application_properties = section.value
-        if bit == APPLICATION_PROPERTIES:
-            break  # §3.2: only the body and the footer come after application-properties
-        pos = section_end
+            continue
+        decoded, _ = codec.decode(payload, section.start)
+        if isinstance(decoded, Header):
+            header = decoded
+        elif isinstance(decoded, Properties):
+            properties = decoded
+        elif isinstance(decoded, ApplicationProperties):
+            application_properties = decoded.value
     fields: dict[str, Any] = {}
     if header is not None:
         if header.priority is not None:

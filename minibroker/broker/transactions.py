@@ -28,6 +28,8 @@ from typing import Any, NamedTuple
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, AmqpValue, Error, TransactionalState
+from minibroker.amqp.sections import AMQP_VALUE, walk
+from minibroker.amqp.states import Outcome
 from minibroker.broker.links import Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import Namespace, Node
@@ -94,7 +96,7 @@ class Transaction:
         # acquired: deliveries sent under it, in the order sent (an ordered set); outcomes: deliveries it holds
         # an outcome for, with the outcome its commit applies; consumers: links whose flow named it
         self.acquired: dict[Dispatched, None] = {}
-        self.outcomes: dict[Dispatched, Any] = {}
+        self.outcomes: dict[Dispatched, Outcome] = {}
         self.consumers: set[Consumer] = set()
         self.failed: Error | None = None
 
@@ -126,15 +128,39 @@ class TransactionInfo:
     staged_addresses: tuple[str, ...]
 
 
-@dataclass
+@dataclass(frozen=True)
 class TransactionStats:
-    """Counters over the broker's lifetime."""
+    """The transaction counters over the broker's lifetime, at one moment (a snapshot: it never changes)."""
 
     declared: int = 0
     committed: int = 0
     rolled_back: int = 0
     timed_out: int = 0
+    """Rolled back because they outlived ``[broker] transaction_timeout`` (counted in ``rolled_back`` too)."""
     failed_commits: int = 0
+    """Discharges with fail=false that rolled back instead (§4.4.4: ``amqp:transaction:rollback``)."""
+
+
+class TransactionCounters:
+    """The coordinator's own, live counters; embedders and tests get ``snapshot()`` copies."""
+
+    __slots__ = ("committed", "declared", "failed_commits", "rolled_back", "timed_out")
+
+    def __init__(self) -> None:
+        self.declared = 0
+        self.committed = 0
+        self.rolled_back = 0
+        self.timed_out = 0
+        self.failed_commits = 0
+
+    def snapshot(self) -> TransactionStats:
+        return TransactionStats(
+            declared=self.declared,
+            committed=self.committed,
+            rolled_back=self.rolled_back,
+            timed_out=self.timed_out,
+            failed_commits=self.failed_commits,
+        )
 
 
 def info(txn: Transaction, now: float) -> TransactionInfo:
@@ -153,8 +179,10 @@ def info(txn: Transaction, now: float) -> TransactionInfo:
 
 
 def control_body(payload: bytes) -> Any:
-    """The value of the amqp-value section of a coordinator message (§4.3), or None."""
-    for section in codec.decode_all(payload):
-        if isinstance(section, AmqpValue):
-            return section.value
+    """The value of the amqp-value section of a coordinator message (§4.3), or None. Only that section is
+    decoded; ``DecodeError`` when it does not decode, or the sections before it cannot be told apart."""
+    for section in walk(payload):
+        if section.code == AMQP_VALUE:
+            value = codec.decode(payload, section.start)[0]
+            return value.value if isinstance(value, AmqpValue) else None
     return None

@@ -8,6 +8,7 @@ seconds. Decoding happens only here, on request, never on the hot path.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from minibroker.amqp.definitions import (
     MessageAnnotations,
     Properties,
 )
+from minibroker.amqp.sections import walk
 from minibroker.amqp.types import DecodeError
 
 _NO_BODY = object()
@@ -67,11 +69,7 @@ def view_message(payload: bytes, *, delivery_count: int | None = None) -> Messag
     """Decode ``payload`` (an encoded message) into a ``MessageView``; undecodable parts are left out."""
     fields: dict[str, Any] = {"size": len(payload)}
     body: Any = _NO_BODY
-    try:
-        sections = codec.decode_all(payload)
-    except DecodeError:
-        sections = []
-    for section in sections:
+    for section in _decoded_sections(payload):
         if isinstance(section, Header):
             fields.update(
                 durable=bool(section.durable),
@@ -113,6 +111,19 @@ def view_message(payload: bytes, *, delivery_count: int | None = None) -> Messag
     if delivery_count is not None:
         fields["delivery_count"] = delivery_count
     return MessageView(body=None if body is _NO_BODY else body, **fields)
+
+
+def _decoded_sections(payload: bytes) -> Iterator[Any]:
+    """Each section of ``payload``, decoded; one that does not decode is left out, and the walk ends where the
+    sections can no longer be told apart (``amqp.sections.walk``)."""
+    try:
+        for section in walk(payload):
+            try:
+                yield codec.decode(payload, section.start)[0]
+            except DecodeError:
+                continue
+    except DecodeError:
+        return
 
 
 def _as_list(body: Any) -> list[Any]:

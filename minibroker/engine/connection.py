@@ -11,7 +11,9 @@ exchange, SASL, open/close, sessions with their windows, links with their credit
 reassembly of multi-frame transfers and splitting of large ones. It decides nothing about messages: that
 is the broker core's job, done through the commands at the bottom of the class (``accept_attach``,
 ``deliver``, ``settle``, ``abort`` ...), each of which only queues frames, and each of which raises
-``LocalProtocolError`` when given where it makes no sense.
+``LocalProtocolError`` when given where it makes no sense. A flow with echo on a link where we send is answered
+once its ``LinkFlow`` has been handled (when the next frame is parsed, or the read ends), so the answer tells what
+the broker did with the credit and what it has left (``set_available``, §2.7.4).
 
 SASL: the engine decides the outcome itself, unless the policy defers PLAIN checks (``SaslPolicy.deferred``,
 for checks too slow to make while the caller waits): then it reports ``CredentialsReceived``, hands the
@@ -80,6 +82,7 @@ from minibroker.amqp.framing import (
     SASL_HEADER,
     encode_frame,
 )
+from minibroker.amqp.states import DeliveryState
 from minibroker.amqp.types import DecodeError, Symbol, UInt
 from minibroker.engine.endpoints import (
     RECEIVER,
@@ -212,6 +215,9 @@ class ServerConnection:
         self._checking_user = ""  # whose credentials await the embedder's verdict
         self._out = bytearray()
         self._events: list[Event] = []
+        # links where we are sender whose peer asked for our flow (§2.7.4 echo): answered once its ``LinkFlow``
+        # has been handled, so the answer tells what the broker did with the credit (``set_available``)
+        self._echoes: list[Link] = []
         self._now = now
         self._started = now
         self._last_received = now
@@ -283,6 +289,8 @@ class ServerConnection:
         ahead: list[Event] = []  # plain transfers read ahead of their handling (``accept_attach(read_ahead=)``)
         try:
             while True:
+                if self._echoes:  # the events of the frame before have been handled
+                    self._answer_echoes()
                 try:
                     phase: Phase = self.phase  # (not narrowed: commands run between frames)
                     pos = self._pos
@@ -344,9 +352,12 @@ class ServerConnection:
                         ahead = []
                     yield from events
             yield from self._release(ahead)
+            if self._echoes:
+                self._answer_echoes()
         finally:
             del buf[: self._pos]
             self._pos = 0
+            self._echoes.clear()  # (left only when the caller stopped taking events: the connection is failing)
 
     def _release(self, ahead: list[Event]) -> Iterator[Event]:
         """The transfers read ahead, one at a time, unless the connection was closed meanwhile (§2.4.3: after
@@ -646,7 +657,6 @@ class ServerConnection:
         refused = len(self.sessions) >= self.max_sessions
         session = Session(local, channel, begin.next_outgoing_id or 0, _INCOMING_WINDOW)
         session.remote_incoming_window = begin.incoming_window or 0
-        session.remote_outgoing_window = begin.outgoing_window or 0
         # the peer may attach no more links than our handles can name (its handle-max): so ours stay in its range
         session.handle_max = min(self.max_links - 1, 0xFFFFFFFF if begin.handle_max is None else begin.handle_max)
         self.sessions[channel] = session
@@ -791,7 +801,6 @@ class ServerConnection:
         window = (next_incoming + (flow.incoming_window or 0) - session.next_outgoing_id) & SERIAL_MASK
         # serial arithmetic: a flow that was overtaken by our transfers can make the window negative, which is 0
         session.remote_incoming_window = 0 if window > 0x7FFFFFFF else window
-        session.remote_outgoing_window = flow.outgoing_window or 0
         self._pump(session)
         if flow.handle is None:
             if flow.echo:
@@ -809,7 +818,10 @@ class ServerConnection:
                 link.credit = 0
             link.drain = bool(flow.drain)
         if flow.echo:
-            self._send_link_flow(link)
+            if link.role == SENDER:
+                self._echoes.append(link)  # answered once the broker has acted on this flow (``_parse``)
+            else:
+                self._send_link_flow(link)
         self._events.append(LinkFlow(link, flow.properties))
 
     def _flow_fields(self, session: Session) -> dict[str, Any]:
@@ -823,7 +835,16 @@ class ServerConnection:
     def _send_session_flow(self, session: Session) -> None:
         self._send(session.channel, Flow(**self._flow_fields(session)))
 
+    def _answer_echoes(self) -> None:
+        """Send our flow on each link whose peer asked for it with echo (§2.7.4) and got none since."""
+        echoes, self._echoes = self._echoes, []
+        for link in dict.fromkeys(echoes):
+            if link.state is not LinkState.DETACHED:
+                self._send_link_flow(link)
+
     def _send_link_flow(self, link: Link, *, drain: bool | None = None) -> None:
+        if self._echoes and link in self._echoes:  # this flow answers the echo too
+            self._echoes = [other for other in self._echoes if other is not link]
         self._send(
             link.session.channel,
             Flow(
@@ -1099,7 +1120,7 @@ class ServerConnection:
         payload: bytes,
         *,
         settled: bool,
-        state: Any = None,
+        state: DeliveryState | None = None,
         context: Any = None,
         message_format: int = 0,
     ) -> OutgoingDelivery:
@@ -1169,7 +1190,7 @@ class ServerConnection:
             session.remote_incoming_window -= 1
             session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
 
-    def settle(self, deliveries: list[OutgoingDelivery], state: Any = None) -> None:
+    def settle(self, deliveries: list[OutgoingDelivery], state: DeliveryState | None = None) -> None:
         """Settle deliveries we sent, with ``state`` (disposition, role=sender). A delivery not completely sent
         keeps going out (``abort`` stops one). Settling a delivery that either end has already settled is a
         ``LocalProtocolError``: the peer has forgotten it."""
@@ -1211,7 +1232,9 @@ class ServerConnection:
             self.trace("->", session.channel, aborted, 0)
         self._pump(session)
 
-    def dispose_incoming(self, deliveries: list[IncomingDelivery], state: Any, *, settled: bool = True) -> None:
+    def dispose_incoming(
+        self, deliveries: list[IncomingDelivery], state: DeliveryState | None, *, settled: bool = True
+    ) -> None:
         """Give the peer's deliveries an outcome (disposition, role=receiver).
 
         Answering a delivery that is settled at our end already is a ``LocalProtocolError``.
@@ -1225,7 +1248,7 @@ class ServerConnection:
         self,
         deliveries: list[Any],
         role: bool,
-        state: Any,
+        state: DeliveryState | None,
         table: Callable[[Any], dict[int, Any]],
         settled: bool = True,
     ) -> None:
@@ -1245,7 +1268,7 @@ class ServerConnection:
         if run:
             self._send_disposition(run, role, state, settled)
 
-    def _send_disposition(self, run: list[Any], role: bool, state: Any, settled: bool) -> None:
+    def _send_disposition(self, run: list[Any], role: bool, state: DeliveryState | None, settled: bool) -> None:
         first, last = run[0].delivery_id, run[-1].delivery_id
         self._send(
             run[0].link.session.channel,
@@ -1268,7 +1291,8 @@ class ServerConnection:
         self._send_link_flow(link, drain=True)
 
     def set_available(self, link: Link, available: int) -> None:
-        """Record how many messages the node holds for this link (reported in our flows)."""
+        """Set how many messages we have ready to send on ``link`` (where we are sender): the ``available`` of our
+        next flows on it (§2.7.4: the answer to an echo, the end of a drain)."""
         link.available = available
 
 
@@ -1293,7 +1317,7 @@ def _with_short_error(performative: Any, excess: int) -> Any:
 _MAX_STATES = 8  # distinct states remembered per incoming delivery: enough to see that they disagree
 
 
-def _remember_state(delivery: IncomingDelivery, state: Any) -> None:
+def _remember_state(delivery: IncomingDelivery, state: object) -> None:
     """Keep an earlier, different state of a multi-frame delivery (once each, and only a few: a peer that keeps
     changing it costs nothing more)."""
     earlier = delivery.earlier_states
@@ -1303,7 +1327,7 @@ def _remember_state(delivery: IncomingDelivery, state: Any) -> None:
         earlier.append(state)
 
 
-def _states(delivery: IncomingDelivery) -> list[Any]:
+def _states(delivery: IncomingDelivery) -> list[object]:
     """The delivery states the frames of ``delivery`` carried."""
     states = list(delivery.earlier_states or ())
     if delivery.state is not None:

@@ -34,7 +34,7 @@ class IncomingDelivery:
 
     __slots__ = ("delivery_id", "earlier_states", "link", "settled", "state", "tag")
 
-    def __init__(self, link: Link, delivery_id: int, tag: bytes, settled: bool, state: Any) -> None:
+    def __init__(self, link: Link, delivery_id: int, tag: bytes, settled: bool, state: object) -> None:
         self.link = link
         self.delivery_id = delivery_id
         self.tag = tag
@@ -44,7 +44,7 @@ class IncomingDelivery:
         # earlier frames of a multi-frame delivery (Part 4 §4.4.1 requires all frames of a transactional post to
         # name the same transaction; the broker checks)
         self.state = state
-        self.earlier_states: list[Any] | None = None
+        self.earlier_states: list[object] | None = None
 
     def __repr__(self) -> str:
         return f"IncomingDelivery(id={self.delivery_id}, tag={self.tag!r}, settled={self.settled})"
@@ -72,7 +72,7 @@ class OutgoingDelivery:
         # settled: at our end (sent settled, settled or aborted by a command, or its link went away)
         self.settled = settled
         self.remote_settled = False
-        self.remote_state: Any = None
+        self.remote_state: object = None
         self.context = context
         self.unsent = 0  # transfer frames of it still held back by the peer's session window (§2.5.6)
         self.begun = False  # its first frame has been written
@@ -178,7 +178,6 @@ class Session:
         "pending",
         "remote_channel",
         "remote_incoming_window",
-        "remote_outgoing_window",
     )
 
     def __init__(self, channel: int, remote_channel: int, next_incoming_id: int, incoming_window: int) -> None:
@@ -188,7 +187,6 @@ class Session:
         self.next_incoming_id = next_incoming_id
         self.incoming_window = incoming_window
         self.remote_incoming_window = 0
-        self.remote_outgoing_window = 0
         self.next_delivery_id = 0
         self.links: dict[int, Link] = {}  # by the peer's (input) handle
         self.links_by_output: dict[int, Link] = {}

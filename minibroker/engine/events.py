@@ -120,7 +120,7 @@ class TransferDiscarded(Event):
     """
 
     link: Link | None
-    states: list[Any]
+    states: list[object]
     aborted: bool = False
 
 
@@ -129,7 +129,8 @@ class DeliveryUpdated(Event):
     """The peer's disposition for deliveries we sent (role=receiver)."""
 
     deliveries: list[OutgoingDelivery]
-    state: Any
+    state: object
+    """What the peer sent: a delivery state (``amqp.states``) unless it broke the protocol; None for none."""
     settled: bool
 
 
@@ -138,4 +139,5 @@ class IncomingSettled(Event):
     """The peer settled deliveries it sent us (its disposition with role=sender)."""
 
     deliveries: list[IncomingDelivery]
-    state: Any
+    state: object
+    """What the peer sent (see ``DeliveryUpdated.state``)."""

@@ -9,6 +9,7 @@ rule over TCP with ``ScriptedPeer`` against the real server in a thread, with th
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -371,6 +372,19 @@ async def test_presettled_control_message_detaches_the_coordinator(
     assert condition(detach) == Condition.NOT_ALLOWED
     assert mb.broker.transactions == []
     assert mb.broker.txn_stats.declared == 0
+
+
+async def test_txn_stats_are_frozen_snapshots(mb: MemoryBroker, autojump_clock: MockClock) -> None:
+    """``txn_stats`` gives a frozen copy of the counters as they were: later work changes the next one only."""
+    c = await client(mb)
+    await c.coordinator()
+    txn = await c.declare()
+    before = mb.broker.txn_stats
+    assert await c.discharge(txn) == Accepted()
+    assert (before.declared, before.committed) == (1, 0)
+    assert (mb.broker.txn_stats.declared, mb.broker.txn_stats.committed) == (1, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        before.committed = 5  # type: ignore[misc]
 
 
 # -- posting (§4.4.1) -------------------------------------------------------------------------------------

@@ -602,6 +602,37 @@ def test_flow_echo_is_answered() -> None:
     assert (flow.handle, flow.link_credit) == (0, 3)
 
 
+def test_an_echo_on_a_sending_link_is_answered_once_its_event_is_handled() -> None:
+    """§2.7.4: the answer to an echo carries what the caller did while handling the flow (here, one delivery and
+    ``set_available``), because it goes out only when the next frame is parsed, or the read ends."""
+    h = Harness().opened().session()
+    link = h.sending_link(0, credit=0)
+    h.out()
+    events = h.conn.receive_events(frames.frame(0, frames.flow(handle=0, link_credit=3, echo=True)), h.now)
+    event = next(events)
+    assert isinstance(event, LinkFlow)
+    assert h.out() == []  # not answered yet
+    h.conn.deliver(link, b"m", settled=True)
+    h.conn.set_available(link, 7)
+    assert list(events) == []
+    transfer, flow = (f.performative for f in h.out())
+    assert isinstance(transfer, Transfer)
+    assert isinstance(flow, Flow)
+    assert (flow.handle, flow.delivery_count, flow.link_credit, flow.available) == (0, 1, 2, 7)
+
+
+def test_a_drain_answers_the_echo_of_its_flow() -> None:
+    h = Harness().opened().session()
+    link = h.sending_link(0, credit=0)
+    h.out()
+    events = h.conn.receive_events(frames.frame(0, frames.flow(handle=0, link_credit=3, drain=True, echo=True)), h.now)
+    next(events)
+    h.conn.complete_drain(link)
+    assert list(events) == []
+    flow = h.one(Flow)  # one flow, not two
+    assert (flow.delivery_count, flow.link_credit, flow.drain) == (3, 0, True)
+
+
 def test_session_flow_without_handle() -> None:
     h = Harness().opened().session()
     events = h.send(frames.flow(incoming_window=10))
