@@ -328,6 +328,12 @@ class ClientConnection:
         self._out += encode_frame(channel, performative, payload, frame_type)
         self._sent(performative, channel)
 
+    def send_encoded(self, data: bytes | bytearray, performative: Any, channel: int = 0) -> None:
+        """One frame the caller encoded itself (pre-encoded or patched from a template, for speed): ``data`` is
+        written as given and the bookkeeping follows ``performative``, which must be what ``data`` carries."""
+        self._out += data
+        self._sent(performative, channel)
+
     def _sent(self, perf: Any, channel: int) -> None:
         if isinstance(perf, Transfer):
             self._sent_transfer(perf, channel)
