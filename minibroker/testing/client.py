@@ -72,7 +72,9 @@ class ProtocolHeader:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+# Delivery and Frame are made for every frame received: plain slotted dataclasses, as a frozen one's __init__
+# (object.__setattr__ per field) costs ~1.5 µs more each, a third of a benchmark client's CPU per message.
+@dataclass(slots=True)
 class Delivery:
     """A delivery the broker is sending us, as of one of its transfer frames (§2.6.12-14)."""
 
@@ -97,7 +99,7 @@ class Delivery:
     aborted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
     """One frame the broker sent; ``performative`` is None for an empty frame (a heartbeat, §2.4.5).
 
