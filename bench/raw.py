@@ -66,6 +66,10 @@ def encode_transfer(handle: int, delivery_id: int, payload: bytes, *, settled: b
 def runs(ids: Iterable[int], limit: int | None = None) -> list[tuple[int, int]]:
     """``ids`` (in order) as ranges ``(first, last)`` of consecutive ids (serial numbers, §2.7.5), each at most
     ``limit`` long."""
+    ids = list(ids)
+    if ids and ids[0] <= ids[-1] and ids == list(range(ids[0], ids[-1] + 1)):  # the usual case: one run
+        end, step = ids[-1] + 1, limit or len(ids)
+        return [(first, min(first + step, end) - 1) for first in range(ids[0], end, step)]
     found: list[tuple[int, int]] = []
     longest = SERIAL_MASK if limit is None else limit - 1
     for delivery_id in ids:
@@ -240,7 +244,7 @@ class RawClient:
         disposition per range of consecutive ids (at most ``limit`` long); how many."""
         unsettled = self.conn.session(channel).unsettled
         count = len(unsettled)
-        for first, last in runs(list(unsettled), limit):
+        for first, last in runs(unsettled, limit):
             self.send(frames.disposition(first, last if last != first else None, state=Accepted()), channel)
         return count
 
