@@ -12,11 +12,12 @@ specification makes a client track, whoever chose the values:
   frames (a multi-frame delivery is assembled: its last frame carries the whole ``Delivery``).
 
 It never refuses to send a frame: a negative test sends what it likes, and the bookkeeping follows what was
-really sent. Drivers move the bytes: ``ScriptedPeer`` (a blocking socket, ``minibroker.testing.peer``), ``MemoryPeer``
-(a trio stream, ``minibroker.testing.memory``), the in-memory engine driver of the transaction tests, and the
-benchmarks' raw clients; the health check speaks through it too. Composite steps (SASL, open, begin, attach,
-close) are written once here as *scripts*: generators that yield ``Send`` and ``Expect`` steps and return the
-answer, which each driver runs with its own I/O (``ScriptedPeer.run``, ``MemoryPeer.run``).
+really sent. Drivers move the bytes: ``ScriptedPeer`` (a blocking socket, ``minibroker.testing.peer``),
+``MemoryPeer`` (a trio stream, ``minibroker.testing.memory``), the in-memory engine driver of the transaction
+tests, and the benchmarks' raw-socket client (``bench.raw.RawClient``); the health check speaks through it too.
+Composite steps (SASL, open, begin, attach, close) are written once here as *scripts*: generators that yield
+``Send`` and ``Expect`` steps and return the answer, which each driver runs with its own I/O
+(``ScriptedPeer.run``, ``MemoryPeer.run``).
 
     conn = ClientConnection()
     conn.send_header(AMQP_HEADER)
