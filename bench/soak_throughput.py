@@ -85,9 +85,12 @@ class _Producer:
         # the transfer frame of one message; delivery-id, delivery-tag and the sequence body are patched in
         probe_id, probe_tag = 0x5AA5F00D, b"\xa5\x5a" * 4
         transfer = Transfer(
-            handle=UInt(HANDLE), delivery_id=UInt(probe_id), delivery_tag=probe_tag, message_format=UInt(0),
+            handle=UInt(HANDLE),
+            delivery_id=UInt(probe_id),
+            delivery_tag=probe_tag,
+            message_format=UInt(0),
             settled=False,
-        )  # fmt: skip
+        )
         payload = frames.message(AmqpValue(b"\x00" * size))
         template = bytearray(frames.frame(0, transfer, payload))
         self.template = template
@@ -110,7 +113,8 @@ class _Producer:
         """The template patched for message ``seq`` as delivery ``delivery_id``, and the transfer it carries."""
         frame = self.frame
         tag = struct.pack(">Q", seq)
-        struct.pack_into(">I", frame, self.id_at, delivery_id & 0xFFFFFFFF)
+        delivery_id &= 0xFFFFFFFF
+        struct.pack_into(">I", frame, self.id_at, delivery_id)
         frame[self.tag_at : self.tag_at + 8] = tag
         struct.pack_into(">Q", frame, self.seq_at, seq)
         return frame, Transfer(
@@ -118,6 +122,7 @@ class _Producer:
         )
 
     def fill(self, received: int, window: int, limit: int) -> None:
+        """Queue what may go now: at most ``window`` ahead of the ``received`` count, never past ``limit``."""
         window_left = self.conn.conn.session(0).remote_incoming_window
         budget = min(_link(self.conn).credit, window_left, limit - self.sent, received + window - self.sent)
         if budget <= 0:
