@@ -38,7 +38,7 @@ from typing import Any
 
 from bench.broker_process import HOST, BrokerProcess
 from bench.measures import cpu_seconds, rss_kib
-from bench.raw import IO_TIMEOUT, BrokerClosed, RawConnection
+from bench.raw import IO_TIMEOUT, BrokerClosed, RawClient, Unexpected
 from minibroker.amqp.definitions import (
     ApplicationProperties,
     Attach,
@@ -49,12 +49,10 @@ from minibroker.amqp.definitions import (
     Disposition,
     Flow,
     Rejected,
-    SaslMechanisms,
-    SaslOutcome,
     Source,
     TransactionalState,
 )
-from minibroker.amqp.framing import AMQP_HEADER, SASL_FRAME, SASL_HEADER
+from minibroker.amqp.framing import encode_frame
 from minibroker.amqp.types import Described, Symbol, UInt
 from minibroker.auth import hash_password
 from minibroker.testing import frames
@@ -64,37 +62,25 @@ SELECTOR = Symbol("apache.org:selector-filter:string")
 CHUNK = 60_000  # payload bytes per transfer frame: below the broker's default max-frame-size
 
 
-def connect(port: int, name: str, *, user: str | None = None, password: str = "", **open_fields: Any) -> RawConnection:
-    """A connection with one session (channel 0), after SASL PLAIN when ``user`` is given."""
-    conn = RawConnection(HOST, port)
-    if user is not None:
-        conn.queue_header(SASL_HEADER)
-        conn.queue(0, frames.sasl_plain(user, password), frame_type=SASL_FRAME)
-    conn.queue_header(AMQP_HEADER)
-    conn.queue(0, frames.open_(name, **open_fields))
-    conn.queue(0, frames.begin())
+def connect(port: int, name: str, *, user: str | None = None, password: str = "", **open_fields: Any) -> RawClient:
+    """A connection with one session (channel 0), after SASL PLAIN when ``user`` is given (``PermissionError``
+    when the broker refuses it)."""
+    conn = RawClient(HOST, port)
     try:
-        conn.flush()
-        if user is not None:
-            conn.expect(SaslMechanisms)
-            outcome = conn.expect(SaslOutcome)
-            if outcome.code != 0:
-                raise PermissionError(f"SASL outcome {outcome.code}")
-        conn.expect(Begin)
+        conn.open(name, sasl=None if user is None else ("PLAIN", user, password), **open_fields)
     except BaseException:
         conn.sock.close()
         raise
     return conn
 
 
-def _send_confirmed(conn: RawConnection, handle: int, delivery_id: int, body: bytes, **fields: Any) -> Any:
+def _send_confirmed(conn: RawClient, handle: int, delivery_id: int, body: bytes, **fields: Any) -> Any:
     """One unsettled transfer on ``handle``, in frames that fit the default max-frame-size; the broker's
     disposition for it (its state)."""
     chunks = [body[i : i + CHUNK] for i in range(0, len(body), CHUNK)] or [b""]
     for i, chunk in enumerate(chunks):
         more = i < len(chunks) - 1
-        conn.queue(0, frames.transfer(handle, delivery_id if i == 0 else None, more=more, **fields), chunk)
-    conn.flush()
+        conn.send(frames.transfer(handle, delivery_id if i == 0 else None, more=more, **fields), payload=chunk)
     return conn.expect(Disposition).state
 
 
@@ -104,8 +90,7 @@ class Bystander(threading.Thread):
     def __init__(self, port: int, **login: Any) -> None:
         super().__init__(daemon=True)
         self.conn = connect(port, "bystander", **login)
-        self.conn.queue(0, frames.attach_sender("bystander", handle=0))
-        self.conn.flush()
+        self.conn.attach(frames.attach_sender("bystander", handle=0))
         self.conn.expect(Flow)
         self.times: list[float] = []
         self.split = 0
@@ -210,17 +195,13 @@ def bad_logins(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any
 
 def tiny_idle(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any]]:
     peers, window = 50, max(2.0, 3.0 * scale)
-    conns: list[RawConnection] = []
+    conns: list[RawClient] = []
     refused = 0
     for i in range(peers):
-        conn = RawConnection(HOST, broker.port)
-        conn.queue_header(AMQP_HEADER)
-        conn.queue(0, frames.open_(f"idle-{i}", idle_time_out=UInt(1)))
-        conn.queue(0, frames.begin())
-        conn.flush()
+        conn = RawClient(HOST, broker.port)
         try:
-            refused += isinstance(conn.expect((Begin, Close)), Close)
-        except BrokerClosed:
+            conn.open(f"idle-{i}", idle_time_out=UInt(1))
+        except (Unexpected, BrokerClosed):  # a close instead of the answering begin, or the socket closed
             refused += 1
         conns.append(conn)
     cpu_before = cpu_seconds(broker.pid)
@@ -247,21 +228,18 @@ def fan_out(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any]]:
     per_session = 1000  # below the default links per session
     sessions = -(-subscriptions // per_session)
     for channel in range(1, sessions):
-        conn.queue(channel, frames.begin())
-    conn.flush()
+        conn.send(frames.begin(), channel)
     for _ in range(1, sessions):
         conn.expect(Begin)
     for i in range(subscriptions):
         channel, handle = divmod(i, per_session)
-        conn.queue(channel, frames.attach_receiver("topic://fan", handle=handle, name=f"sub-{i}"))
+        conn.send(frames.attach_receiver("topic://fan", handle=handle, name=f"sub-{i}"), channel)
         if handle == per_session - 1:
             conn.flush()
-    conn.flush()
     for _ in range(subscriptions):
         conn.expect(Attach)
     sender = connect(broker.port, "publisher")
-    sender.queue(0, frames.attach_sender("topic://fan", handle=0))
-    sender.flush()
+    sender.attach(frames.attach_sender("topic://fan", handle=0))
     sender.expect(Flow)
     body = frames.message("x" * 200)
     rss_before = rss_kib(broker.pid)
@@ -283,24 +261,26 @@ def fan_out(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any]]:
 
 def endless_transfer(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any]]:
     conn = connect(broker.port, "endless")
-    conn.queue(0, frames.attach_sender("endless", handle=0))
-    conn.flush()
+    conn.attach(frames.attach_sender("endless", handle=0))
     conn.expect(Flow)
-    conn.queue(0, frames.transfer(0, 0, more=True), b"\x00")
-    empty = frames.frame(0, frames.transfer(0, None, more=True))
+    conn.send(frames.transfer(0, 0, more=True), payload=b"\x00")
+    continuation = frames.transfer(0, None, more=True)
+    empty = encode_frame(0, continuation)
     sent = 0
     answer: Detach | Close | str | None = None
     conn.sock.setblocking(False)
     limit = max(20_000, int(4_000_000 * scale))
     while sent < limit and answer is None:
-        conn.out += empty * 1000
+        for _ in range(1000):
+            conn.conn.send_encoded(empty, continuation)
         sent += 1000
+        conn.flush()
         while conn.out:
             conn.flush()
             try:
-                for _channel, performative, _payload in conn.receive():
-                    if isinstance(performative, (Detach, Close)):
-                        answer = performative
+                for frame in conn.receive():
+                    if isinstance(frame.performative, (Detach, Close)):
+                        answer = frame.performative
             except BrokerClosed:
                 answer = "connection closed"
                 break
@@ -321,18 +301,16 @@ def staged(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any]]:
     from minibroker.amqp.definitions import AmqpValue, Coordinator
 
     conn = connect(broker.port, "stager")
-    conn.queue(0, frames.attach_sender(None, handle=0, name="controller", target=Coordinator()))
-    conn.queue(0, frames.attach_sender("staged", handle=1))
-    conn.flush()
+    conn.send(frames.attach_sender(None, handle=0, name="controller", target=Coordinator()))
+    conn.send(frames.attach_sender("staged", handle=1))
     conn.expect(Flow)
     conn.expect(Flow)
     body = frames.message(b"x" * (1 << 20))
     delivery_id, accepted, rejected = 0, 0, 0
     posts_per_txn, cap_posts = 100, int(CAPS["staged_mib"] * 2)
     while accepted + rejected < cap_posts:
-        conn.queue(0, frames.transfer(0, delivery_id), frames.message(AmqpValue(Declare())))
+        conn.send(frames.transfer(0, delivery_id), payload=frames.message(AmqpValue(Declare())))
         delivery_id += 1
-        conn.flush()
         txn_id = conn.expect(Disposition).state.txn_id
         for _ in range(posts_per_txn):
             outcome = _send_confirmed(conn, 1, delivery_id, body, state=TransactionalState(txn_id=txn_id)).outcome
@@ -349,15 +327,13 @@ def nodes(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any]]:
     conn = connect(broker.port, "creator")
     created, refusal = 0, None
     for handle in range(CAPS["nodes"] * 2):
-        conn.queue(0, frames.attach_receiver(f"node.{handle}", handle=handle % 1000, name=f"n{handle}"))
-        conn.flush()
+        conn.send(frames.attach_receiver(f"node.{handle}", handle=handle % 1000, name=f"n{handle}"))
         reply = conn.expect(Attach)
         if reply.source is None:
             refusal = conn.expect(Detach).error
             break
         created += 1
-        conn.queue(0, Detach(handle=UInt(handle % 1000), closed=True))
-        conn.flush()
+        conn.send(Detach(handle=UInt(handle % 1000), closed=True))
         conn.expect(Detach)
     conn.sock.close()
     condition = str(getattr(refusal, "condition", None))
@@ -372,20 +348,18 @@ def selector(broker: BrokerProcess, scale: float) -> tuple[bool, dict[str, Any]]
         """Attach a selector consumer with credit; whether the broker took the selector."""
         filter_set = {Symbol("jms-selector"): Described(SELECTOR, text)}
         source = Source(address="selected", filter=filter_set)
-        conn.queue(0, frames.attach_receiver("selected", handle=handle, name=f"sel-{handle}", source=source))
-        conn.queue(0, frames.flow(handle=handle, delivery_count=0, link_credit=100))
-        conn.flush()
+        conn.send(frames.attach_receiver("selected", handle=handle, name=f"sel-{handle}", source=source))
+        conn.send(conn.conn.flow(handle, 100))
         return conn.expect(Attach).source is not None
 
     huge_taken = consumer(0, "big LIKE '%" + "a_" * 15_000 + "%b'")  # 30 kB: past the default limit
     taken = consumer(1, "big LIKE '%" + "a_" * 2_000 + "%b' OR color = 'none'")  # within it, never true
-    conn.queue(0, frames.attach_sender("selected", handle=2))
-    conn.flush()
+    conn.attach(frames.attach_sender("selected", handle=2))
     conn.expect(Flow)
     deep = max(2_000, int(50_000 * scale))
     filler = frames.message("x", ApplicationProperties({"big": "ab" * 1_000, "color": "red"}))
     for i in range(deep):
-        conn.queue(0, frames.transfer(2, i, settled=True), filler)
+        conn.send(frames.transfer(2, i, settled=True), payload=filler)
         if i % 200 == 199:
             conn.flush()
     arrivals = 50

@@ -1,356 +1,117 @@
-"""The raw-socket AMQP 1.0 clients of the benchmarks: frames built by ``minibroker.testing.frames`` and
-``minibroker.amqp``, decoded with ``minibroker.amqp`` (its transfer and disposition fast path), over a
-plain socket, so the client costs a few µs per message and the broker, not the client, sets the pace.
+"""The raw-socket AMQP 1.0 client of the benchmarks: a plain socket around the test kit's sans-IO client core.
 
-* ``RawClient`` (perf): one connection and one session whose state it follows (``RawSession``), links by
-  handle (``RawLink``); pre-encoded transfers streamed as far as credit and the session window allow.
-* ``RawConnection`` (soak, attacks): frames queued in ``out`` and flushed, frames received as
-  (channel, performative, payload); the caller keeps the protocol state.
+``RawClient`` moves bytes; ``minibroker.testing.client.ClientConnection`` (its ``conn``) parses every frame and
+keeps the protocol's bookkeeping of whatever was sent and received: sessions, links, credit, delivery counts,
+windows, ids, the deliveries we hold unsettled. The handshakes are the core's scripts, run by its scripted
+peer (``minibroker.testing.peer``). The client costs a few µs per message, so the broker sets the pace:
+
+* frames are encoded by ``minibroker.amqp`` and ``minibroker.testing.frames``; the hot paths send
+  pre-encoded (or template-patched) transfers through ``ClientConnection.send_encoded``, which writes the
+  bytes as given and books the transfer they carry;
+* blocking use (perf, attacks, churn): ``run`` a script, ``expect`` a frame, ``wait`` for a condition,
+  ``stream`` pre-encoded transfers as far as credit and the session window allow;
+* non-blocking use (soak's selector loop): ``flush`` writes what the socket takes and keeps the rest in
+  ``out``; ``receive`` reads once and returns the frames now complete.
+
+Subclasses see every frame the client takes from the core (``on_frame``) and every batch ``stream`` sends
+(``on_streamed``): perf's client times and tallies the broker's dispositions there.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import select
 import socket
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
-from minibroker.amqp import codec, fastpath
-from minibroker.amqp.definitions import (
-    Accepted,
-    Attach,
-    Begin,
-    Close,
-    Coordinator,
-    Declared,
-    Detach,
-    Disposition,
-    Flow,
-    Open,
-    SaslMechanisms,
-    SaslOutcome,
-    Transfer,
-)
-from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER, FRAME_HEADER, SASL_FRAME, SASL_HEADER
-from minibroker.amqp.types import Symbol, UInt
-from minibroker.testing import frames
+from minibroker.amqp import fastpath
+from minibroker.amqp.definitions import Accepted, Attach, Begin, Close, Transfer
+from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER, FRAME_HEADER, SASL_HEADER
+from minibroker.testing import client, frames
+from minibroker.testing.client import ClientConnection, Ended, Event, Frame, Link, Sasl, Script
+from minibroker.testing.peer import ScriptedPeer, read_event
 
 IO_TIMEOUT = 10.0  # seconds any single wait on the broker may take before the run counts as hung
-SERIAL = 2**32
+RECV_SIZE = 1 << 20
+SERIAL_MASK = 0xFFFFFFFF
+R = TypeVar("R")
 
 
-def decode_performative(body: bytes) -> tuple[Any, int]:
-    """``codec.decode(body)``: the performative at the start of a frame body and where its payload starts;
-    transfers and dispositions through minibroker's fast path."""
-    prefix = body[:3]
-    if prefix == fastpath.TRANSFER_PREFIX:
-        return fastpath.decode_transfer(body)
-    if prefix == fastpath.DISPOSITION_PREFIX:
-        return fastpath.decode_disposition(body)
-    return codec.decode(body)
-
-
-# -- perf's client: one session, links by handle, pipelined transfers -------------------------------------
-@dataclass
-class RawLink:
-    """A link of ``RawClient``: its handle and name, and its credit and delivery count."""
-
-    handle: int
-    name: str
-    sender: bool
-    credit: int = 0  # sender: transfers we may still send
-    delivery_count: int = 0
-    attached: bool = False
-
-
-@dataclass
-class RawSession:
-    """The one session of ``RawClient``: its ids and windows, and what the broker said about deliveries."""
-
-    next_outgoing_id: int = 0
-    remote_window: int = 0
-    next_incoming_id: int = 0
-    sent_at: dict[int, float] = field(default_factory=dict)
-    settled_ids: set[int] = field(default_factory=set)
-    accepted: int = 0
-    received_ids: list[int] = field(default_factory=list)
-    declared: dict[int, Any] = field(default_factory=dict)  # delivery id of a declare -> txn-id
-
-
-class RawClient:
-    """One connection, one session, links by handle; frames encoded by minibroker's own codec."""
-
-    WINDOW = 1 << 20
-
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
-        host, _, port = url.rpartition(":")
-        self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
-        self.timeout = timeout
-        self.session = RawSession()
-        self.links: dict[int, RawLink] = {}
-        self.by_name: dict[str, RawLink] = {}
-        self.remote_handles: dict[int, RawLink] = {}
-        self._handshake()
-
-    # -- I/O --------------------------------------------------------------------------------------
-    def _fill(self, timeout: float) -> None:
-        ready, _, _ = select.select([self.sock], [], [], timeout)
-        if not ready:
-            return
-        self.sock.setblocking(False)
-        try:
-            while True:
-                try:
-                    chunk = self.sock.recv(1 << 20)
-                except BlockingIOError:
-                    break
-                if not chunk:
-                    raise ConnectionError("the broker closed the connection")
-                self.buf += chunk
-                if len(chunk) < (1 << 20):
-                    break
-        finally:
-            self.sock.settimeout(self.timeout)
-
-    def _take(self, n: int) -> bytes:
-        deadline = time.monotonic() + self.timeout
-        while len(self.buf) < n:
-            if time.monotonic() > deadline:
-                raise TimeoutError("no answer from the broker")
-            self._fill(0.5)
-        data = bytes(self.buf[:n])
-        del self.buf[:n]
-        return data
-
-    def _frames(self) -> Iterator[tuple[int, Any, bytes]]:
-        buf = self.buf
-        pos = 0
-        try:
-            while len(buf) - pos >= 8:
-                size, doff, frame_type, _channel = FRAME_HEADER.unpack_from(buf, pos)
-                if len(buf) - pos < size:
-                    break
-                body = bytes(buf[pos + doff * 4 : pos + size])
-                pos += size
-                if not body:
-                    continue
-                performative, end = decode_performative(body)
-                yield frame_type, performative, body[end:]
-        finally:
-            del buf[:pos]
-
-    def pump(self, timeout: float) -> None:
-        """Read what has arrived (waiting up to ``timeout`` for something) and handle every frame."""
-        self._fill(timeout)
-        for _type, performative, payload in self._frames():
-            self._handle(performative, payload)
-
-    def _handle(self, performative: Any, payload: bytes) -> None:
-        session = self.session
-        if isinstance(performative, Transfer):
-            session.next_incoming_id = (session.next_incoming_id + 1) % SERIAL
-            link = self.remote_handles[performative.handle or 0]
-            link.delivery_count += 1
-            if performative.delivery_id is not None:
-                session.received_ids.append(performative.delivery_id)
-        elif isinstance(performative, Disposition):
-            first = performative.first or 0
-            last = first if performative.last is None else performative.last
-            now = time.perf_counter()
-            accepted = isinstance(performative.state, Accepted)
-            if isinstance(performative.state, Declared):
-                session.declared[first] = performative.state.txn_id
-            for delivery_id in range(first, last + 1):
-                sent = session.sent_at.pop(delivery_id, None)
-                if sent is not None:
-                    self.latencies_ms.append((now - sent) * 1000)
-                if performative.settled:
-                    session.settled_ids.add(delivery_id)
-                if accepted:
-                    session.accepted += 1
-        elif isinstance(performative, Flow):
-            next_incoming = performative.next_incoming_id or 0
-            session.remote_window = next_incoming + (performative.incoming_window or 0) - session.next_outgoing_id
-            if performative.handle is not None:
-                link = self.remote_handles[performative.handle]
-                if link.sender:
-                    link.credit = (performative.delivery_count or 0) + (performative.link_credit or 0)
-                    link.credit -= link.delivery_count
-        elif isinstance(performative, Attach):
-            link = self.by_name[performative.name or ""]
-            link.attached = True
-            if not link.sender and performative.initial_delivery_count is not None:
-                link.delivery_count = performative.initial_delivery_count
-            self.remote_handles[performative.handle or 0] = link
-        elif isinstance(performative, Begin):
-            session.remote_window = performative.incoming_window or 0
-            session.next_incoming_id = performative.next_outgoing_id or 0
-            self.begun = True
-        elif isinstance(performative, Detach | Close):
-            raise ConnectionError(f"the broker sent {performative!r}")
-
-    latencies_ms: list[float]
-
-    def wait(self, condition: Callable[[], bool], timeout: float | None = None) -> None:
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the broker did not answer in time")
-            self.pump(0.2)
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    # -- set-up -----------------------------------------------------------------------------------
-    def _handshake(self) -> None:
-        self.latencies_ms = []
-        self.begun = False
-        self.send(frames.SASL_HEADER)
-        header = self._take(8)
-        if header == frames.SASL_HEADER:
-            if not isinstance(self._next_sasl(), SaslMechanisms):
-                raise ConnectionError("expected sasl-mechanisms")
-            self.send(frames.sasl_frame(frames.sasl_anonymous()))
-            outcome = self._next_sasl()
-            if not isinstance(outcome, SaslOutcome) or outcome.code != 0:
-                raise ConnectionError("SASL ANONYMOUS was refused")
-            self.send(frames.AMQP_HEADER)
-            header = self._take(8)
-        if header != frames.AMQP_HEADER:
-            raise ConnectionError(f"unexpected protocol header {header!r}")
-        self.send(
-            frames.frame(0, Open(container_id=f"bench-raw-{os.getpid()}", max_frame_size=UInt(65536)))
-            + frames.frame(0, frames.begin(incoming_window=self.WINDOW, outgoing_window=self.WINDOW))
-        )
-        self.wait(lambda: self.begun)
-
-    def _next_sasl(self) -> Any:
-        """The next SASL frame's performative (read one frame at a time: AMQP bytes may follow)."""
-        size, doff, _type, _channel = FRAME_HEADER.unpack(self._take(8))
-        body = self._take(size - 8)[doff * 4 - 8 :]
-        return codec.decode(body)[0]
-
-    def attach_sender(self, address: str, name: str) -> RawLink:
-        link = self._new_link(name, sender=True)
-        self.send(frames.frame(0, frames.attach_sender(address, link.handle, name, snd_settle_mode=UInt(2))))
-        self.wait(lambda: link.attached and link.credit > 0)
-        return link
-
-    def attach_receiver(self, address: str, name: str, credit: int) -> RawLink:
-        link = self._new_link(name, sender=False)
-        self.send(
-            frames.frame(
-                0,
-                frames.attach_receiver(address, link.handle, name, snd_settle_mode=UInt(0), rcv_settle_mode=UInt(0)),
-            )
-        )
-        self.wait(lambda: link.attached)
-        self.flow(link, credit)
-        return link
-
-    def attach_coordinator(self, name: str) -> RawLink:
-        """A sender link to the transaction coordinator (local transactions), once it has credit."""
-        link = self._new_link(name, sender=True)
-        coordinator = Coordinator(capabilities=[Symbol("amqp:local-transactions")])
-        self.send(frames.frame(0, frames.attach_sender(None, link.handle, name, target=coordinator)))
-        self.wait(lambda: link.attached and link.credit > 0)
-        return link
-
-    def _new_link(self, name: str, *, sender: bool) -> RawLink:
-        link = RawLink(len(self.links), name, sender)
-        self.links[link.handle] = link
-        self.by_name[name] = link
-        return link
-
-    def flow(self, link: RawLink, credit: int) -> None:
-        session = self.session
-        self.send(
-            frames.frame(
-                0,
-                frames.flow(
-                    next_incoming_id=session.next_incoming_id,
-                    incoming_window=self.WINDOW,
-                    next_outgoing_id=session.next_outgoing_id,
-                    outgoing_window=self.WINDOW,
-                    handle=link.handle,
-                    delivery_count=link.delivery_count,
-                    link_credit=credit,
-                ),
-            )
-        )
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.send(frames.frame(0, Close()))
-            self.sock.close()
-
-    # -- traffic ----------------------------------------------------------------------------------
-    def transfer_frame(self, link: RawLink, delivery_id: int, payload: bytes, *, settled: bool) -> bytes:
-        tag = delivery_id.to_bytes(4, "big")
-        performative = fastpath.encode_transfer(link.handle, delivery_id, tag, 0, settled, False)
-        return FRAME_HEADER.pack(8 + len(performative) + len(payload), 2, 0, 0) + performative + payload
-
-    def stream(self, link: RawLink, encoded: list[bytes], first_id: int, stop: Callable[[], bool]) -> int:
-        """Send the pre-encoded transfers (delivery ids ``first_id``...) as fast as credit and the
-        session window allow; returns how many were sent (fewer when ``stop()`` said so)."""
-        session = self.session
-        sent = 0
-        total = len(encoded)
-        while sent < total:
-            n = min(link.credit, session.remote_window, total - sent)
-            if n > 0:
-                now = time.perf_counter()
-                self.send(b"".join(encoded[sent : sent + n]))
-                for delivery_id in range(first_id + sent, first_id + sent + n):
-                    session.sent_at[delivery_id] = now
-                sent += n
-                link.credit -= n
-                link.delivery_count += n
-                session.next_outgoing_id += n
-                session.remote_window -= n
-                if stop():
-                    break
-            self.pump(0.0 if n > 0 else 0.5)
-        return sent
-
-
-# -- soak's client: frames queued and flushed, the protocol state kept by the caller -------------------
 class BrokerClosed(Exception):
     """The broker closed the TCP connection."""
 
 
-class RawConnection:
-    """One client connection speaking frames built by ``minibroker.testing.frames``.
+class Unexpected(ConnectionError):
+    """The broker answered a step of a script otherwise than the step expects (another frame, the end of the
+    stream, or nothing in time)."""
 
-    Outgoing bytes collect in ``out``; ``flush`` writes what the socket takes (the socket is blocking during
-    set-up, non-blocking in the selector loop). ``receive`` reads once and returns the whole frames that
-    arrived, as (channel, performative, payload); a heartbeat is (channel, None, b"").
-    """
+
+class Encoded(NamedTuple):
+    """A pre-encoded transfer frame and the transfer it carries (for the core's bookkeeping)."""
+
+    data: bytes
+    transfer: Transfer
+
+
+def encode_transfer(handle: int, delivery_id: int, payload: bytes, *, settled: bool, channel: int = 0) -> Encoded:
+    """A one-frame transfer (tag: the delivery id, 4 bytes) through minibroker's fast path, and its performative,
+    decoded back from the very bytes so the two cannot disagree."""
+    tag = delivery_id.to_bytes(4, "big")
+    performative = fastpath.encode_transfer(handle, delivery_id, tag, 0, settled, False)
+    data = FRAME_HEADER.pack(8 + len(performative) + len(payload), 2, AMQP_FRAME, channel) + performative + payload
+    return Encoded(data, fastpath.decode_transfer(performative)[0])
+
+
+def runs(ids: Iterable[int], limit: int | None = None) -> list[tuple[int, int]]:
+    """``ids`` (in order) as ranges ``(first, last)`` of consecutive ids (serial numbers, §2.7.5), each at most
+    ``limit`` long."""
+    ids = list(ids)
+    if ids and ids[0] <= ids[-1] and ids == list(range(ids[0], ids[-1] + 1)):  # the usual case: one run
+        end, step = ids[-1] + 1, limit or len(ids)
+        return [(first, min(first + step, end) - 1) for first in range(ids[0], end, step)]
+    found: list[tuple[int, int]] = []
+    longest = SERIAL_MASK if limit is None else limit - 1
+    for delivery_id in ids:
+        if found:
+            first, last = found[-1]
+            if delivery_id == (last + 1) & SERIAL_MASK and (delivery_id - first) & SERIAL_MASK <= longest:
+                found[-1] = (first, delivery_id)
+                continue
+        found.append((delivery_id, delivery_id))
+    return found
+
+
+class RawClient:
+    """One AMQP connection over a plain socket; the protocol state is ``conn``'s (see the module docstring)."""
 
     def __init__(self, host: str, port: int, *, timeout: float = IO_TIMEOUT) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
-        self.inbuf = bytearray()
+        self.peer = ScriptedPeer(self.sock, timeout)
+        """Runs the client-core scripts (handshakes) on the same socket and connection."""
+        self.conn: ClientConnection = self.peer.conn
+        """The protocol state: sessions, links, what each side counted."""
         self.out = bytearray()
-        self.backlog: list[tuple[int, Any, bytes]] = []  # frames parsed by ``expect`` and not taken yet
+        """Bytes taken from ``conn`` that the socket did not take yet (non-blocking mode)."""
         self.eof = False
 
-    # -- writing ------------------------------------------------------------------------------------
-    def queue(self, channel: int, performative: Any, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
-        self.out += frames.frame(channel, performative, payload, frame_type)
+    # -- hooks --------------------------------------------------------------------------------------
+    def on_frame(self, frame: Frame) -> None:
+        """Called with every frame the client takes from the core, heartbeats included."""
 
-    def queue_header(self, header: bytes) -> None:
-        self.out += header
+    def on_streamed(self, batch: Sequence[Encoded]) -> None:
+        """Called by ``stream`` with each batch of transfers just before it is written."""
+
+    # -- writing ------------------------------------------------------------------------------------
+    def send(self, performative: Any, channel: int = 0, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
+        """Queue one frame (written by the next ``flush``)."""
+        self.conn.send(performative, channel, payload, frame_type)
 
     def flush(self) -> None:
-        """Write as much of ``out`` as the socket takes now (all of it while the socket is blocking)."""
+        """Write what is queued: all of it while the socket blocks, what the socket takes now when it does not."""
+        self.out += self.conn.data_to_send()
         if not self.out:
             return
         if self.sock.gettimeout() != 0.0:
@@ -364,96 +125,159 @@ class RawConnection:
         del self.out[:sent]
 
     # -- reading ------------------------------------------------------------------------------------
-    def receive(self) -> list[tuple[int, Any, bytes]]:
-        """Read once (waiting up to the timeout while blocking) and return the frames now complete."""
-        try:
-            data = self.sock.recv(262144)
-        except BlockingIOError:
-            return []
-        except ConnectionResetError:
-            data = b""
-        if not data:
+    def _frame(self, event: Event) -> Frame:
+        """``event``, a frame or the end of the stream, as a frame for ``on_frame``; ``BrokerClosed`` at the end."""
+        if isinstance(event, Ended):
             self.eof = True
             raise BrokerClosed("the broker closed the connection")
-        self.inbuf += data
-        if self.backlog:
-            backlog, self.backlog = self.backlog, []
-            return backlog + self._parse()
-        return self._parse()
+        if not isinstance(event, Frame):
+            raise TypeError(f"not a frame: {event!r}")
+        self.on_frame(event)
+        return event
 
-    def _parse(self) -> list[tuple[int, Any, bytes]]:
-        buf = self.inbuf
-        pos = 0
-        size_of = len(buf)
-        result: list[tuple[int, Any, bytes]] = []
-        unpack = FRAME_HEADER.unpack_from
-        decode = decode_performative
-        while size_of - pos >= 8:
-            if buf[pos : pos + 4] == b"AMQP":  # a protocol header (no frame is that large)
-                header = bytes(buf[pos : pos + 8])
-                if header not in (AMQP_HEADER, SASL_HEADER):
-                    raise ValueError(f"unexpected protocol header {header!r}")
-                pos += 8
-                continue
-            size, doff, _type, channel = unpack(buf, pos)
-            if size_of - pos < size:
-                break
-            if size == doff * 4:
-                result.append((channel, None, b""))
-            else:
-                body = bytes(buf[pos + doff * 4 : pos + size])
-                performative, end = decode(body)
-                result.append((channel, performative, body[end:]))
-            pos += size
-        del buf[:pos]
-        return result
+    def _taken(self, event: Event) -> Frame | None:
+        """``event`` as a frame; None for a protocol header (which must be AMQP's or SASL's)."""
+        if isinstance(event, client.ProtocolHeader):
+            if event.data not in (AMQP_HEADER, SASL_HEADER):
+                raise ConnectionError(f"unexpected protocol header {event.data!r}")
+            return None
+        return self._frame(event)
 
-    def expect(self, kind: type, *, seen: list[Any] | None = None) -> Any:
-        """Block until a frame whose performative is a ``kind`` arrives; return it (others go to ``seen``)."""
-        deadline = time.monotonic() + self.timeout
+    def receive(self, timeout: float | None = None) -> list[Frame]:
+        """The frames complete now, heartbeats included: those already read, else after one read of the socket
+        (waiting up to ``timeout`` when given, else as the socket's mode says). ``BrokerClosed`` at the end of the
+        stream, once every frame before it was taken."""
+        found = self._complete()
+        if found:
+            return found
+        if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
+            return found
+        try:
+            data = self.sock.recv(RECV_SIZE)
+        except BlockingIOError:
+            return found
+        except ConnectionResetError:
+            data = b""
+        self.conn.receive_data(data)
+        return self._complete()
+
+    def _complete(self) -> list[Frame]:
+        """Every frame complete in the core; ``BrokerClosed`` if the stream ended before any."""
+        found: list[Frame] = []
+        next_event, on_frame = self.conn.next_event, self.on_frame
+        while (event := next_event()) is not None:
+            if type(event) is Frame:  # the common case first
+                on_frame(event)
+                found.append(event)
+            elif isinstance(event, Ended) and found:
+                break  # raised by the next call, once the frames before it are taken
+            elif (frame := self._taken(event)) is not None:
+                found.append(frame)
+        return found
+
+    def next_frame(self, deadline: float) -> Frame:
+        """The next frame (blocking), heartbeats included; ``TimeoutError`` at ``deadline`` (monotonic)."""
         while True:
-            self.backlog += self._parse()
-            while self.backlog:
-                _channel, performative, _payload = self.backlog.pop(0)
-                if isinstance(performative, kind):
-                    return performative
+            frame = self._taken(read_event(self.conn, self.sock, deadline))
+            if frame is not None:
+                return frame
+
+    def expect(self, kind: type | tuple[type, ...], *, seen: list[Any] | None = None) -> Any:
+        """Flush, then block until a frame whose performative is a ``kind`` arrives; return the performative
+        (the others go to ``seen``, heartbeats as None)."""
+        self.flush()
+        deadline = time.monotonic() + self.timeout
+        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        try:
+            while not isinstance(performative := self.next_frame(deadline).performative, kind):
                 if seen is not None:
                     seen.append(performative)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {kind.__name__} from the broker within {self.timeout} s")
-            self.flush()
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                data = self.sock.recv(262144)
-            except ConnectionResetError:
-                data = b""
-            if not data:
-                self.eof = True
-                raise BrokerClosed(f"the broker closed the connection while we waited for {kind.__name__}")
-            self.inbuf += data
+        except TimeoutError:
+            raise TimeoutError(f"no {name} from the broker within {self.timeout} s") from None
+        except BrokerClosed:
+            raise BrokerClosed(f"the broker closed the connection while we waited for {name}") from None
+        return performative
 
-    def open(self, container_id: str, *, sasl: bool = False, begin: Begin | None = None) -> None:
-        """Protocol header(s), (SASL ANONYMOUS,) open and one session on channel 0; wait for the answers."""
-        if sasl:
-            self.queue_header(SASL_HEADER)
-            self.queue(0, frames.sasl_anonymous(), frame_type=SASL_FRAME)
-        self.queue_header(AMQP_HEADER)
-        self.queue(0, frames.open_(container_id))
-        self.queue(0, begin if begin is not None else frames.begin())
+    def pump(self, timeout: float) -> None:
+        """Take every frame that arrives within ``timeout`` (at most one read), for ``on_frame``."""
+        self.receive(timeout)
+
+    def wait(self, condition: Callable[[], bool], timeout: float | None = None) -> None:
+        """Flush, then take frames until ``condition()``; ``TimeoutError`` after ``timeout`` (default: the
+        client's)."""
         self.flush()
-        if sasl:
-            self.expect(SaslMechanisms)
-            outcome = self.expect(SaslOutcome)
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the broker did not answer in time")
+            self.pump(0.2)
+
+    # -- composite steps ----------------------------------------------------------------------------
+    def run(self, script: Script[R]) -> R:
+        """Run a client-core script through the scripted peer (each expectation takes the next frame, heartbeats
+        aside; these frames are not passed to ``on_frame``); ``Unexpected`` when the broker answers a step
+        otherwise, closes the connection or does not answer in time."""
+        self.flush()
+        try:
+            return self.peer.run(script)
+        except AssertionError as exc:
+            raise Unexpected(str(exc)) from None
+
+    def open(self, container_id: str, *, sasl: Sasl | None = None, begin: Begin | None = None, **fields: Any) -> Begin:
+        """(SASL,) the AMQP header exchange, ``open`` and one session on channel 0; the broker's ``begin``.
+        ``PermissionError`` when SASL fails."""
+        if sasl is not None:
+            outcome = self.run(client.authenticate(sasl))
             if outcome.code != 0:
-                raise RuntimeError(f"SASL refused: {outcome!r}")
-        self.expect(Begin)
+                raise PermissionError(f"SASL outcome {outcome.code}")
+        self.run(client.open_connection(frames.open_(container_id, **fields)))
+        return self.run(client.begin_session(begin if begin is not None else frames.begin(), 0))
+
+    def attach(self, attach: Attach, channel: int = 0) -> Link:
+        """Attach a link and wait for the broker's attach; our end of it (a ``flow`` granting credit usually
+        follows: ``wait`` or ``expect`` it)."""
+        self.run(client.attach_link(attach, channel))
+        return self.conn.session(channel).links[int(attach.handle or 0)]
+
+    def accept_unsettled(self, channel: int = 0, limit: int | None = None) -> int:
+        """Accept (settled) every delivery we received and hold unsettled on ``channel``'s session, one
+        disposition per range of consecutive ids (at most ``limit`` long); how many."""
+        unsettled = self.conn.session(channel).unsettled
+        count = len(unsettled)
+        for first, last in runs(unsettled, limit):
+            self.send(frames.disposition(first, last if last != first else None, state=Accepted()), channel)
+        return count
+
+    def stream(
+        self, link: Link, encoded: Sequence[Encoded], stop: Callable[[], bool] | None = None, channel: int = 0
+    ) -> int:
+        """Send the pre-encoded transfers as fast as ``link``'s credit and the session window allow; how many
+        were sent (fewer when ``stop()`` said so after a batch)."""
+        session = self.conn.session(channel)
+        sent = 0
+        total = len(encoded)
+        while sent < total:
+            n = min(link.credit, session.remote_incoming_window, total - sent)
+            if n > 0:
+                batch = encoded[sent : sent + n]
+                send = self.conn.send_encoded
+                for data, transfer in batch:
+                    send(data, transfer, channel)
+                self.on_streamed(batch)
+                self.flush()
+                sent += n
+                if stop is not None and stop():
+                    break
+            self.pump(0.0 if n > 0 else 0.5)
+        return sent
 
     def close(self) -> None:
-        """AMQP close, wait for the broker's, then close the socket."""
+        """AMQP close, the broker's close awaited, then the socket closed."""
         try:
             self.sock.settimeout(self.timeout)
-            self.queue(0, Close())
-            self.flush()
-            self.expect(Close)
+            self.run(client.close_connection(Close()))
         finally:
             self.sock.close()
+
+
+__all__ = ["IO_TIMEOUT", "BrokerClosed", "Encoded", "RawClient", "Unexpected", "encode_transfer", "runs"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.measures import cpu_seconds, open_fds
-from bench.raw import IO_TIMEOUT, RawConnection
+from bench.raw import IO_TIMEOUT, RawClient
 from bench.soak_figures import Probe, RssSampler, record_broker_after
 from minibroker.amqp.definitions import Accepted, Attach, Flow, Transfer
 from minibroker.amqp.framing import AMQP_HEADER
@@ -24,36 +24,34 @@ CHURN_KINDS = ("clean", "sasl", "messaging", "abrupt", "half-open")
 def churn_cycle(host: str, port: int, index: int, queue: str) -> None:
     """One connect/disconnect cycle of kind ``CHURN_KINDS[index % 5]``; raises if the broker misbehaves."""
     kind = CHURN_KINDS[index % len(CHURN_KINDS)]
-    conn = RawConnection(host, port)
+    conn = RawClient(host, port)
     try:
         if kind == "half-open":
             if index % 2:
-                conn.sock.sendall(AMQP_HEADER[:5])  # part of a protocol header, then gone
+                conn.conn.send_header(AMQP_HEADER[:5])  # part of a protocol header, then gone
+                conn.flush()
             return
         if kind in ("clean", "sasl"):
-            conn.open(f"churn-{index}", sasl=kind == "sasl")
+            conn.open(f"churn-{index}", sasl="ANONYMOUS" if kind == "sasl" else None)
             conn.close()
             return
         conn.open(f"churn-{index}")
         if kind == "abrupt":
             # a receiver with credit may take messages of the queue; dropping the socket must release them
-            conn.queue(0, frames.attach_receiver(queue, handle=0))
-            conn.queue(0, frames.flow(handle=0, delivery_count=0, link_credit=5))
-            conn.flush()
+            conn.send(frames.attach_receiver(queue, handle=0))
+            conn.send(conn.conn.flow(0, 5))
             conn.expect(Attach)
             if index % 2:
                 conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST
             return
         # messaging: one message in through a sender, one out through a receiver, accepted
-        conn.queue(0, frames.attach_sender(queue, handle=0))
-        conn.queue(0, frames.attach_receiver(queue, handle=1))
-        conn.flush()
+        conn.send(frames.attach_sender(queue, handle=0))
+        conn.send(frames.attach_receiver(queue, handle=1))
         conn.expect(Flow)  # the broker's credit for our sender
-        conn.queue(0, frames.transfer(0, 0, settled=True), frames.message(f"churn {index}"))
-        conn.queue(0, frames.flow(next_incoming_id=0, handle=1, delivery_count=0, link_credit=1))
-        conn.flush()
+        conn.send(frames.transfer(0, 0, settled=True), payload=frames.message(f"churn {index}"))
+        conn.send(conn.conn.flow(1, 1))
         transfer = conn.expect(Transfer)
-        conn.queue(0, frames.disposition(transfer.delivery_id, state=Accepted()))
+        conn.send(frames.disposition(transfer.delivery_id, state=Accepted()))
         conn.close()
     finally:
         conn.sock.close()

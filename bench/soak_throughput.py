@@ -1,5 +1,5 @@
 """soak's throughput scenario: many messages through one queue, one producer and one consumer connection
-(``bench.raw.RawConnection``) driven by one selector loop, every message checked, the broker's memory
+(``bench.raw.RawClient``) driven by one selector loop, every message checked, the broker's memory
 watched (see ``run_throughput``)."""
 
 from __future__ import annotations
@@ -12,16 +12,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.measures import cpu_seconds, rss_kib
-from bench.raw import IO_TIMEOUT, BrokerClosed, RawConnection
+from bench.raw import IO_TIMEOUT, BrokerClosed, RawClient
 from bench.soak_figures import Probe, RssSampler, record_broker_after
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, AmqpValue, Attach, Disposition, Flow, Transfer
+from minibroker.amqp.definitions import Accepted, AmqpValue, Disposition, Transfer
 from minibroker.amqp.types import UInt
-from minibroker.testing import client, frames
+from minibroker.testing import frames
+from minibroker.testing.client import Delivery, Frame, Link, parse_frames
+
+HANDLE = 0
+"""The handle of each side's one link (on channel 0)."""
 
 
-def _uint(value: int) -> UInt:
-    return UInt(value & 0xFFFFFFFF)
+def _link(conn: RawClient) -> Link:
+    """``conn``'s one link, as the client core keeps it."""
+    return conn.conn.session(0).links[HANDLE]
 
 
 @dataclass
@@ -67,22 +72,24 @@ class ThroughputResult:
 
 
 class _Producer:
-    """The sending side: pre-encoded transfers while credit, session window and the in-flight cap allow."""
+    """The sending side: transfers patched into one pre-encoded template, as many as the link's credit, the
+    session window and the in-flight cap allow (the client core books each one)."""
 
-    def __init__(self, conn: RawConnection, total: int, size: int) -> None:
+    def __init__(self, conn: RawClient, total: int, size: int) -> None:
         self.conn = conn
         self.total = total
         self.size = size
         self.sent = 0
         self.accepted = 0
-        self.credit = 0
-        self.remote_window = 0
-        self.next_outgoing_id = 0
         self.rejected: list[Any] = []
         # the transfer frame of one message; delivery-id, delivery-tag and the sequence body are patched in
         probe_id, probe_tag = 0x5AA5F00D, b"\xa5\x5a" * 4
         transfer = Transfer(
-            handle=UInt(0), delivery_id=UInt(probe_id), delivery_tag=probe_tag, message_format=UInt(0), settled=False
+            handle=UInt(HANDLE),
+            delivery_id=UInt(probe_id),
+            delivery_tag=probe_tag,
+            message_format=UInt(0),
+            settled=False,
         )
         payload = frames.message(AmqpValue(b"\x00" * size))
         template = bytearray(frames.frame(0, transfer, payload))
@@ -95,97 +102,76 @@ class _Producer:
 
     def _check(self) -> None:
         """The patched template decodes as the transfer and message it stands for."""
-        (parsed,) = client.parse_frames(bytes(self._frame(0x01020304, 77)))
-        transfer = parsed.performative
-        assert isinstance(transfer, Transfer), transfer
-        assert transfer.delivery_id == 0x01020304, transfer
-        assert transfer.delivery_tag == struct.pack(">Q", 77), transfer
+        data, transfer = self._message(0x01020304, 77)
+        (parsed,) = parse_frames(bytes(data))
+        assert parsed.performative == transfer, (parsed.performative, transfer)
         body = codec.decode_all(parsed.payload)[-1]
         assert isinstance(body, AmqpValue), body
         assert body.value[:8] == struct.pack(">Q", 77), body
 
-    def _frame(self, delivery_id: int, seq: int) -> bytearray:
+    def _message(self, delivery_id: int, seq: int) -> tuple[bytearray, Transfer]:
+        """The template patched for message ``seq`` as delivery ``delivery_id``, and the transfer it carries."""
         frame = self.frame
-        struct.pack_into(">I", frame, self.id_at, delivery_id & 0xFFFFFFFF)
-        struct.pack_into(">Q", frame, self.tag_at, seq)
+        tag = struct.pack(">Q", seq)
+        delivery_id &= 0xFFFFFFFF
+        struct.pack_into(">I", frame, self.id_at, delivery_id)
+        frame[self.tag_at : self.tag_at + 8] = tag
         struct.pack_into(">Q", frame, self.seq_at, seq)
-        return frame
+        return frame, Transfer(
+            handle=HANDLE, delivery_id=delivery_id, delivery_tag=tag, message_format=0, settled=False
+        )
 
     def fill(self, received: int, window: int, limit: int) -> None:
-        out = self.conn.out
-        budget = min(self.credit, self.remote_window, limit - self.sent, received + window - self.sent)
+        """Queue what may go now: at most ``window`` ahead of the ``received`` count, never past ``limit``."""
+        window_left = self.conn.conn.session(0).remote_incoming_window
+        budget = min(_link(self.conn).credit, window_left, limit - self.sent, received + window - self.sent)
         if budget <= 0:
             return
-        make = self._frame
+        make = self._message
+        send = self.conn.conn.send_encoded
         seq = self.sent
         for _ in range(budget):
-            out += make(seq, seq)  # one link on a fresh session: the delivery-id is the sequence number
+            send(*make(seq, seq))  # one link on a fresh session: the delivery-id is the sequence number
             seq += 1
         self.sent = seq
-        self.credit -= budget
-        self.remote_window -= budget
-        self.next_outgoing_id += budget
 
-    def on_frame(self, performative: Any) -> None:
-        if isinstance(performative, Disposition):
-            first = performative.first or 0
-            last = first if performative.last is None else performative.last
-            if isinstance(performative.state, Accepted):
+    def on_frame(self, frame: Frame) -> None:
+        """The broker's outcomes of our transfers (its flows are the core's to book)."""
+        disposition = frame.performative
+        if isinstance(disposition, Disposition):
+            first = disposition.first or 0
+            last = first if disposition.last is None else disposition.last
+            if isinstance(disposition.state, Accepted):
                 self.accepted += last - first + 1
             else:
-                self.rejected.append(performative.state)
-        elif isinstance(performative, Flow):
-            next_incoming = performative.next_incoming_id or 0
-            self.remote_window = next_incoming + (performative.incoming_window or 0) - self.next_outgoing_id
-            if performative.handle is not None:
-                self.credit = (performative.delivery_count or 0) + (performative.link_credit or 0) - self.sent
+                self.rejected.append(disposition.state)
 
 
 class _Consumer:
     """The receiving side: checks each sequence number, accepts in ranges, keeps credit topped up."""
 
-    def __init__(self, conn: RawConnection, total: int, size: int, credit: int) -> None:
+    def __init__(self, conn: RawClient, total: int, size: int, credit: int) -> None:
         self.conn = conn
         self.total = total
         self.size = size
         self.credit_target = credit
-        self.credit = 0
         self.received = 0
         self.seen = bytearray(total)
         self.duplicates = 0
         self.out_of_order = 0
         self.malformed = 0
         self.expected = 0
-        self.first: int | None = None
-        self.last = 0
         self.message_size = len(frames.message(AmqpValue(b"\x00" * size)))
 
     def grant(self) -> None:
-        self.credit = self.credit_target
-        self.conn.queue(
-            0,
-            Flow(
-                next_incoming_id=_uint(self.received),
-                incoming_window=UInt(8192),
-                next_outgoing_id=UInt(0),
-                outgoing_window=UInt(0),
-                handle=UInt(0),
-                delivery_count=_uint(self.received),
-                link_credit=UInt(self.credit),
-            ),
-        )
+        """Queue a flow that sets the link's credit to its target again (session fields from the core)."""
+        self.conn.send(self.conn.conn.flow(HANDLE, self.credit_target, outgoing_window=0))
 
-    def on_transfer(self, transfer: Transfer, payload: bytes) -> None:
+    def on_delivery(self, delivery: Delivery) -> None:
+        """A whole message: its sequence number checked (accepted later, with the others of the batch)."""
         self.received += 1
-        self.credit -= 1
-        delivery_id = transfer.delivery_id or 0
-        if self.first is None:
-            self.first = delivery_id
-        elif delivery_id != self.last + 1:
-            self.settle()
-            self.first = delivery_id
-        self.last = delivery_id
-        if len(payload) != self.message_size or transfer.more:
+        payload = delivery.payload
+        if len(payload) != self.message_size or delivery.frames != 1:
             self.malformed += 1
             return
         at = self.message_size - self.size
@@ -200,17 +186,10 @@ class _Consumer:
             self.out_of_order += 1
         self.expected = seq + 1
 
-    def settle(self) -> None:
-        """Accept everything received since the last call, in one disposition."""
-        if self.first is None:
-            return
-        self.conn.queue(0, frames.disposition(self.first, self.last if self.last != self.first else None,
-                                              state=Accepted()))  # fmt: skip
-        self.first = None
-
     def after_batch(self) -> None:
-        self.settle()
-        if self.credit <= self.credit_target // 2 and self.received < self.total:
+        """Accept what arrived, in ranges; grant credit again once half of it is used."""
+        self.conn.accept_unsettled()
+        if _link(self.conn).credit <= self.credit_target // 2 and self.received < self.total:
             self.grant()
 
 
@@ -240,23 +219,18 @@ def run_throughput(
     if probe is not None:
         result.broker_before = probe.stats(collect=True)
     cpu_before = cpu_seconds(probe.pid) if probe is not None else 0.0
-    prod_conn = RawConnection(host, port)
-    cons_conn = RawConnection(host, port)
+    prod_conn = RawClient(host, port)
+    cons_conn = RawClient(host, port)
     producer = _Producer(prod_conn, messages, size)
     consumer = _Consumer(cons_conn, messages, size, credit)
     try:
         prod_conn.open("soak-producer")
         cons_conn.open("soak-consumer", begin=frames.begin(incoming_window=8192))
-        prod_conn.queue(0, frames.attach_sender(queue, handle=0))
-        cons_conn.queue(0, frames.attach_receiver(queue, handle=0))
+        cons_conn.attach(frames.attach_receiver(queue, handle=HANDLE))
         consumer.grant()
         cons_conn.flush()
-        cons_conn.expect(Attach)
-        seen: list[Any] = []
-        prod_conn.expect(Attach, seen=seen)
-        flow = prod_conn.expect(Flow, seen=seen)
-        for performative in [*seen, flow]:
-            producer.on_frame(performative)
+        sender = prod_conn.attach(frames.attach_sender(queue, handle=HANDLE))
+        prod_conn.wait(lambda: sender.credit > 0)
         client_cpu = time.process_time()
         pump = _Pump(result, producer, consumer, window, sampler, progress)
         checkpoints = [max(1, int(messages * warmup)), messages] if probe is not None else []
@@ -273,6 +247,9 @@ def run_throughput(
     finally:
         prod_conn.sock.close()
         cons_conn.sock.close()
+    violations = prod_conn.conn.violations + cons_conn.conn.violations
+    if violations and result.error is None:
+        result.error = f"the broker broke the protocol: {violations[:3]}"
     unique = sum(consumer.seen)
     result.sent = producer.sent
     result.accepted = producer.accepted
@@ -332,7 +309,7 @@ class _Pump:
         self.progress = progress
         self.conns = (producer.conn, consumer.conn)
         self.selector = selectors.DefaultSelector()
-        self.masks: dict[RawConnection, int] = {}
+        self.masks: dict[RawClient, int] = {}
 
     def run(self, time_limit: float, checkpoints: list[int], checkpoint: Callable[[], dict[str, Any]]) -> float:
         """Until every message is received and accepted (pausing at ``checkpoints``); the seconds it took,
@@ -368,9 +345,10 @@ class _Pump:
                     next_sample += sample_every
                 if pending and min(consumer.received, producer.accepted) >= pending[0]:
                     pause = time.perf_counter()
+                    self._flush()
                     while any(conn.out for conn in self.conns):
-                        self._flush()
                         self._receive(0.01)
+                        self._flush()
                     result.checkpoints.append(checkpoint())
                     pending.pop(0)
                     paused += time.perf_counter() - pause
@@ -397,9 +375,10 @@ class _Pump:
                 continue
             conn = key.data
             if conn is consumer.conn:
-                for _channel, performative, payload in conn.receive():
-                    if isinstance(performative, Transfer):
-                        consumer.on_transfer(performative, payload)
+                for frame in conn.receive():
+                    delivery = frame.delivery
+                    if delivery is not None and delivery.complete:
+                        consumer.on_delivery(delivery)
             else:
-                for _channel, performative, _payload in conn.receive():
-                    producer.on_frame(performative)
+                for frame in conn.receive():
+                    producer.on_frame(frame)
