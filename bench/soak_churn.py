@@ -9,11 +9,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from bench.measures import cpu_seconds, open_fds
 from bench.raw import IO_TIMEOUT, RawClient
-from bench.soak_figures import Probe, RssSampler, record_broker_after
+from bench.soak_figures import BrokerFigures, Probe, RssSampler, record_broker_after
 from minibroker.amqp.definitions import Accepted, Attach, Flow, Transfer
 from minibroker.amqp.framing import AMQP_HEADER
 from minibroker.testing import frames
@@ -57,8 +56,8 @@ def churn_cycle(host: str, port: int, index: int, queue: str) -> None:
         conn.sock.close()
 
 
-@dataclass
-class ChurnResult:
+@dataclass(kw_only=True)
+class ChurnResult(BrokerFigures):
     """Figures of one churn run."""
 
     cycles: int
@@ -66,17 +65,9 @@ class ChurnResult:
     completed: int = 0
     failures: int = 0
     first_failures: list[str] = field(default_factory=list)
-    timed_out: bool = False
-    seconds: float = 0.0
     cycles_per_s: float = 0.0
-    broker_cpu_s: float = 0.0
     fds_before: tuple[int, int] = (0, 0)
     fds_after: tuple[int, int] = (0, 0)
-    broker_before: dict[str, Any] = field(default_factory=dict)
-    broker_after: dict[str, Any] = field(default_factory=dict)
-    rss: dict[str, Any] = field(default_factory=dict)
-    rss_samples: list[tuple[int, float, int]] = field(default_factory=list)
-    peak_rss_kib: int = 0
 
     @property
     def ok(self) -> bool:

@@ -9,34 +9,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.measures import cpu_seconds
-from bench.soak_figures import Probe, RssSampler, record_broker_after
+from bench.soak_figures import MessageFigures, Probe, RssSampler, record_broker_after
 
 
-@dataclass
-class ConnectionsResult:
+@dataclass(kw_only=True)
+class ConnectionsResult(MessageFigures):
     """Figures of one many-connections run."""
 
     connections: int
     messages_per_connection: int
     opened: int = 0
-    sent: int = 0
-    accepted: int = 0
-    received: int = 0
-    lost: int = 0
-    duplicates: int = 0
-    out_of_order: int = 0
     misrouted: int = 0
     errors: list[str] = field(default_factory=list)
-    timed_out: bool = False
-    seconds: float = 0.0
-    messages_per_s: float = 0.0
-    broker_cpu_s: float = 0.0
-    broker_cpu_us_per_message: float = 0.0
-    broker_before: dict[str, Any] = field(default_factory=dict)
-    broker_after: dict[str, Any] = field(default_factory=dict)
-    rss: dict[str, Any] = field(default_factory=dict)
-    rss_samples: list[tuple[int, float, int]] = field(default_factory=list)
-    peak_rss_kib: int = 0
 
     @property
     def ok(self) -> bool:

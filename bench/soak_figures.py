@@ -73,15 +73,33 @@ def settled_stats(probe: Probe, before: dict[str, Any], timeout: float = 10.0) -
         time.sleep(0.02)
 
 
-class BrokerFigures(Protocol):
-    """The broker's figures every soak result holds."""
+@dataclass(kw_only=True)
+class BrokerFigures:
+    """What every soak run records: whether it ran out of time, how long it took, and the broker's CPU, stats
+    and memory before and after (``record_broker_after``)."""
 
-    broker_cpu_s: float
-    broker_before: dict[str, Any]
-    broker_after: dict[str, Any]
-    rss: dict[str, Any]
-    rss_samples: list[tuple[int, float, int]]
-    peak_rss_kib: int
+    timed_out: bool = False
+    seconds: float = 0.0
+    broker_cpu_s: float = 0.0
+    broker_before: dict[str, Any] = field(default_factory=dict)
+    broker_after: dict[str, Any] = field(default_factory=dict)
+    rss: dict[str, Any] = field(default_factory=dict)
+    rss_samples: list[tuple[int, float, int]] = field(default_factory=list)
+    peak_rss_kib: int = 0
+
+
+@dataclass(kw_only=True)
+class MessageFigures(BrokerFigures):
+    """A run that moves messages: each one counted where it was sent, answered and received."""
+
+    sent: int = 0
+    accepted: int = 0
+    received: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    messages_per_s: float = 0.0
+    broker_cpu_us_per_message: float = 0.0
 
 
 def record_broker_after(result: BrokerFigures, probe: Probe, sampler: RssSampler, cpu_before: float) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.measures import cpu_seconds, rss_kib
 from bench.raw import IO_TIMEOUT, BrokerClosed, RawClient
-from bench.soak_figures import Probe, RssSampler, record_broker_after
+from bench.soak_figures import MessageFigures, Probe, RssSampler, record_broker_after
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, AmqpValue, Disposition, Transfer
 from minibroker.amqp.types import UInt
@@ -29,34 +29,18 @@ def _link(conn: RawClient) -> Link:
     return conn.conn.session(0).links[HANDLE]
 
 
-@dataclass
-class ThroughputResult:
+@dataclass(kw_only=True)
+class ThroughputResult(MessageFigures):
     """Figures of one throughput run."""
 
     messages: int
     size: int
-    sent: int = 0
-    accepted: int = 0
-    received: int = 0
-    lost: int = 0
-    duplicates: int = 0
-    out_of_order: int = 0
     malformed: int = 0
-    timed_out: bool = False
     error: str | None = None
-    seconds: float = 0.0
-    messages_per_s: float = 0.0
-    broker_cpu_s: float = 0.0
-    broker_cpu_us_per_message: float = 0.0
     client_cpu_us_per_message: float = 0.0
     max_depth_allowed: int = 0
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     allocated_blocks_growth: int = 0
-    rss: dict[str, Any] = field(default_factory=dict)
-    rss_samples: list[tuple[int, float, int]] = field(default_factory=list)
-    broker_before: dict[str, Any] = field(default_factory=dict)
-    broker_after: dict[str, Any] = field(default_factory=dict)
-    peak_rss_kib: int = 0
 
     @property
     def ok(self) -> bool:
