@@ -270,6 +270,10 @@ class Session:
     """Deliveries we received completely and unsettled, that neither side has settled: id -> link."""
     ended: bool = False
     remote_end: End | None = None
+    initial_outgoing_id: int = 0
+    """Our ``begin``'s next-outgoing-id: a broker ``flow`` without next-incoming-id counts its window from it."""
+    remote_attaches: dict[int, Attach] = field(default_factory=dict)
+    """Attaches the broker sent first, for links we have not attached (yet), by the broker's handle."""
 
     def link(self, name: str) -> Link:
         """Our link called ``name`` (``KeyError`` if there is none)."""
@@ -290,6 +294,18 @@ def _u32(value: int) -> int:
     return value & 0xFFFFFFFF
 
 
+def _serial_diff(a: int, b: int) -> int:
+    """``a - b`` for sequence numbers modulo 2^32 (§2.8.10 sequence-no, RFC 1982): signed, within ±2^31."""
+    return ((a - b + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
+def _settle(unsettled: dict[int, Link], first: int, last: int | None) -> None:
+    """Forget the deliveries ``first``..``last`` (serial numbers, so the range may wrap) of ``unsettled``."""
+    span = 0 if last is None else _u32(last - first)
+    for delivery_id in [d for d in unsettled if _u32(d - first) <= span]:
+        del unsettled[delivery_id]
+
+
 class ClientConnection:
     """The client side of one AMQP connection, without I/O (see the module docstring)."""
 
@@ -299,6 +315,8 @@ class ClientConnection:
         self.sessions: dict[int, Session] = {}
         """Our sessions by our channel."""
         self._by_remote_channel: dict[int, Session] = {}
+        self._remote_begins: dict[int, Begin] = {}
+        """Begins the broker sent first (no remote-channel), by its channel, until we answer one."""
         self.remote_open: Open | None = None
         self.remote_close: Close | None = None
         self.sasl_outcome: SaslOutcome | None = None
@@ -334,8 +352,14 @@ class ClientConnection:
             return
         session = self.sessions.get(channel)
         if isinstance(perf, Begin):
+            next_outgoing_id = int(perf.next_outgoing_id or 0)
             window = int(perf.incoming_window or 0)
-            self.sessions[channel] = Session(channel, int(perf.next_outgoing_id or 0), window, window)
+            session = Session(channel, next_outgoing_id, window, window, initial_outgoing_id=next_outgoing_id)
+            self.sessions[channel] = session
+            if perf.remote_channel is not None:  # §2.5.2: we answer a session the broker began
+                theirs = self._remote_begins.pop(int(perf.remote_channel), None)
+                if theirs is not None:
+                    self._bind_session(session, int(perf.remote_channel), theirs)
         elif session is None:
             return
         elif isinstance(perf, Attach) and perf.handle is not None:
@@ -343,24 +367,38 @@ class ClientConnection:
             if perf.role == SENDER:
                 new.delivery_count = int(perf.initial_delivery_count or 0)
             session.links[new.handle] = new
+            # the broker attached first: ours answers its attach of the same name and the other role (§2.6.3)
+            pushed = next(
+                (a for a in session.remote_attaches.values() if a.name == perf.name and a.role != new.role), None
+            )
+            if pushed is not None and pushed.handle is not None:
+                del session.remote_attaches[int(pushed.handle)]
+                self._bind_link(session, new, pushed)
         elif isinstance(perf, Flow):
             if perf.incoming_window is not None:
                 session.window = session.incoming_window = int(perf.incoming_window)
             link = session.links.get(int(perf.handle)) if perf.handle is not None else None
-            if link is not None and link.role == RECEIVER and perf.link_credit is not None:
-                link.credit = int(perf.link_credit)
+            if link is None:
+                pass
+            elif link.role == RECEIVER and perf.link_credit is not None:
+                # §2.6.7: the sender grants from the delivery-count we sent (ours, when we sent none)
+                count = link.delivery_count if perf.delivery_count is None else int(perf.delivery_count)
+                link.credit = _serial_diff(count + int(perf.link_credit), link.delivery_count)
                 link.drain = bool(perf.drain)
+            elif link.role == SENDER and perf.delivery_count is not None:
+                # §2.6.7: a sender that drains advances its delivery-count, consuming the credit
+                link.credit -= _serial_diff(int(perf.delivery_count), link.delivery_count)
+                link.delivery_count = int(perf.delivery_count)
         elif isinstance(perf, Detach) and perf.handle is not None:
             link = session.links.get(int(perf.handle))
             if link is not None:
                 link.detached = True
                 self._forget_if_gone(session, link)
         elif isinstance(perf, Disposition) and perf.role == RECEIVER and perf.settled:
-            first = int(perf.first or 0)
-            for delivery_id in range(first, first + 1 if perf.last is None else int(perf.last) + 1):
-                session.unsettled.pop(delivery_id, None)
+            _settle(session.unsettled, int(perf.first or 0), None if perf.last is None else int(perf.last))
         elif isinstance(perf, End):
             session.ended = True
+            self._forget_session_if_gone(session)
 
     def _sent_transfer(self, perf: Transfer, channel: int) -> None:
         session = self.sessions.get(channel)
@@ -371,7 +409,7 @@ class ClientConnection:
         link = session.links.get(int(perf.handle)) if perf.handle is not None else None
         if link is None:
             return
-        if link.sending is None and not perf.aborted:  # the first frame of a delivery
+        if link.sending is None and (perf.delivery_id is not None or not perf.aborted):  # a delivery's first frame
             if perf.delivery_id is not None:
                 session.next_delivery_id = _u32(int(perf.delivery_id) + 1)
                 link.sending = int(perf.delivery_id)
@@ -417,7 +455,8 @@ class ClientConnection:
             link = self._link_of(channel, perf.handle)
         elif isinstance(perf, SaslOutcome):
             self.sasl_outcome = perf
-            self.reader.header_next = True  # §5.3.2: the next layer's header follows a successful outcome
+            # §5.3.2: the next layer's header follows a successful outcome; after a failed one, nothing does
+            self.reader.header_next = perf.code == 0
         elif isinstance(perf, Open):
             self.remote_open = perf
         elif isinstance(perf, Close):
@@ -436,45 +475,69 @@ class ClientConnection:
 
     def _received_begin(self, perf: Begin, channel: int) -> None:
         ours = perf.remote_channel
-        session = self.sessions.get(int(ours)) if ours is not None else None
-        if session is None:
+        if ours is None:  # §2.5.2: the broker begins a session; ours answers it
+            self._remote_begins[channel] = perf
             return
+        session = self.sessions.get(int(ours))
+        if session is not None:
+            self._bind_session(session, channel, perf)
+
+    def _bind_session(self, session: Session, channel: int, perf: Begin) -> None:
         session.remote_channel = channel
         session.next_incoming_id = int(perf.next_outgoing_id or 0)
-        session.remote_incoming_window = int(perf.incoming_window or 0)
+        # §2.5.6: the broker's incoming window counts from the first transfer id we announced
+        window = int(perf.incoming_window or 0)
+        session.remote_incoming_window = _serial_diff(session.initial_outgoing_id + window, session.next_outgoing_id)
         session.remote_outgoing_window = int(perf.outgoing_window or 0)
         self._by_remote_channel[channel] = session
+
+    @staticmethod
+    def _bind_link(session: Session, link: Link, perf: Attach) -> None:
+        link.remote_handle = int(perf.handle or 0)
+        link.remote_attach = perf
+        session.by_remote[link.remote_handle] = link
+        if link.role == RECEIVER:
+            link.delivery_count = int(perf.initial_delivery_count or 0)
 
     def _received_on_session(self, session: Session, perf: Any) -> Link | None:
         """Count a session- or link-level frame; return the link it concerns, if any."""
         if isinstance(perf, Attach):
-            link = next((k for k in session.links.values() if k.name == perf.name and k.remote_handle is None), None)
-            if link is not None and perf.handle is not None:
-                link.remote_handle = int(perf.handle)
-                link.remote_attach = perf
-                session.by_remote[link.remote_handle] = link
-                if link.role == RECEIVER:
-                    link.delivery_count = int(perf.initial_delivery_count or 0)
+            if perf.handle is None:
+                return None
+            # §2.6.1: a link is named per direction, so ours has the same name and the other role
+            link = next(
+                (
+                    k
+                    for k in session.links.values()
+                    if k.name == perf.name and k.role != perf.role and k.remote_handle is None
+                ),
+                None,
+            )
+            if link is None:  # the broker attaches first: bound when we answer
+                session.remote_attaches[int(perf.handle)] = perf
+            else:
+                self._bind_link(session, link, perf)
             return link
         if isinstance(perf, Flow):
-            if perf.next_incoming_id is not None:  # §2.5.6: the window the broker still gives us
-                session.remote_incoming_window = _u32(
-                    int(perf.next_incoming_id) + int(perf.incoming_window or 0) - session.next_outgoing_id
-                )
-            else:
-                session.remote_incoming_window = int(perf.incoming_window or 0)
+            # §2.5.6: remote-incoming-window = next-incoming-id(flow) + incoming-window(flow) - next-outgoing-id, or
+            # from initial-outgoing-id when the flow has no next-incoming-id; serial arithmetic, so signed
+            start = session.initial_outgoing_id if perf.next_incoming_id is None else int(perf.next_incoming_id)
+            session.remote_incoming_window = _serial_diff(
+                start + int(perf.incoming_window or 0), session.next_outgoing_id
+            )
             session.remote_outgoing_window = int(perf.outgoing_window or 0)
             link = session.by_remote.get(int(perf.handle)) if perf.handle is not None else None
             if link is None:
                 return None
-            if link.role == SENDER and perf.link_credit is not None:  # §2.6.7: credit the broker grants us
+            if link.role == SENDER and perf.link_credit is not None:
+                # §2.6.7: link-credit(snd) := delivery-count(rcv) + link-credit(rcv) - delivery-count(snd)
                 count = link.delivery_count if perf.delivery_count is None else int(perf.delivery_count)
-                link.credit = _u32(count + int(perf.link_credit) - link.delivery_count)
+                link.credit = _serial_diff(count + int(perf.link_credit), link.delivery_count)
                 link.drain = bool(perf.drain)
             elif link.role == RECEIVER:
                 link.available = None if perf.available is None else int(perf.available)
-                if perf.delivery_count is not None:
-                    link.credit -= _u32(int(perf.delivery_count) - link.delivery_count)
+                if perf.delivery_count is not None:  # the sender advanced it (a drain) past what arrived
+                    link.credit -= _serial_diff(int(perf.delivery_count), link.delivery_count)
                     link.delivery_count = int(perf.delivery_count)
             return link
         if isinstance(perf, Detach) and perf.handle is not None:
@@ -482,11 +545,14 @@ class ClientConnection:
             if link is not None:
                 link.remote_detach = perf
                 self._forget_if_gone(session, link)
+            else:  # a detach refusing an attach the broker sent first
+                session.remote_attaches.pop(int(perf.handle), None)
             return link
         if isinstance(perf, Disposition) and perf.role == SENDER and perf.settled:
             self._settled_by_broker(session, perf)
         elif isinstance(perf, End):
             session.remote_end = perf
+            self._forget_session_if_gone(session)
         return None
 
     def _received_transfer(self, perf: Transfer, channel: int, payload: bytes) -> Delivery | None:
@@ -496,6 +562,7 @@ class ClientConnection:
             return None
         session.next_incoming_id = _u32(session.next_incoming_id + 1)
         session.incoming_window -= 1
+        session.remote_outgoing_window -= 1
         if session.incoming_window < 0:
             self.violations.append(f"transfer {session.next_incoming_id - 1} beyond our incoming window (§2.5.6)")
         link = session.by_remote.get(int(perf.handle)) if perf.handle is not None else None
@@ -543,20 +610,30 @@ class ClientConnection:
     def _settled_by_broker(self, session: Session, perf: Disposition) -> None:
         """The broker, as sender, settles deliveries it sent us: each must be one we hold (§2.7.6)."""
         first = int(perf.first or 0)
-        receiving = {k.receiving.delivery_id for k in session.links.values() if k.receiving is not None}
-        for delivery_id in range(first, first + 1 if perf.last is None else int(perf.last) + 1):
-            if delivery_id in receiving:
+        span = 0 if perf.last is None else _u32(int(perf.last) - first)
+        for link in session.links.values():
+            if link.receiving is not None and _u32(link.receiving.delivery_id - first) <= span:
+                delivery_id = link.receiving.delivery_id
                 self.violations.append(f"the broker settled delivery {delivery_id} before sending all of it")
-            else:  # (one we settled already may cross the broker's settling in flight)
-                session.unsettled.pop(delivery_id, None)
+        # (one we settled already may cross the broker's settling in flight)
+        _settle(session.unsettled, first, None if perf.last is None else int(perf.last))
 
     @staticmethod
     def _forget_if_gone(session: Session, link: Link) -> None:
-        """A link detached by both sides frees its handles (§2.6.3)."""
+        """A link detached by both sides frees its handles (§2.6.3); either may already hold a new link."""
         if link.detached and link.remote_detach is not None:
-            session.links.pop(link.handle, None)
-            if link.remote_handle is not None:
-                session.by_remote.pop(link.remote_handle, None)
+            if session.links.get(link.handle) is link:
+                del session.links[link.handle]
+            if link.remote_handle is not None and session.by_remote.get(link.remote_handle) is link:
+                del session.by_remote[link.remote_handle]
+
+    def _forget_session_if_gone(self, session: Session) -> None:
+        """A session ended by both sides frees the broker's channel (§2.5.4); ours stays readable until reused."""
+        channel = session.remote_channel
+        if not session.ended or session.remote_end is None or channel is None:
+            return
+        if self._by_remote_channel.get(channel) is session:
+            del self._by_remote_channel[channel]
 
     # -- reading the state ------------------------------------------------------------------------------
     def session(self, channel: int = 0) -> Session:
@@ -565,8 +642,8 @@ class ClientConnection:
 
     @property
     def remote_channels(self) -> dict[int, int]:
-        """Our channel -> the broker's channel, for each session the broker answered."""
-        return {c: s.remote_channel for c, s in self.sessions.items() if s.remote_channel is not None}
+        """Our channel -> the broker's channel, for each session the broker answered and not both sides ended."""
+        return {s.channel: c for c, s in self._by_remote_channel.items()}
 
     # -- frames with the bookkeeping filled in ----------------------------------------------------------
     def flow(
@@ -583,7 +660,8 @@ class ClientConnection:
             fields.setdefault("next_outgoing_id", session.next_outgoing_id)
             fields.setdefault("incoming_window", session.window)
             link = session.links.get(handle) if handle is not None else None
-            if link is not None:
+            # §2.7.4: a receiver that has not seen the sender's attach MUST NOT set delivery-count
+            if link is not None and (link.role == SENDER or link.remote_attach is not None):
                 fields.setdefault("delivery_count", link.delivery_count)
         return frames.flow(handle=handle, link_credit=link_credit, **fields)
 
