@@ -11,11 +11,13 @@ bookkeeping of both link directions.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from minibroker.amqp.definitions import (
     Accepted,
@@ -34,7 +36,9 @@ from minibroker.amqp.definitions import (
     Transfer,
 )
 from minibroker.amqp.framing import AMQP_HEADER, SASL_FRAME, SASL_HEADER, encode_frame
-from minibroker.amqp.types import Symbol, UByte
+from minibroker.amqp.types import Symbol, UByte, UInt
+from minibroker.engine.connection import ServerConnection
+from minibroker.engine.events import LinkAttached
 from minibroker.testing import frames
 from minibroker.testing.client import (
     RECEIVER,
@@ -50,6 +54,8 @@ from minibroker.testing.client import (
     parse_frames,
     split_header,
 )
+from minibroker.testing.peer import ScriptedPeer
+from minibroker.testing.thread import ThreadedBroker, run_in_thread
 
 U32 = 2**32
 
@@ -795,3 +801,220 @@ def test_valid_frames_split_anywhere_parse_as_unsplit(
     whole = drive(connected(), stream, [])
     split = drive(connected(), stream, cuts)
     assert split == whole
+
+
+# -- model: the client's counts equal the broker engine's, both link directions (§2.5.6, §2.6.7) ------------
+class CreditAgainstTheEngine(RuleBasedStateMachine):
+    """The client core talks to the broker's own engine in memory: after every step and the frames it causes,
+    what the client counted (delivery-count, link-credit, transfer ids, windows) equals what the engine, the
+    other end of each link and of the session, counted. Deliveries of 1 to 4 frames (max-frame-size 512)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.server = ServerConnection()
+        self.client = ClientConnection()
+        self.engine_links: dict[str, Any] = {}
+        client = self.client
+        client.send_header(AMQP_HEADER)
+        client.send(frames.open_(max_frame_size=UInt(512)))
+        client.send(frames.begin(incoming_window=8))
+        client.send(frames.attach_receiver("q", 0, "in"))  # the engine sends on it
+        client.send(frames.attach_sender("q", 1, "out"))  # the engine receives on it
+        self.pump()
+        assert set(self.engine_links) == {"in", "out"}
+
+    def pump(self) -> None:
+        """Move bytes both ways until neither side has anything to say."""
+        for _ in range(1000):
+            data = self.client.data_to_send()
+            if data:
+                for event in self.server.receive_data(data, 0.0):
+                    if isinstance(event, LinkAttached):
+                        link = event.link
+                        self.server.accept_attach(link, source=link.source, target=link.target)
+                        self.engine_links[link.name] = link
+            out = self.server.data_to_send()
+            if out:
+                self.client.receive_data(out)
+                while (event := self.client.next_event()) is not None:
+                    assert not isinstance(event, Ended)
+            if not data and not out:
+                return
+        raise AssertionError("the two ends never went quiet")
+
+    @property
+    def links(self) -> dict[int, Link]:
+        return self.client.session(0).links
+
+    @rule(credit=st.integers(0, 6), drain=st.booleans())
+    def client_grants(self, credit: int, drain: bool) -> None:
+        self.client.send(self.client.flow(0, credit, drain=drain or None))
+        self.pump()
+
+    @rule(credit=st.integers(0, 6))
+    def client_grants_without_a_delivery_count(self, credit: int) -> None:
+        self.client.send(self.client.flow(0, credit, delivery_count=None))
+        self.pump()
+
+    @rule()
+    def client_opens_its_window(self) -> None:
+        self.client.send(self.client.flow())
+        self.pump()
+
+    @rule(frames_long=st.integers(1, 4), settled=st.booleans())
+    def engine_delivers(self, frames_long: int, settled: bool) -> None:
+        link = self.engine_links["in"]
+        if self.server.can_send(link):
+            self.server.deliver(link, b"x" * (400 * frames_long - 300), settled=settled)
+            self.pump()
+
+    @rule(credit=st.integers(0, 6), frames_long=st.integers(1, 2))
+    def a_grant_crosses_a_delivery(self, credit: int, frames_long: int) -> None:
+        """Our flow is on the wire while the engine sends: it grants from a delivery-count that is behind."""
+        self.client.send(self.client.flow(0, credit))
+        link = self.engine_links["in"]
+        if self.server.can_send(link):
+            self.server.deliver(link, b"x" * (400 * frames_long - 300), settled=True)
+        self.pump()
+
+    @rule()
+    def engine_completes_a_drain(self) -> None:
+        self.server.complete_drain(self.engine_links["in"])
+        self.pump()
+
+    @rule(credit=st.integers(0, 6))
+    def engine_grants(self, credit: int) -> None:
+        self.server.grant_credit(self.engine_links["out"], credit)
+        self.pump()
+
+    @rule(frames_long=st.integers(1, 3))
+    def client_sends(self, frames_long: int) -> None:
+        session = self.client.session(0)
+        if self.links[1].credit <= 0 or session.remote_incoming_window < frames_long:
+            return
+        delivery_id = self.client.next_delivery_id()
+        for part in range(frames_long):
+            more = part < frames_long - 1
+            first = part == 0
+            self.client.send(
+                frames.transfer(1, delivery_id if first else None, settled=True, more=more or None), 0, b"y" * 100
+            )
+        self.pump()
+
+    @invariant()
+    def both_ends_agree(self) -> None:
+        session = self.client.session(0)
+        engine_session = self.server.sessions[0]
+        assert self.client.violations == []
+        for name, handle in (("in", 0), ("out", 1)):
+            ours, theirs = self.links[handle], self.engine_links[name]
+            assert ours.delivery_count == theirs.delivery_count, name
+            # a grant overtaken by more deliveries than it gave leaves the sender none: the engine says 0, we
+            # say how far below zero (§2.6.7 link-credit(snd) = delivery-count(rcv) + link-credit(rcv) - ...)
+            assert max(ours.credit, 0) == theirs.credit, name
+        assert session.next_incoming_id == engine_session.next_outgoing_id
+        assert session.next_outgoing_id == engine_session.next_incoming_id
+        assert session.incoming_window == engine_session.remote_incoming_window
+        assert session.remote_incoming_window == engine_session.incoming_window
+
+
+CreditAgainstTheEngine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_credit_against_the_engine = CreditAgainstTheEngine.TestCase
+
+
+# -- probes against the real broker over TCP ------------------------------------------------------------------
+@pytest.fixture
+def real_broker() -> Iterator[ThreadedBroker]:
+    with run_in_thread({"server": {"port": 0}}) as running:
+        yield running
+
+
+def post(peer: ScriptedPeer, address: str, bodies: list[bytes]) -> None:
+    """Send ``bodies`` to ``address`` on a new sender link (handle 9), each accepted."""
+    peer.attach_sender(address, handle=9, name=f"post-{address}")
+    link = peer.conn.session(0).links[9]
+    granted = peer.expect(Flow)
+    assert link.credit == granted.link_credit  # the credit our sender holds is the broker's grant
+    for body in bodies:
+        delivery_id = peer.conn.next_delivery_id()
+        before = link.credit
+        peer.transfer(9, delivery_id, body)
+        assert link.credit == before - 1
+        while True:
+            frame = peer.receive()
+            if isinstance(frame.performative, Disposition):
+                break
+            assert isinstance(frame.performative, Flow), frame  # a top-up, counted as it comes
+        assert isinstance(frame.performative.state, Accepted)
+    assert link.delivery_count == len(bodies)
+
+
+def test_probe_a_multi_frame_delivery_from_the_broker_is_assembled(real_broker: ThreadedBroker) -> None:
+    body = frames.message("z" * 5000)
+    with ScriptedPeer.connect("127.0.0.1", real_broker.port) as peer:
+        peer.open(max_frame_size=UInt(512))
+        peer.begin()
+        post(peer, "big", [body])
+        peer.attach_receiver("big", handle=0, name="take")
+        peer.flow(handle=0, link_credit=1)
+        parts = 0
+        while True:
+            frame = peer.expect_frame(Transfer)
+            parts += 1
+            assert frame.delivery is not None
+            assert frame.delivery.frames == parts
+            if frame.delivery.complete:
+                break
+            assert frame.delivery.payload == b""
+        delivery = frame.delivery
+        assert parts > 5
+        assert delivery.payload == body
+        assert not delivery.settled
+        session = peer.conn.session(0)
+        link = session.links[0]
+        assert (link.delivery_count, link.credit) == (1, 0)
+        assert list(session.unsettled) == [delivery.delivery_id]
+        peer.disposition(delivery.delivery_id, state=Accepted())
+        assert session.unsettled == {}
+        assert peer.conn.violations == []
+
+
+def test_probe_session_window_accounting_after_many_transfers(real_broker: ThreadedBroker) -> None:
+    count = 40
+    with ScriptedPeer.connect("127.0.0.1", real_broker.port) as peer:
+        peer.open()
+        peer.begin(incoming_window=10)
+        post(peer, "many", [frames.message(f"m{i}") for i in range(count)])
+        session = peer.conn.session(0)
+        assert session.next_outgoing_id == count
+        peer.attach_receiver("many", handle=0, name="take")
+        peer.flow(handle=0, link_credit=count)
+        received = []
+        while len(received) < count:
+            if session.incoming_window == 0:  # the broker must stop here until we open the window again
+                assert len(received) % 10 == 0
+                peer.flow()
+            frame = peer.expect_frame(Transfer)
+            assert frame.delivery is not None
+            received.append(frame.delivery.delivery_id)
+        assert received == list(range(count))
+        assert session.next_incoming_id == count
+        link = session.links[0]
+        assert (link.delivery_count, link.credit) == (count, 0)
+        peer.disposition(0, count - 1, state=Accepted())
+        assert session.unsettled == {}
+        assert peer.conn.violations == []
+
+
+def test_probe_a_drain_on_an_empty_queue_uses_up_our_credit(real_broker: ThreadedBroker) -> None:
+    with ScriptedPeer.connect("127.0.0.1", real_broker.port) as peer:
+        peer.open()
+        peer.begin()
+        peer.attach_receiver("empty", handle=0, name="take")
+        peer.flow(handle=0, link_credit=7, drain=True)
+        answer = peer.expect(Flow)
+        link = peer.conn.session(0).links[0]
+        assert answer.delivery_count == 7
+        assert (link.delivery_count, link.credit) == (7, 0)
