@@ -46,7 +46,15 @@ from minibroker.amqp.definitions import (
     Transfer,
 )
 from minibroker.amqp.fastpath import decode_performative
-from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER, FRAME_HEADER, SASL_FRAME, SASL_HEADER, encode_frame
+from minibroker.amqp.framing import (
+    AMQP_FRAME,
+    AMQP_HEADER,
+    FRAME_HEADER,
+    MIN_MAX_FRAME_SIZE,
+    SASL_FRAME,
+    SASL_HEADER,
+    encode_frame,
+)
 from minibroker.amqp.types import DecodeError
 from minibroker.testing import frames
 
@@ -147,6 +155,8 @@ class FrameReader:
         self._buf = bytearray()
         self.header_next = True
         """The next 8 bytes are a protocol header."""
+        self.max_frame_size: int | None = None
+        """The largest frame we take (our ``open``'s max-frame-size), None: any."""
 
     def feed(self, data: bytes) -> None:
         """Add bytes received from the broker."""
@@ -175,6 +185,9 @@ class FrameReader:
         size, doff, frame_type, channel = FRAME_HEADER.unpack_from(buf)
         if size < 8 or doff < 2 or doff * 4 > size:
             raise ProtocolError(f"malformed frame header: size={size} doff={doff} (bytes {bytes(buf[:8])!r})")
+        if self.max_frame_size is not None and size > self.max_frame_size:
+            # §2.7.1 open: a peer MUST NOT send frames larger than our max-frame-size
+            raise ProtocolError(f"a frame of {size} bytes, over our max-frame-size {self.max_frame_size}")
         if len(buf) < size:
             return None
         body = bytes(buf[doff * 4 : size])
@@ -350,6 +363,8 @@ class ClientConnection:
         if isinstance(perf, Transfer):
             self._sent_transfer(perf, channel)
             return
+        if isinstance(perf, Open) and perf.max_frame_size is not None:  # (a negative test may send less than 512)
+            self.reader.max_frame_size = max(MIN_MAX_FRAME_SIZE, int(perf.max_frame_size))
         session = self.sessions.get(channel)
         if isinstance(perf, Begin):
             next_outgoing_id = int(perf.next_outgoing_id or 0)
@@ -568,6 +583,12 @@ class ClientConnection:
         link = session.by_remote.get(int(perf.handle)) if perf.handle is not None else None
         if link is None:
             self.violations.append(f"transfer on handle {perf.handle}, which is no link of ours (any more)")
+            return None
+        if link.role == SENDER:  # §2.6.12: only a link's sender transfers on it
+            self.violations.append(f"transfer on {link.name}, a link on which we send")
+            return None
+        if link.remote_detach is not None:
+            self.violations.append(f"transfer on {link.name} after the broker detached it")
             return None
         current = link.receiving
         if current is None:

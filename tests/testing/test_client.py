@@ -267,6 +267,19 @@ def test_bytes_that_are_not_a_frame_raise_protocol_error(bad: bytes) -> None:
     assert issubclass(ProtocolError, ValueError)
 
 
+def test_a_frame_over_our_max_frame_size_raises_at_its_header() -> None:
+    """§2.7.1 open, max-frame-size: the broker MUST NOT send larger frames; the reader says so at the header
+    instead of waiting for bytes that a broken broker would never send."""
+    conn = ClientConnection()
+    conn.send_header(AMQP_HEADER)
+    conn.send(frames.open_(max_frame_size=UInt(512)))
+    largest = bframe(0, Close(), b"x" * (512 - len(bframe(0, Close()))))
+    assert len(largest) == 512
+    assert len(feed(conn, AMQP_HEADER, largest)) == 2
+    with pytest.raises(ProtocolError, match="max-frame-size"):
+        feed(conn, frames.raw_frame(size=513)[:8])
+
+
 def test_parse_frames_and_split_header() -> None:
     stream = AMQP_HEADER + bframe(1, End()) + frames.heartbeat(2)
     header, rest = split_header(stream)
@@ -489,6 +502,29 @@ def test_a_link_detached_both_ways_frees_both_handles() -> None:
     assert session.links == {}
     assert session.by_remote == {}
     assert session.next_handle() == 0
+
+
+def test_a_transfer_on_a_link_where_we_send_is_a_violation_and_counts_nothing() -> None:
+    """§2.6.12: only the sender of a link transfers on it; the broker is the receiver of our sender link."""
+    conn = connected()
+    link = sender(conn, remote_handle=4, credit=3)
+    (frame,) = feed_frames(conn, btransfer(4, 0))
+    assert frame.delivery is None
+    assert (link.delivery_count, link.credit) == (0, 3)
+    assert conn.session(0).unsettled == {}
+    assert conn.violations
+    assert "we send" in conn.violations[0]
+
+
+def test_a_transfer_after_the_brokers_detach_is_a_violation() -> None:
+    conn = connected()
+    link = receiver(conn, remote_handle=3, credit=3)
+    feed_frames(conn, bframe(0, Detach(handle=3, closed=True)))
+    (frame,) = feed_frames(conn, btransfer(3, 0))
+    assert frame.delivery is None
+    assert link.delivery_count == 0
+    assert conn.violations
+    assert "detached" in conn.violations[0]
 
 
 # -- link flow control (§2.6.7) -----------------------------------------------------------------------------
