@@ -9,7 +9,9 @@ specification makes a client track, whoever chose the values:
   header; after an AMQP header, AMQP frames), so pipelined headers and frames are parsed exactly;
 * per session (§2.5.6): our channel and the broker's, transfer ids both ways, both incoming windows;
 * per link (§2.6.7): handles both ways, delivery-count, link-credit, the delivery being received and its
-  frames (a multi-frame delivery is assembled: its last frame carries the whole ``Delivery``).
+  frames (a multi-frame delivery is assembled: its last frame carries the whole ``Delivery``);
+* sequence numbers (transfer ids, delivery ids and counts) modulo 2^32, differences signed (RFC 1982): a
+  disposition range may wrap, and a window or a credit overtaken by what was in flight goes negative.
 
 It never refuses to send a frame: a negative test sends what it likes, and the bookkeeping follows what was
 really sent. Drivers move the bytes: ``ScriptedPeer`` (a blocking socket, ``minibroker.testing.peer``), ``MemoryPeer``
@@ -235,7 +237,8 @@ class Link:
     delivery_count: int = 0
     """Deliveries sent on the link so far (§2.6.7), counted from the sender's initial delivery-count."""
     credit: int = 0
-    """Deliveries the sender may still send (for our receiver: what we granted, minus what arrived)."""
+    """Deliveries the sender may still send (for our receiver: what we granted, minus what arrived); serial
+    arithmetic, so negative when a grant was overtaken by more deliveries than it gave."""
     available: int | None = None
     """The broker's last ``available`` for our receiver links."""
     drain: bool = False
@@ -271,7 +274,7 @@ class Session:
     next_incoming_id: int = 0
     """The transfer id we expect next from the broker."""
     remote_incoming_window: int = 0
-    """Transfer frames the broker still takes from us (§2.5.6)."""
+    """Transfer frames the broker still takes from us (§2.5.6); negative when we sent beyond its window."""
     remote_outgoing_window: int = 0
     next_delivery_id: int = 0
     """The delivery id our next delivery gets (when the caller lets the connection choose)."""
@@ -336,8 +339,10 @@ class ClientConnection:
         self.ended = False
         """The broker closed the byte stream."""
         self.violations: list[str] = []
-        """Frames a correct broker can never send us (a transfer beyond our window or on no link of ours, a
-        continuation with no delivery in progress, a delivery settled by the broker before all of it came)."""
+        """Frames a correct broker can never send us (a transfer beyond our window, on no link of ours, on a link
+        where we send or after the broker detached it, a continuation with no delivery in progress, a delivery
+        settled by the broker before all of it came). Nothing is answered on our behalf: a ``flow`` with
+        ``echo`` set, or the broker's ``end`` or ``detach``, is the caller's to answer."""
 
     # -- output -----------------------------------------------------------------------------------------
     def data_to_send(self) -> bytes:
