@@ -332,6 +332,8 @@ class ClientConnection:
         """Our sessions by our channel."""
         self._by_remote_channel: dict[int, Session] = {}
         self._remote_begins: dict[int, Begin] = {}
+        self._sasl_layer = False
+        """The broker's last header was the SASL one and its outcome has not come yet."""
         """Begins the broker sent first (no remote-channel), by its channel, until we answer one."""
         self.remote_open: Open | None = None
         self.remote_close: Close | None = None
@@ -459,6 +461,7 @@ class ClientConnection:
         if reader.header_next:
             header = reader.next_header()
             if header is not None:
+                self._sasl_layer = header == SASL_HEADER
                 return ProtocolHeader(header)
         else:
             parsed = reader.next_frame()
@@ -468,6 +471,14 @@ class ClientConnection:
 
     def _received(self, channel: int, frame_type: int, perf: Any, payload: bytes) -> Frame:
         delivery = link = None
+        if perf is not None and (frame_type == SASL_FRAME) != self._sasl_layer:
+            # Part 5 §5.3.2: SASL frames (type 1) up to the outcome; after the AMQP header, AMQP frames (§2.3.2)
+            layer = "the SASL exchange" if self._sasl_layer else "the AMQP layer"
+            self.violations.append(
+                f"a {'SASL' if frame_type == SASL_FRAME else 'type ' + str(frame_type)} frame in {layer}"
+            )
+            if isinstance(perf, SaslOutcome):
+                return Frame(channel, frame_type, perf, payload)
         if perf is None:
             pass
         elif isinstance(perf, Transfer):
@@ -477,6 +488,7 @@ class ClientConnection:
             self.sasl_outcome = perf
             # §5.3.2: the next layer's header follows a successful outcome; after a failed one, nothing does
             self.reader.header_next = perf.code == 0
+            self._sasl_layer = False
         elif isinstance(perf, Open):
             self.remote_open = perf
         elif isinstance(perf, Close):

@@ -324,6 +324,21 @@ def test_after_a_failed_sasl_outcome_no_header_is_read() -> None:
     assert events[1:] == [Ended(0)]
 
 
+def test_frames_of_the_wrong_layer_are_violations() -> None:
+    """Part 5 §5.3.2: between the SASL header and the outcome come SASL frames (type 1); after the AMQP header,
+    AMQP frames (type 0, §2.3.2). An outcome in an AMQP frame does not end the SASL layer."""
+    conn = ClientConnection()
+    feed(conn, SASL_HEADER, bframe(0, SaslOutcome(code=UByte(0))))
+    assert conn.violations
+    assert "SASL" in conn.violations[0]
+    assert not conn.reader.header_next
+    conn = sasl_start(0)
+    assert conn.violations == []
+    feed(conn, AMQP_HEADER, encode_frame(0, Open(container_id="b"), frame_type=SASL_FRAME))
+    assert conn.violations
+    assert "SASL frame" in conn.violations[0]
+
+
 # -- sessions (§2.5) ----------------------------------------------------------------------------------------
 def test_a_begin_answered_on_another_channel() -> None:
     conn = connected(channel=3, remote_channel=7)
