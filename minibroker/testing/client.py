@@ -495,10 +495,15 @@ class ClientConnection:
             self.remote_close = perf
         elif isinstance(perf, Begin):
             self._received_begin(perf, channel)
-        else:
+        elif isinstance(perf, Attach | Flow | Detach | Disposition | End):
             session = self._by_remote_channel.get(channel)
             if session is not None:
                 link = self._received_on_session(session, perf)
+            elif channel not in self._remote_begins:
+                # §2.8.15 errant-link / §2.5.4: session frames need a session begun on that channel
+                self.violations.append(
+                    f"{type(perf).__name__.lower()} on channel {channel}, where no session of ours is"
+                )
         return Frame(channel, frame_type, perf, payload, delivery, link)
 
     def _link_of(self, channel: int, remote_handle: int | None) -> Link | None:
@@ -511,7 +516,9 @@ class ClientConnection:
             self._remote_begins[channel] = perf
             return
         session = self.sessions.get(int(ours))
-        if session is not None:
+        if session is None:
+            self.violations.append(f"begin answering our channel {int(ours)}, where we began no session")
+        else:
             self._bind_session(session, channel, perf)
 
     def _bind_session(self, session: Session, channel: int, perf: Begin) -> None:

@@ -361,6 +361,22 @@ def test_a_transfer_on_a_channel_with_no_session_is_a_violation() -> None:
     assert "channel 5" in conn.violations[0]
 
 
+def test_session_frames_on_a_channel_with_no_session_are_violations() -> None:
+    conn = connected()
+    feed_frames(
+        conn,
+        bframe(5, frames.flow()),
+        bframe(0, Begin(remote_channel=9, next_outgoing_id=0, incoming_window=1, outgoing_window=1)),
+    )
+    assert len(conn.violations) == 2
+    assert "flow on channel 5" in conn.violations[0]
+    assert "our channel 9" in conn.violations[1]
+    # a session the broker began may carry frames before we answer it
+    feed_frames(conn, bframe(4, Begin(next_outgoing_id=0, incoming_window=9, outgoing_window=9)))
+    feed_frames(conn, bframe(4, broker_attach("early", 0, SENDER)))
+    assert len(conn.violations) == 2
+
+
 def test_a_session_the_broker_begins_is_ours_once_we_answer() -> None:
     """§2.5.2: a begin with no remote-channel starts a session; our begin naming its channel answers it."""
     conn = connected()
