@@ -471,6 +471,8 @@ class ClientConnection:
 
     def _received(self, channel: int, frame_type: int, perf: Any, payload: bytes) -> Frame:
         delivery = link = None
+        if self.remote_close is not None:  # §2.4.3: the close "MUST be the last thing ever written"
+            self.violations.append(f"a frame after the broker's close: {perf!r} on channel {channel}")
         if perf is not None and (frame_type == SASL_FRAME) != self._sasl_layer:
             # Part 5 §5.3.2: SASL frames (type 1) up to the outcome; after the AMQP header, AMQP frames (§2.3.2)
             layer = "the SASL exchange" if self._sasl_layer else "the AMQP layer"

@@ -213,6 +213,16 @@ def test_header_then_frames_then_end_of_stream() -> None:
     assert end_stream(conn) == [Ended(0)]
 
 
+def test_anything_after_the_brokers_close_is_a_violation() -> None:
+    """§2.4.3: the close frame "MUST be the last thing ever written onto a connection"."""
+    conn = connected()
+    feed(conn, bframe(0, Close()))
+    assert conn.violations == []
+    feed(conn, frames.heartbeat())
+    assert conn.violations
+    assert "after the broker's close" in conn.violations[0]
+
+
 def test_end_of_stream_reports_the_bytes_of_an_unfinished_frame() -> None:
     conn = ClientConnection()
     whole = bframe(0, Open(container_id="b"))
