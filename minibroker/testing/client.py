@@ -9,7 +9,9 @@ specification makes a client track, whoever chose the values:
   header; after an AMQP header, AMQP frames), so pipelined headers and frames are parsed exactly;
 * per session (§2.5.6): our channel and the broker's, transfer ids both ways, both incoming windows;
 * per link (§2.6.7): handles both ways, delivery-count, link-credit, the delivery being received and its
-  frames (a multi-frame delivery is assembled: its last frame carries the whole ``Delivery``).
+  frames (a multi-frame delivery is assembled: its last frame carries the whole ``Delivery``);
+* sequence numbers (transfer ids, delivery ids and counts) modulo 2^32, differences signed (RFC 1982): a
+  disposition range may wrap, and a window or a credit overtaken by what was in flight goes negative.
 
 It never refuses to send a frame: a negative test sends what it likes, and the bookkeeping follows what was
 really sent. Drivers move the bytes: ``ScriptedPeer`` (a blocking socket, ``minibroker.testing.peer``),
@@ -47,7 +49,15 @@ from minibroker.amqp.definitions import (
     Transfer,
 )
 from minibroker.amqp.fastpath import decode_performative
-from minibroker.amqp.framing import AMQP_FRAME, AMQP_HEADER, FRAME_HEADER, SASL_FRAME, SASL_HEADER, encode_frame
+from minibroker.amqp.framing import (
+    AMQP_FRAME,
+    AMQP_HEADER,
+    FRAME_HEADER,
+    MIN_MAX_FRAME_SIZE,
+    SASL_FRAME,
+    SASL_HEADER,
+    encode_frame,
+)
 from minibroker.amqp.types import DecodeError
 from minibroker.testing import frames
 
@@ -150,6 +160,8 @@ class FrameReader:
         self._buf = bytearray()
         self.header_next = True
         """The next 8 bytes are a protocol header."""
+        self.max_frame_size: int | None = None
+        """The largest frame we take (our ``open``'s max-frame-size), None: any."""
 
     def feed(self, data: bytes) -> None:
         """Add bytes received from the broker."""
@@ -178,6 +190,9 @@ class FrameReader:
         size, doff, frame_type, channel = FRAME_HEADER.unpack_from(buf)
         if size < 8 or doff < 2 or doff * 4 > size:
             raise ProtocolError(f"malformed frame header: size={size} doff={doff} (bytes {bytes(buf[:8])!r})")
+        if self.max_frame_size is not None and size > self.max_frame_size:
+            # §2.7.1 open: a peer MUST NOT send frames larger than our max-frame-size
+            raise ProtocolError(f"a frame of {size} bytes, over our max-frame-size {self.max_frame_size}")
         if len(buf) < size:
             return None
         body = bytes(buf[doff * 4 : size])
@@ -225,7 +240,8 @@ class Link:
     delivery_count: int = 0
     """Deliveries sent on the link so far (§2.6.7), counted from the sender's initial delivery-count."""
     credit: int = 0
-    """Deliveries the sender may still send (for our receiver: what we granted, minus what arrived)."""
+    """Deliveries the sender may still send (for our receiver: what we granted, minus what arrived); serial
+    arithmetic, so negative when a grant was overtaken by more deliveries than it gave."""
     available: int | None = None
     """The broker's last ``available`` for our receiver links."""
     drain: bool = False
@@ -261,7 +277,7 @@ class Session:
     next_incoming_id: int = 0
     """The transfer id we expect next from the broker."""
     remote_incoming_window: int = 0
-    """Transfer frames the broker still takes from us (§2.5.6)."""
+    """Transfer frames the broker still takes from us (§2.5.6); negative when we sent beyond its window."""
     remote_outgoing_window: int = 0
     next_delivery_id: int = 0
     """The delivery id our next delivery gets (when the caller lets the connection choose)."""
@@ -273,6 +289,10 @@ class Session:
     """Deliveries we received completely and unsettled, that neither side has settled: id -> link."""
     ended: bool = False
     remote_end: End | None = None
+    initial_outgoing_id: int = 0
+    """Our ``begin``'s next-outgoing-id: a broker ``flow`` without next-incoming-id counts its window from it."""
+    remote_attaches: dict[int, Attach] = field(default_factory=dict)
+    """Attaches the broker sent first, for links we have not attached (yet), by the broker's handle."""
 
     def link(self, name: str) -> Link:
         """Our link called ``name`` (``KeyError`` if there is none)."""
@@ -293,6 +313,18 @@ def _u32(value: int) -> int:
     return value & 0xFFFFFFFF
 
 
+def _serial_diff(a: int, b: int) -> int:
+    """``a - b`` for sequence numbers modulo 2^32 (§2.8.10 sequence-no, RFC 1982): signed, within ±2^31."""
+    return ((a - b + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
+def _settle(unsettled: dict[int, Link], first: int, last: int | None) -> None:
+    """Forget the deliveries ``first``..``last`` (serial numbers, so the range may wrap) of ``unsettled``."""
+    span = 0 if last is None else _u32(last - first)
+    for delivery_id in [d for d in unsettled if _u32(d - first) <= span]:
+        del unsettled[delivery_id]
+
+
 class ClientConnection:
     """The client side of one AMQP connection, without I/O (see the module docstring)."""
 
@@ -302,14 +334,20 @@ class ClientConnection:
         self.sessions: dict[int, Session] = {}
         """Our sessions by our channel."""
         self._by_remote_channel: dict[int, Session] = {}
+        self._remote_begins: dict[int, Begin] = {}
+        self._sasl_layer = False
+        """The broker's last header was the SASL one and its outcome has not come yet."""
+        """Begins the broker sent first (no remote-channel), by its channel, until we answer one."""
         self.remote_open: Open | None = None
         self.remote_close: Close | None = None
         self.sasl_outcome: SaslOutcome | None = None
         self.ended = False
         """The broker closed the byte stream."""
         self.violations: list[str] = []
-        """Frames a correct broker can never send us (a transfer beyond our window or on no link of ours, a
-        continuation with no delivery in progress, a delivery settled by the broker before all of it came)."""
+        """Frames a correct broker can never send us (a transfer beyond our window, on no link of ours, on a link
+        where we send or after the broker detached it, a continuation with no delivery in progress, a delivery
+        settled by the broker before all of it came). Nothing is answered on our behalf: a ``flow`` with
+        ``echo`` set, or the broker's ``end`` or ``detach``, is the caller's to answer."""
 
     # -- output -----------------------------------------------------------------------------------------
     def data_to_send(self) -> bytes:
@@ -341,10 +379,18 @@ class ClientConnection:
         if isinstance(perf, Transfer):
             self._sent_transfer(perf, channel)
             return
+        if isinstance(perf, Open) and perf.max_frame_size is not None:  # (a negative test may send less than 512)
+            self.reader.max_frame_size = max(MIN_MAX_FRAME_SIZE, int(perf.max_frame_size))
         session = self.sessions.get(channel)
         if isinstance(perf, Begin):
+            next_outgoing_id = int(perf.next_outgoing_id or 0)
             window = int(perf.incoming_window or 0)
-            self.sessions[channel] = Session(channel, int(perf.next_outgoing_id or 0), window, window)
+            session = Session(channel, next_outgoing_id, window, window, initial_outgoing_id=next_outgoing_id)
+            self.sessions[channel] = session
+            if perf.remote_channel is not None:  # §2.5.2: we answer a session the broker began
+                theirs = self._remote_begins.pop(int(perf.remote_channel), None)
+                if theirs is not None:
+                    self._bind_session(session, int(perf.remote_channel), theirs)
         elif session is None:
             return
         elif isinstance(perf, Attach) and perf.handle is not None:
@@ -352,24 +398,38 @@ class ClientConnection:
             if perf.role == SENDER:
                 new.delivery_count = int(perf.initial_delivery_count or 0)
             session.links[new.handle] = new
+            # the broker attached first: ours answers its attach of the same name and the other role (§2.6.3)
+            pushed = next(
+                (a for a in session.remote_attaches.values() if a.name == perf.name and a.role != new.role), None
+            )
+            if pushed is not None and pushed.handle is not None:
+                del session.remote_attaches[int(pushed.handle)]
+                self._bind_link(session, new, pushed)
         elif isinstance(perf, Flow):
             if perf.incoming_window is not None:
                 session.window = session.incoming_window = int(perf.incoming_window)
             link = session.links.get(int(perf.handle)) if perf.handle is not None else None
-            if link is not None and link.role == RECEIVER and perf.link_credit is not None:
-                link.credit = int(perf.link_credit)
+            if link is None:
+                pass
+            elif link.role == RECEIVER and perf.link_credit is not None:
+                # §2.6.7: the sender grants from the delivery-count we sent (ours, when we sent none)
+                count = link.delivery_count if perf.delivery_count is None else int(perf.delivery_count)
+                link.credit = _serial_diff(count + int(perf.link_credit), link.delivery_count)
                 link.drain = bool(perf.drain)
+            elif link.role == SENDER and perf.delivery_count is not None:
+                # §2.6.7: a sender that drains advances its delivery-count, consuming the credit
+                link.credit -= _serial_diff(int(perf.delivery_count), link.delivery_count)
+                link.delivery_count = int(perf.delivery_count)
         elif isinstance(perf, Detach) and perf.handle is not None:
             link = session.links.get(int(perf.handle))
             if link is not None:
                 link.detached = True
                 self._forget_if_gone(session, link)
         elif isinstance(perf, Disposition) and perf.role == RECEIVER and perf.settled:
-            first = int(perf.first or 0)
-            for delivery_id in range(first, first + 1 if perf.last is None else int(perf.last) + 1):
-                session.unsettled.pop(delivery_id, None)
+            _settle(session.unsettled, int(perf.first or 0), None if perf.last is None else int(perf.last))
         elif isinstance(perf, End):
             session.ended = True
+            self._forget_session_if_gone(session)
 
     def _sent_transfer(self, perf: Transfer, channel: int) -> None:
         session = self.sessions.get(channel)
@@ -380,7 +440,7 @@ class ClientConnection:
         link = session.links.get(int(perf.handle)) if perf.handle is not None else None
         if link is None:
             return
-        if link.sending is None and not perf.aborted:  # the first frame of a delivery
+        if link.sending is None and (perf.delivery_id is not None or not perf.aborted):  # a delivery's first frame
             if perf.delivery_id is not None:
                 session.next_delivery_id = _u32(int(perf.delivery_id) + 1)
                 link.sending = int(perf.delivery_id)
@@ -410,6 +470,7 @@ class ClientConnection:
         if reader.header_next:
             header = reader.next_header()
             if header is not None:
+                self._sasl_layer = header == SASL_HEADER
                 return ProtocolHeader(header)
         else:
             parsed = reader.next_frame()
@@ -419,66 +480,109 @@ class ClientConnection:
 
     def _received(self, channel: int, frame_type: int, perf: Any, payload: bytes) -> Frame:
         delivery = link = None
+        if self.remote_close is not None:  # §2.4.3: the close "MUST be the last thing ever written"
+            self.violations.append(f"a frame after the broker's close: {perf!r} on channel {channel}")
+        if perf is not None and (frame_type == SASL_FRAME) != self._sasl_layer:
+            # Part 5 §5.3.2: SASL frames (type 1) up to the outcome; after the AMQP header, AMQP frames (§2.3.2)
+            layer = "the SASL exchange" if self._sasl_layer else "the AMQP layer"
+            self.violations.append(
+                f"a {'SASL' if frame_type == SASL_FRAME else 'type ' + str(frame_type)} frame in {layer}"
+            )
+            if isinstance(perf, SaslOutcome):
+                return Frame(channel, frame_type, perf, payload)
         if perf is None:
             pass
         elif isinstance(perf, Transfer):
             delivery, link = self._received_transfer(perf, channel, payload)
         elif isinstance(perf, SaslOutcome):
             self.sasl_outcome = perf
-            self.reader.header_next = True  # §5.3.2: the next layer's header follows a successful outcome
+            # §5.3.2: the next layer's header follows a successful outcome; after a failed one, nothing does
+            self.reader.header_next = perf.code == 0
+            self._sasl_layer = False
         elif isinstance(perf, Open):
             self.remote_open = perf
         elif isinstance(perf, Close):
             self.remote_close = perf
         elif isinstance(perf, Begin):
             self._received_begin(perf, channel)
-        else:
+        elif isinstance(perf, Attach | Flow | Detach | Disposition | End):
             session = self._by_remote_channel.get(channel)
             if session is not None:
                 link = self._received_on_session(session, perf)
+            elif channel not in self._remote_begins:
+                # §2.8.15 errant-link / §2.5.4: session frames need a session begun on that channel
+                self.violations.append(
+                    f"{type(perf).__name__.lower()} on channel {channel}, where no session of ours is"
+                )
         return Frame(channel, frame_type, perf, payload, delivery, link)
 
     def _received_begin(self, perf: Begin, channel: int) -> None:
         ours = perf.remote_channel
-        session = self.sessions.get(int(ours)) if ours is not None else None
-        if session is None:
+        if ours is None:  # §2.5.2: the broker begins a session; ours answers it
+            self._remote_begins[channel] = perf
             return
+        session = self.sessions.get(int(ours))
+        if session is None:
+            self.violations.append(f"begin answering our channel {int(ours)}, where we began no session")
+        else:
+            self._bind_session(session, channel, perf)
+
+    def _bind_session(self, session: Session, channel: int, perf: Begin) -> None:
         session.remote_channel = channel
         session.next_incoming_id = int(perf.next_outgoing_id or 0)
-        session.remote_incoming_window = int(perf.incoming_window or 0)
+        # §2.5.6: the broker's incoming window counts from the first transfer id we announced
+        window = int(perf.incoming_window or 0)
+        session.remote_incoming_window = _serial_diff(session.initial_outgoing_id + window, session.next_outgoing_id)
         session.remote_outgoing_window = int(perf.outgoing_window or 0)
         self._by_remote_channel[channel] = session
+
+    @staticmethod
+    def _bind_link(session: Session, link: Link, perf: Attach) -> None:
+        link.remote_handle = int(perf.handle or 0)
+        link.remote_attach = perf
+        session.by_remote[link.remote_handle] = link
+        if link.role == RECEIVER:
+            link.delivery_count = int(perf.initial_delivery_count or 0)
 
     def _received_on_session(self, session: Session, perf: Any) -> Link | None:
         """Count a session- or link-level frame; return the link it concerns, if any."""
         if isinstance(perf, Attach):
-            link = next((k for k in session.links.values() if k.name == perf.name and k.remote_handle is None), None)
-            if link is not None and perf.handle is not None:
-                link.remote_handle = int(perf.handle)
-                link.remote_attach = perf
-                session.by_remote[link.remote_handle] = link
-                if link.role == RECEIVER:
-                    link.delivery_count = int(perf.initial_delivery_count or 0)
+            if perf.handle is None:
+                return None
+            # §2.6.1: a link is named per direction, so ours has the same name and the other role
+            link = next(
+                (
+                    k
+                    for k in session.links.values()
+                    if k.name == perf.name and k.role != perf.role and k.remote_handle is None
+                ),
+                None,
+            )
+            if link is None:  # the broker attaches first: bound when we answer
+                session.remote_attaches[int(perf.handle)] = perf
+            else:
+                self._bind_link(session, link, perf)
             return link
         if isinstance(perf, Flow):
-            if perf.next_incoming_id is not None:  # §2.5.6: the window the broker still gives us
-                session.remote_incoming_window = _u32(
-                    int(perf.next_incoming_id) + int(perf.incoming_window or 0) - session.next_outgoing_id
-                )
-            else:
-                session.remote_incoming_window = int(perf.incoming_window or 0)
+            # §2.5.6: remote-incoming-window = next-incoming-id(flow) + incoming-window(flow) - next-outgoing-id, or
+            # from initial-outgoing-id when the flow has no next-incoming-id; serial arithmetic, so signed
+            start = session.initial_outgoing_id if perf.next_incoming_id is None else int(perf.next_incoming_id)
+            session.remote_incoming_window = _serial_diff(
+                start + int(perf.incoming_window or 0), session.next_outgoing_id
+            )
             session.remote_outgoing_window = int(perf.outgoing_window or 0)
             link = session.by_remote.get(int(perf.handle)) if perf.handle is not None else None
             if link is None:
                 return None
-            if link.role == SENDER and perf.link_credit is not None:  # §2.6.7: credit the broker grants us
+            if link.role == SENDER and perf.link_credit is not None:
+                # §2.6.7: link-credit(snd) := delivery-count(rcv) + link-credit(rcv) - delivery-count(snd)
                 count = link.delivery_count if perf.delivery_count is None else int(perf.delivery_count)
-                link.credit = _u32(count + int(perf.link_credit) - link.delivery_count)
+                link.credit = _serial_diff(count + int(perf.link_credit), link.delivery_count)
                 link.drain = bool(perf.drain)
             elif link.role == RECEIVER:
                 link.available = None if perf.available is None else int(perf.available)
-                if perf.delivery_count is not None:
-                    link.credit -= _u32(int(perf.delivery_count) - link.delivery_count)
+                if perf.delivery_count is not None:  # the sender advanced it (a drain) past what arrived
+                    link.credit -= _serial_diff(int(perf.delivery_count), link.delivery_count)
                     link.delivery_count = int(perf.delivery_count)
             return link
         if isinstance(perf, Detach) and perf.handle is not None:
@@ -486,11 +590,14 @@ class ClientConnection:
             if link is not None:
                 link.remote_detach = perf
                 self._forget_if_gone(session, link)
+            else:  # a detach refusing an attach the broker sent first
+                session.remote_attaches.pop(int(perf.handle), None)
             return link
         if isinstance(perf, Disposition) and perf.role == SENDER and perf.settled:
             self._settled_by_broker(session, perf)
         elif isinstance(perf, End):
             session.remote_end = perf
+            self._forget_session_if_gone(session)
         return None
 
     def _received_transfer(self, perf: Transfer, channel: int, payload: bytes) -> tuple[Delivery | None, Link | None]:
@@ -501,11 +608,18 @@ class ClientConnection:
             return None, None
         session.next_incoming_id = _u32(session.next_incoming_id + 1)
         session.incoming_window -= 1
+        session.remote_outgoing_window -= 1
         if session.incoming_window < 0:
             self.violations.append(f"transfer {session.next_incoming_id - 1} beyond our incoming window (§2.5.6)")
         link = session.by_remote.get(int(perf.handle)) if perf.handle is not None else None
         if link is None:
             self.violations.append(f"transfer on handle {perf.handle}, which is no link of ours (any more)")
+            return None, None
+        if link.role == SENDER:  # §2.6.12: only a link's sender transfers on it
+            self.violations.append(f"transfer on {link.name}, a link on which we send")
+            return None, None
+        if link.remote_detach is not None:
+            self.violations.append(f"transfer on {link.name} after the broker detached it")
             return None, None
         current = link.receiving
         if current is None:
@@ -556,20 +670,30 @@ class ClientConnection:
     def _settled_by_broker(self, session: Session, perf: Disposition) -> None:
         """The broker, as sender, settles deliveries it sent us: each must be one we hold (§2.7.6)."""
         first = int(perf.first or 0)
-        receiving = {k.receiving.delivery_id for k in session.links.values() if k.receiving is not None}
-        for delivery_id in range(first, first + 1 if perf.last is None else int(perf.last) + 1):
-            if delivery_id in receiving:
+        span = 0 if perf.last is None else _u32(int(perf.last) - first)
+        for link in session.links.values():
+            if link.receiving is not None and _u32(link.receiving.delivery_id - first) <= span:
+                delivery_id = link.receiving.delivery_id
                 self.violations.append(f"the broker settled delivery {delivery_id} before sending all of it")
-            else:  # (one we settled already may cross the broker's settling in flight)
-                session.unsettled.pop(delivery_id, None)
+        # (one we settled already may cross the broker's settling in flight)
+        _settle(session.unsettled, first, None if perf.last is None else int(perf.last))
 
     @staticmethod
     def _forget_if_gone(session: Session, link: Link) -> None:
-        """A link detached by both sides frees its handles (§2.6.3)."""
+        """A link detached by both sides frees its handles (§2.6.3); either may already hold a new link."""
         if link.detached and link.remote_detach is not None:
-            session.links.pop(link.handle, None)
-            if link.remote_handle is not None:
-                session.by_remote.pop(link.remote_handle, None)
+            if session.links.get(link.handle) is link:
+                del session.links[link.handle]
+            if link.remote_handle is not None and session.by_remote.get(link.remote_handle) is link:
+                del session.by_remote[link.remote_handle]
+
+    def _forget_session_if_gone(self, session: Session) -> None:
+        """A session ended by both sides frees the broker's channel (§2.5.4); ours stays readable until reused."""
+        channel = session.remote_channel
+        if not session.ended or session.remote_end is None or channel is None:
+            return
+        if self._by_remote_channel.get(channel) is session:
+            del self._by_remote_channel[channel]
 
     # -- reading the state ------------------------------------------------------------------------------
     def session(self, channel: int = 0) -> Session:
@@ -578,8 +702,8 @@ class ClientConnection:
 
     @property
     def remote_channels(self) -> dict[int, int]:
-        """Our channel -> the broker's channel, for each session the broker answered."""
-        return {c: s.remote_channel for c, s in self.sessions.items() if s.remote_channel is not None}
+        """Our channel -> the broker's channel, for each session the broker answered and not both sides ended."""
+        return {s.channel: c for c, s in self._by_remote_channel.items()}
 
     # -- frames with the bookkeeping filled in ----------------------------------------------------------
     def flow(
@@ -596,7 +720,8 @@ class ClientConnection:
             fields.setdefault("next_outgoing_id", session.next_outgoing_id)
             fields.setdefault("incoming_window", session.window)
             link = session.links.get(handle) if handle is not None else None
-            if link is not None:
+            # §2.7.4: a receiver that has not seen the sender's attach MUST NOT set delivery-count
+            if link is not None and (link.role == SENDER or link.remote_attach is not None):
                 fields.setdefault("delivery_count", link.delivery_count)
         return frames.flow(handle=handle, link_credit=link_credit, **fields)
 
