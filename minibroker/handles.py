@@ -42,38 +42,66 @@ class Inspectable:
         raise NotImplementedError
 
 
-class QueueHandle:
-    """A queue by name in one namespace; every property reads the current state."""
+def _namespace(broker: Broker, name: str) -> Namespace:
+    """The namespace called ``name``; ``LookupError`` once it is gone."""
+    namespace = broker.namespaces.get(name)
+    if namespace is None:
+        raise LookupError(f"namespace {name!r} does not exist (any more)")
+    return namespace
+
+
+def _counts(broker: Broker, queue: Queue | None) -> dict[str, int]:
+    """The ``NodeCounts`` of ``queue`` (a subscription is one too), zeros when there is none."""
+    if queue is None:
+        return dict.fromkeys(("ready", "acquired", "staged", "consumers", "enqueued_total", "scheduled"), 0)
+    return {
+        "ready": queue.depth,
+        "acquired": queue.acquired,
+        "staged": queue.staged,
+        "consumers": broker.dispatcher.consumer_count(queue),
+        "enqueued_total": queue.enqueued_total,
+        "scheduled": queue.scheduled,
+    }
+
+
+def _ready(queue: Queue | None, limit: int | None) -> list[tuple[bytes, int]]:
+    """(payload, delivery-count) of ``queue``'s first ``limit`` ready messages, read where the broker lives."""
+    if queue is None:
+        return []
+    items = queue.ready if limit is None else queue.ready[:limit]
+    return [(m.payload, m.delivery_count) for m in items]
+
+
+def _views(items: list[tuple[bytes, int]]) -> list[MessageView]:
+    """Messages read by ``_ready``, decoded in the caller's thread."""
+    return [view_message(payload, delivery_count=count) for payload, count in items]
+
+
+class _NodeHandle:
+    """A node by name in one namespace; every read goes through the owner, where the broker's state lives."""
 
     def __init__(self, owner: Inspectable, namespace: str, name: str) -> None:
         self._owner = owner
         self.namespace = namespace
         self.name = name
 
+    def _namespace(self, broker: Broker) -> Namespace:
+        return _namespace(broker, self.namespace)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, namespace={self.namespace!r})"
+
+
+class QueueHandle(_NodeHandle):
+    """A queue by name in one namespace; every property reads the current state."""
+
     def _queue(self, broker: Broker) -> Queue | None:
-        namespace = broker.namespaces.get(self.namespace)
-        if namespace is None:
-            raise LookupError(f"namespace {self.namespace!r} does not exist (any more)")
-        return namespace.queues.get(self.name)
+        return self._namespace(broker).queues.get(self.name)
 
     def stats(self) -> QueueStats:
         """Ready, acquired, staged and scheduled counts at one instant (zeros when the queue does not exist)."""
 
-        def read(broker: Broker) -> QueueStats:
-            queue = self._queue(broker)
-            if queue is None:
-                return QueueStats(self.name, 0, 0, 0, 0, 0, 0)
-            return QueueStats(
-                self.name,
-                queue.depth,
-                queue.acquired,
-                queue.staged,
-                broker.dispatcher.consumer_count(queue),
-                queue.enqueued_total,
-                queue.scheduled,
-            )
-
-        return self._owner._call(read)
+        return self._owner._call(lambda broker: QueueStats(name=self.name, **_counts(broker, self._queue(broker))))
 
     @property
     def exists(self) -> bool:
@@ -102,14 +130,7 @@ class QueueHandle:
     def peek(self, limit: int | None = None) -> list[MessageView]:
         """The ready messages in delivery order, decoded, without consuming them."""
 
-        def read(broker: Broker) -> list[tuple[bytes, int]]:
-            queue = self._queue(broker)
-            if queue is None:
-                return []
-            items = queue.ready if limit is None else queue.ready[:limit]
-            return [(m.payload, m.delivery_count) for m in items]
-
-        return [view_message(p, delivery_count=c) for p, c in self._owner._call(read)]
+        return _views(self._owner._call(lambda broker: _ready(self._queue(broker), limit)))
 
     def purge(self) -> int:
         """Drop every ready message; return how many were dropped."""
@@ -120,23 +141,12 @@ class QueueHandle:
 
         return self._owner._call(purge)
 
-    def __repr__(self) -> str:
-        return f"QueueHandle({self.name!r}, namespace={self.namespace!r})"
 
-
-class TopicHandle:
+class TopicHandle(_NodeHandle):
     """A topic by name in one namespace; every call reads the current state."""
 
-    def __init__(self, owner: Inspectable, namespace: str, name: str) -> None:
-        self._owner = owner
-        self.namespace = namespace
-        self.name = name
-
     def _topic(self, broker: Broker) -> Topic | None:
-        namespace = broker.namespaces.get(self.namespace)
-        if namespace is None:
-            raise LookupError(f"namespace {self.namespace!r} does not exist (any more)")
-        return namespace.topics.get(self.name)
+        return self._namespace(broker).topics.get(self.name)
 
     @property
     def exists(self) -> bool:
@@ -163,17 +173,12 @@ class TopicHandle:
                 return []
             return [
                 SubscriptionStats(
-                    s.key[0],
-                    s.key[1],
-                    s.durable,
-                    s.shared,
-                    s.depth,
-                    s.acquired,
-                    s.staged,
-                    broker.dispatcher.consumer_count(s),
-                    s.enqueued_total,
-                    s.scheduled,
-                    s.held_bytes,
+                    container=s.key[0],
+                    name=s.key[1],
+                    durable=s.durable,
+                    shared=s.shared,
+                    held_bytes=s.held_bytes,
+                    **_counts(broker, s),
                 )
                 for s in topic.subscriptions.values()
             ]
@@ -187,15 +192,9 @@ class TopicHandle:
         def read(broker: Broker) -> list[tuple[bytes, int]]:
             topic = self._topic(broker)
             subscription: Subscription | None = None if topic is None else topic.subscriptions.get((container, name))
-            if subscription is None:
-                return []
-            items = subscription.ready if limit is None else subscription.ready[:limit]
-            return [(m.payload, m.delivery_count) for m in items]
+            return _ready(subscription, limit)
 
-        return [view_message(p, delivery_count=c) for p, c in self._owner._call(read)]
-
-    def __repr__(self) -> str:
-        return f"TopicHandle({self.name!r}, namespace={self.namespace!r})"
+        return _views(self._owner._call(read))
 
 
 class NamespaceView(Inspectable):
@@ -204,10 +203,7 @@ class NamespaceView(Inspectable):
     namespace_name: str = DEFAULT_NAMESPACE
 
     def _namespace(self, broker: Broker) -> Namespace:
-        namespace = broker.namespaces.get(self.namespace_name)
-        if namespace is None:
-            raise LookupError(f"namespace {self.namespace_name!r} does not exist (any more)")
-        return namespace
+        return _namespace(broker, self.namespace_name)
 
     def queue(self, name: str) -> QueueHandle:
         """The queue called ``name`` (it need not exist yet)."""

@@ -130,11 +130,10 @@ def _as_list(body: Any) -> list[Any]:
     return body if isinstance(body, list) else [body]
 
 
-@dataclass(frozen=True)
-class QueueStats:
-    """Counts of one queue at one moment."""
+@dataclass(frozen=True, kw_only=True)
+class NodeCounts:
+    """What a queue (or a topic's subscription) holds at one moment."""
 
-    name: str
     ready: int
     """Messages waiting for a consumer (``depth``)."""
     acquired: int
@@ -150,6 +149,13 @@ class QueueStats:
     def depth(self) -> int:
         """Messages ready for delivery (the same as ``ready``)."""
         return self.ready
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueStats(NodeCounts):
+    """Counts of one queue at one moment."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -165,8 +171,8 @@ class ConnectionInfo:
     links: int
 
 
-@dataclass(frozen=True)
-class SubscriptionStats:
+@dataclass(frozen=True, kw_only=True)
+class SubscriptionStats(NodeCounts):
     """Counts of one subscription of a topic at one moment, with what names it.
 
     ``container`` and ``name`` are the subscription's key as the broker holds it: the container-id and link
@@ -181,23 +187,8 @@ class SubscriptionStats:
     """Kept while no link is attached (and across restarts when the broker journals)."""
     shared: bool
     """One queue whose links compete for its messages (source capability ``shared``)."""
-    ready: int
-    """Messages waiting for a consumer (``depth``)."""
-    acquired: int
-    """Messages delivered and not yet settled."""
-    staged: int
-    """Messages posted in open transactions, invisible until commit."""
-    consumers: int
-    enqueued_total: int
-    scheduled: int
-    """Messages held back until their delivery time (``x-opt-delivery-delay`` / ``-time``)."""
     held_bytes: int
     """Bytes of the messages held (ready, acquired and scheduled): what ``max_bytes`` bounds."""
-
-    @property
-    def depth(self) -> int:
-        """Messages ready for delivery (the same as ``ready``)."""
-        return self.ready
 
     @property
     def held(self) -> int:
