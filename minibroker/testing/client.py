@@ -814,8 +814,9 @@ def close_connection(close: Close) -> Script[Close]:
     return reply
 
 
-def check(step: Expect, event: ProtocolHeader | Frame, seen: str) -> None:
-    """Fail with an ``AssertionError`` unless ``event`` is what ``step`` expects (``seen``: recent frames)."""
+def check(step: Expect, event: ProtocolHeader | Frame, received: list[Frame]) -> None:
+    """Fail with an ``AssertionError`` unless ``event`` is what ``step`` expects; the message shows the last of
+    the frames ``received``."""
     if step.header is not None:
         if not isinstance(event, ProtocolHeader) or event.data != step.header:
             raise AssertionError(f"expected the protocol header {step.header!r}, got {event!r}")
@@ -828,14 +829,19 @@ def check(step: Expect, event: ProtocolHeader | Frame, seen: str) -> None:
     ):
         name = "a frame" if kind is None else kind.__name__
         where = "" if step.channel is None else f" on channel {step.channel}"
-        raise AssertionError(f"expected {name}{where}, got {event!r}{seen}")
+        raise AssertionError(f"expected {name}{where}, got {event!r}{recent(received)}")
     if step.sasl and event.frame_type != SASL_FRAME:
         raise AssertionError(f"expected a SASL frame (type 1), got type {event.frame_type}: {event!r}")
 
 
 def recent(received: list[Frame], count: int = 5) -> str:
     """The last ``count`` frames (heartbeats aside) for an assertion message."""
-    last = [f for f in received if not f.is_heartbeat][-count:]
+    last: list[Frame] = []
+    for frame in reversed(received):  # from the end: a long-lived peer has received many
+        if len(last) == count:
+            break
+        if not frame.is_heartbeat:
+            last.insert(0, frame)
     return "; last frames received: " + ", ".join(map(repr, last)) if last else "; no frame received"
 
 

@@ -128,7 +128,7 @@ class MemoryPeer:
     async def expect_frame(self, kind: type[P], channel: int | None = None) -> Frame:
         """The next frame, which must carry a ``kind`` on ``channel`` (any channel when None)."""
         item = await self.receive()
-        client.check(Expect(kind, channel), item, client.recent(self.received))
+        client.check(Expect(kind, channel), item, self.received)
         return item
 
     async def expect(self, kind: type[P], channel: int | None = None) -> P:
@@ -164,7 +164,7 @@ class MemoryPeer:
             answer = await (self._next("a protocol header") if step.header is not None else self.receive())
             if isinstance(answer, Ended):
                 raise AssertionError("connection closed by the broker while waiting for a protocol header")
-            client.check(step, answer, client.recent(self.received))
+            client.check(step, answer, self.received)
             step = steps.advance(answer)
 
     # -- connection, sessions, links (as ``ScriptedPeer``) --------------------------------------------

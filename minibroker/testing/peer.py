@@ -155,7 +155,7 @@ class ScriptedPeer:
     def expect_frame(self, kind: type[P], channel: int | None = None) -> Frame:
         """The next frame, which must carry a ``kind`` on ``channel`` (any channel when None)."""
         item = self.receive()
-        client.check(Expect(kind, channel), item, client.recent(self.received))
+        client.check(Expect(kind, channel), item, self.received)
         return item
 
     def expect(self, kind: type[P], channel: int | None = None) -> P:
@@ -166,7 +166,7 @@ class ScriptedPeer:
     def expect_sasl(self, kind: type[P]) -> P:
         """The next frame must be a SASL frame carrying a ``kind``."""
         item = self.receive()
-        client.check(Expect(kind, 0, sasl=True), item, client.recent(self.received))
+        client.check(Expect(kind, 0, sasl=True), item, self.received)
         performative: P = item.performative
         return performative
 
@@ -193,7 +193,7 @@ class ScriptedPeer:
             answer: ProtocolHeader | Frame = (
                 ProtocolHeader(self.expect_header()) if step.header is not None else self.receive()
             )
-            client.check(step, answer, client.recent(self.received))
+            client.check(step, answer, self.received)
             step = steps.advance(answer)
 
     # -- connection ---------------------------------------------------------------------------------
