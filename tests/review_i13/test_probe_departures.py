@@ -1,0 +1,66 @@
+"""Durability probe of the queue's departure callback (``Queue.on_departure``, the journal's SETTLE records):
+each way a journaled message leaves a queue for good is written down, and each way it stays is not, as a
+restart on the same data dir shows (Part 3 §3.4 outcomes; Part 4 §4.4.2 a rolled-back acquisition)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trio.testing import MockClock
+
+from minibroker.amqp.definitions import Accepted, Modified, Rejected, Released, TransactionalState
+from minibroker.testing.memory import memory_broker
+from tests.broker.test_transactions_frames import client
+from tests.server.test_durability import answer, durable, stored_payloads
+
+QUEUE_KEY = ("default", "queue", "orders")
+PURGED_KEY = ("default", "queue", "purged")
+
+
+async def test_each_departure_is_journaled_and_nothing_else(tmp_path: Path, autojump_clock: MockClock) -> None:
+    async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
+        c = await client(mb)
+        await c.sender("orders", 0)
+        await c.sender("purged", 1)
+        for i in range(7):
+            await c.post(0, durable(f"m{i}"))
+            assert isinstance(await answer(c), Accepted)
+        for i in range(2):
+            await c.post(1, durable(f"p{i}"))
+            assert isinstance(await answer(c), Accepted)
+        await c.coordinator(5)
+        await c.receiver("orders", 2)
+        await c.credit(2, 7)
+        got = await c.take(7)
+        ids = [int(f.performative.delivery_id) for f in got]
+        outcomes = [
+            Accepted(),
+            Rejected(),
+            Modified(delivery_failed=True),
+            Released(),
+            Modified(delivery_failed=True, undeliverable_here=True),
+        ]
+        for delivery_id, outcome in zip(ids, outcomes, strict=False):
+            await c.peer.disposition(delivery_id, state=outcome)
+        await mb.settle()
+        txn = await c.declare(5)
+        await c.peer.disposition(ids[5], state=TransactionalState(txn_id=txn, outcome=Accepted()))
+        await c.discharge(txn, fail=True, handle=5)  # the acceptance rolls back: m5 stays
+        await mb.settle()
+        txn = await c.declare(5)
+        await c.peer.disposition(ids[6], state=TransactionalState(txn_id=txn, outcome=Accepted()))
+        await c.discharge(txn, handle=5)  # committed: m6 goes
+        await mb.settle()
+        assert mb.queue("purged").purge() == 2
+        await mb.settle()
+        await c.peer.expect_nothing()
+    kept = stored_payloads(tmp_path)
+    assert kept == [durable(f"m{i}") for i in (2, 3, 4, 5)]
+    assert stored_payloads(tmp_path, PURGED_KEY) == []
+    (dead,) = stored_payloads(tmp_path, ("default", "queue", "orders.DLQ"))  # the rejected one moved
+    assert dead.endswith(durable("m1")[-7:])
+    async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
+        assert mb.writer is not None
+        counts = sorted(m.delivery_count for m in mb.writer.journal.state.messages[QUEUE_KEY].values())
+        assert counts == [0, 0, 1, 1]
+        assert mb.queue("orders.DLQ").depth == 1
