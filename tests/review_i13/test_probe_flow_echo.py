@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 from trio.testing import MockClock
 
-from minibroker.amqp.definitions import Accepted, Coordinator, Disposition, Flow, Source, Transfer
+from minibroker.amqp.definitions import Accepted, Coordinator, Detach, Disposition, Flow, Source, Transfer
+from minibroker.amqp.types import Symbol
 from minibroker.broker.core import BrokerSettings
 from minibroker.testing import frames
 from minibroker.testing.memory import MemoryBroker, MemoryPeer, memory_broker
@@ -160,3 +161,33 @@ async def test_an_echo_written_with_transfers_answers_after_them(mb: MemoryBroke
     assert (flows[0].handle, flows[0].delivery_count, flows[0].link_credit) == (consumer.handle, 1, 0)
     assert int(flows[0].available or 0) in (1, 2)  # m2 may or may not have arrived: both are true states
     assert [type(f).__name__ for f in seen].count("Transfer") == 1
+
+
+async def test_an_echo_on_a_link_the_broker_detaches_for_that_flow_gets_the_detach_alone(
+    mb: MemoryBroker, autojump_clock: MockClock
+) -> None:
+    peer = await opened(mb)
+    await fill(peer, 1)
+    await peer.attach_receiver("q", CONSUMER)
+    unknown = {Symbol("txn-id"): b"no-such-txn"}
+    await peer.flow(CONSUMER, 1, delivery_count=0, echo=True, properties=unknown)
+    detach = await peer.expect(Detach)
+    assert detach.error is not None
+    await peer.flow(CONSUMER, 1, delivery_count=0, echo=True)  # sent before it saw the detach: ignored (§2.6.2)
+    await peer.expect_nothing()
+
+
+async def test_a_topic_subscriber_is_told_what_its_subscription_holds(
+    mb: MemoryBroker, autojump_clock: MockClock
+) -> None:
+    peer = await opened(mb)
+    await peer.attach_receiver("topic://news", CONSUMER)
+    await peer.attach_sender("topic://news", PRODUCER)
+    await peer.expect(Flow)
+    for i in range(3):
+        await peer.transfer(PRODUCER, i, frames.message(f"n{i}"))
+        assert isinstance((await peer.expect(Disposition)).state, Accepted)
+    await peer.flow(CONSUMER, 1, delivery_count=0, echo=True)
+    await peer.expect(Transfer)
+    flow = await peer.expect(Flow)
+    assert (flow.delivery_count, flow.link_credit, flow.available) == (1, 0, 2)
