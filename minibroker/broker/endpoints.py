@@ -45,7 +45,7 @@ from minibroker.broker.attach import (
     denied,
 )
 from minibroker.broker.clock import BrokerClock
-from minibroker.broker.coordinator import CONTROLLER_CREDIT, Coordinator
+from minibroker.broker.coordinator import CONTROLLER_CREDIT, Coordinator, named_transactions
 from minibroker.broker.dispatch import Dispatcher
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.message import Message
@@ -387,7 +387,10 @@ class Endpoints:
             return
         delivery = event.delivery
         message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
-        transactional = isinstance(delivery.state, TransactionalState) or bool(delivery.earlier_states)
+        # frames that carry different states, none naming a transaction, are no transactional work (§4.4.1)
+        transactional = isinstance(delivery.state, TransactionalState) or (
+            bool(delivery.earlier_states) and bool(named_transactions(delivery))
+        )
         if message.malformed is not None:
             # Part 3 §3.2: the broker reads the header and annotations (durability, ttl, priority, delivery-count,
             # scheduling); when they do not decode it cannot keep its promises for the message, so it refuses it
