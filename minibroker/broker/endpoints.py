@@ -408,6 +408,13 @@ class Endpoints:
         target: Node | Deferred | None = context.node
         if target is None:  # the anonymous relay routes by ``to``
             to = message.to
+            unreadable = message.undecodable_properties() if to is None else None
+            if unreadable is not None:
+                # the address is in a properties section that does not decode (§2.8.15 decode-error), which is
+                # no "no node at address None"
+                err = error(Condition.DECODE_ERROR, f"the message's properties do not decode: {unreadable}")
+                self._refuse_post(conn, context.link, delivery, message, transactional, err)
+                return
             refusal = denied(self._context(conn), "send", to) if self.settings.permissions else None
             routed = self._relay_target(conn, to, transactional) if refusal is None else None
             if isinstance(routed, Error):  # no room for the node it would create

@@ -123,3 +123,25 @@ async def test_a_coordinator_message_without_an_amqp_value_declare_is_a_decode_e
     assert isinstance(state, Rejected)
     assert state.error is not None
     assert str(state.error.condition) == "amqp:decode-error"
+
+
+@pytest.mark.parametrize(
+    ("properties", "condition"),
+    [
+        (b"\x00\x53\x73\xc0\x05\x02\xa1\xff", "amqp:decode-error"),  # a string running past the end
+        # past the limit: never decoded, as if absent (tests/review_i12_core/test_probe_sections_decoded_on_arrival)
+        (encoded(Properties(to="q", subject="s" * 300), "symbol"), "amqp:not-found"),
+    ],
+)
+async def test_the_relay_says_why_it_cannot_read_the_address(properties: bytes, condition: str) -> None:
+    async with memory_broker(BrokerSettings(max_selector_properties_size=256)) as mb:
+        peer = await mb.connect()
+        await peer.open()
+        await peer.begin()
+        await peer.attach_sender(None, PRODUCER)
+        await peer.expect(Flow)
+        await peer.transfer(PRODUCER, 0, properties + codec.encode(AmqpValue("x")))
+        state = (await peer.expect(Disposition)).state
+        assert isinstance(state, Rejected)
+        assert state.error is not None
+        assert str(state.error.condition) == condition, state.error
