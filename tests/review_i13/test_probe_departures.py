@@ -8,9 +8,10 @@ from pathlib import Path
 
 from trio.testing import MockClock
 
-from minibroker.amqp.definitions import Accepted, Modified, Rejected, Released, TransactionalState
-from minibroker.testing.memory import memory_broker
-from tests.broker.test_transactions_frames import client
+from minibroker.amqp.definitions import Accepted, Modified, Rejected, Released, Source, TransactionalState
+from minibroker.amqp.types import Symbol, UInt
+from minibroker.testing.memory import MemoryBroker, memory_broker
+from tests.broker.test_transactions_frames import Client, client
 from tests.server.test_durability import answer, durable, stored_payloads
 
 QUEUE_KEY = ("default", "queue", "orders")
@@ -64,3 +65,42 @@ async def test_each_departure_is_journaled_and_nothing_else(tmp_path: Path, auto
         counts = sorted(m.delivery_count for m in mb.writer.journal.state.messages[QUEUE_KEY].values())
         assert counts == [0, 0, 1, 1]
         assert mb.queue("orders.DLQ").depth == 1
+        # the recovered queue reports departures too: one accepted after the restart stays gone
+        c = await client(mb)
+        await c.receiver("orders", 2)
+        await c.credit(2, 1)
+        (first,) = await c.take(1)
+        await c.peer.disposition(int(first.performative.delivery_id), state=Accepted())
+        await mb.settle()
+        await c.peer.expect_nothing()
+    assert len(stored_payloads(tmp_path)) == 3
+
+
+async def test_a_recovered_durable_subscription_journals_what_leaves_it(
+    tmp_path: Path, autojump_clock: MockClock
+) -> None:
+    source = Source(address="topic://news", durable=UInt(2), expiry_policy=Symbol("never"))
+
+    async def subscriber(mb: MemoryBroker) -> Client:
+        c = await client(mb, "subscriber-app")
+        await c.receiver("topic://news", 1, name="sub", source=source)
+        return c
+
+    async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
+        c = await subscriber(mb)
+        p = await client(mb, "publisher")
+        await p.sender("topic://news", 0)
+        for i in range(2):
+            await p.post(0, durable(f"n{i}"))
+            assert isinstance(await answer(p), Accepted)
+    async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
+        c = await subscriber(mb)
+        await c.credit(1, 1)
+        (first,) = await c.take(1)
+        await c.peer.disposition(int(first.performative.delivery_id), state=Accepted())
+        await mb.settle()
+        await c.peer.expect_nothing()
+    async with memory_broker(data_dir=tmp_path, data_sync=False) as mb:
+        assert mb.topics == ["news"]
+        (stats,) = mb.topic("news").subscriptions()
+        assert (stats.durable, stats.ready) == (True, 1)  # the one accepted after the first restart stays gone
