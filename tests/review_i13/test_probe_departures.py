@@ -10,6 +10,8 @@ from trio.testing import MockClock
 
 from minibroker.amqp.definitions import Accepted, Modified, Rejected, Released, Source, TransactionalState
 from minibroker.amqp.types import Symbol, UInt
+from minibroker.broker.core import BrokerSettings
+from minibroker.broker.policy import NodePolicy
 from minibroker.testing.memory import MemoryBroker, memory_broker
 from tests.broker.test_transactions_frames import Client, client
 from tests.server.test_durability import answer, durable, stored_payloads
@@ -104,3 +106,25 @@ async def test_a_recovered_durable_subscription_journals_what_leaves_it(
         assert mb.topics == ["news"]
         (stats,) = mb.topic("news").subscriptions()
         assert (stats.durable, stats.ready) == (True, 1)  # the one accepted after the first restart stays gone
+
+
+async def test_a_message_dead_lettered_after_its_last_failed_delivery_moves_in_the_journal(
+    tmp_path: Path, autojump_clock: MockClock
+) -> None:
+    settings = BrokerSettings(node_defaults=NodePolicy(max_delivery_attempts=2))
+    async with memory_broker(settings, data_dir=tmp_path, data_sync=False) as mb:
+        c = await client(mb)
+        await c.sender("orders", 0)
+        await c.post(0, durable("failing"))
+        assert isinstance(await answer(c), Accepted)
+        await c.receiver("orders", 2)
+        await c.credit(2, 5)
+        for _ in range(2):
+            (frame,) = await c.take(1)
+            await c.peer.disposition(int(frame.performative.delivery_id), state=Modified(delivery_failed=True))
+        await mb.settle()
+        await c.peer.expect_nothing()
+        assert (mb.queue("orders").depth, mb.queue("orders.DLQ").depth) == (0, 1)
+    assert stored_payloads(tmp_path) == []
+    (dead,) = stored_payloads(tmp_path, ("default", "queue", "orders.DLQ"))
+    assert dead.endswith(durable("failing")[-12:])
