@@ -167,7 +167,7 @@ class Coordinator:
             # a coordinator receiving one settled detaches
             self._detach(controller, error(Condition.NOT_ALLOWED, "declare and discharge must not be sent settled"))
             return
-        if isinstance(delivery.state, TransactionalState) or delivery.earlier_states:
+        if named_transactions(delivery):
             # §4 intro: "No transactional work is allowed on the control link"
             err = error(Condition.NOT_ALLOWED, "a declare or discharge cannot itself be transactional work")
             self._control_error(conn, controller, delivery, err)

@@ -45,7 +45,7 @@ from minibroker.broker.attach import (
     denied,
 )
 from minibroker.broker.clock import BrokerClock
-from minibroker.broker.coordinator import CONTROLLER_CREDIT, Coordinator
+from minibroker.broker.coordinator import CONTROLLER_CREDIT, Coordinator, named_transactions
 from minibroker.broker.dispatch import Dispatcher
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.message import Message
@@ -387,7 +387,10 @@ class Endpoints:
             return
         delivery = event.delivery
         message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
-        transactional = isinstance(delivery.state, TransactionalState) or bool(delivery.earlier_states)
+        # frames that carry different states, none naming a transaction, are no transactional work (§4.4.1)
+        transactional = isinstance(delivery.state, TransactionalState) or (
+            bool(delivery.earlier_states) and bool(named_transactions(delivery))
+        )
         if message.malformed is not None:
             # Part 3 §3.2: the broker reads the header and annotations (durability, ttl, priority, delivery-count,
             # scheduling); when they do not decode it cannot keep its promises for the message, so it refuses it
@@ -405,6 +408,13 @@ class Endpoints:
         target: Node | Deferred | None = context.node
         if target is None:  # the anonymous relay routes by ``to``
             to = message.to
+            unreadable = message.undecodable_properties() if to is None else None
+            if unreadable is not None:
+                # the address is in a properties section that does not decode (§2.8.15 decode-error), which is
+                # no "no node at address None"
+                err = error(Condition.DECODE_ERROR, f"the message's properties do not decode: {unreadable}")
+                self._refuse_post(conn, context.link, delivery, message, transactional, err)
+                return
             refusal = denied(self._context(conn), "send", to) if self.settings.permissions else None
             routed = self._relay_target(conn, to, transactional) if refusal is None else None
             if isinstance(routed, Error):  # no room for the node it would create

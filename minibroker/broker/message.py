@@ -255,6 +255,21 @@ class Message:
             return None
         return section if isinstance(section, Properties) else None
 
+    def undecodable_properties(self) -> str | None:
+        """Why the message's properties section does not decode (``properties`` gave None although there is one
+        within the limit), or None: it decodes, there is none, or it is larger than the limit (as if absent)."""
+        payload, pos, limit = self.payload, self.properties_start, self.content.limit
+        code, value = section_at(payload, pos)
+        if code != PROPERTIES:
+            return None
+        try:
+            if limit is not None and section_end(payload, value) - pos > limit:
+                return None
+            section = codec.decode(payload, pos)[0]
+        except (DecodeError, IndexError) as exc:
+            return str(exc)
+        return None if isinstance(section, Properties) else "not a properties list"
+
     @property
     def to(self) -> Any:
         """``properties.to`` (anonymous relay routes by it, §3.2.4)."""

@@ -845,13 +845,17 @@ class ServerConnection:
     def _send_link_flow(self, link: Link, *, drain: bool | None = None) -> None:
         if self._echoes and link in self._echoes:  # this flow answers the echo too
             self._echoes = [other for other in self._echoes if other is not link]
+        session = link.session
+        # §2.6.7: delivery-count counts the deliveries sent; ours held back by the peer's session window (§2.5.6)
+        # are not sent yet: they are reported as credit still to use, so this flow never overtakes them
+        held = len({id(d) for d, _ in session.pending if d.link is link and not d.begun}) if session.pending else 0
         self._send(
-            link.session.channel,
+            session.channel,
             Flow(
-                **self._flow_fields(link.session),
+                **self._flow_fields(session),
                 handle=UInt(link.output_handle),
-                delivery_count=UInt(link.delivery_count),
-                link_credit=UInt(link.credit),
+                delivery_count=UInt((link.delivery_count - held) & SERIAL_MASK),
+                link_credit=UInt(link.credit + held),
                 available=UInt(link.available) if link.role == SENDER else None,
                 drain=drain if drain is not None else (link.drain or None),
             ),
