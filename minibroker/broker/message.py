@@ -243,32 +243,29 @@ class Message:
 
     def properties(self) -> Properties | None:
         """The properties section, decoded (None when absent or undecodable)."""
-        payload, pos, limit = self.payload, self.properties_start, self.content.limit
-        code, value = section_at(payload, pos)
-        if code != PROPERTIES:
-            return None
-        try:
-            if limit is not None and section_end(payload, value) - pos > limit:
-                return None  # larger than the limit: never decoded, as if absent
-            section = codec.decode(payload, pos)[0]
-        except (DecodeError, IndexError):
-            return None
-        return section if isinstance(section, Properties) else None
+        return self._read_properties()[0]
 
     def undecodable_properties(self) -> str | None:
         """Why the message's properties section does not decode (``properties`` gave None although there is one
         within the limit), or None: it decodes, there is none, or it is larger than the limit (as if absent)."""
+        return self._read_properties()[1]
+
+    def _read_properties(self) -> tuple[Properties | None, str | None]:
+        """The properties section decoded, or why one within the limit does not decode (None, None: there is
+        none, or it is larger than the limit and so never decoded, as if absent)."""
         payload, pos, limit = self.payload, self.properties_start, self.content.limit
         code, value = section_at(payload, pos)
         if code != PROPERTIES:
-            return None
+            return None, None
         try:
             if limit is not None and section_end(payload, value) - pos > limit:
-                return None
+                return None, None
             section = codec.decode(payload, pos)[0]
         except (DecodeError, IndexError) as exc:
-            return str(exc)
-        return None if isinstance(section, Properties) else "not a properties list"
+            return None, str(exc)
+        if isinstance(section, Properties):
+            return section, None
+        return None, "not a properties list"
 
     @property
     def to(self) -> Any:
