@@ -188,6 +188,7 @@ def test_transactions_stats_and_connections(broker: ThreadedBroker) -> None:
         assert info["sessions"] == 1
         assert info["links"] == 2
         assert info["namespace"] == "default"
+        assert info["peer"] == "{}:{}".format(*peer.sock.getsockname()[:2])
 
         answer = call(broker, "DELETE", f"/api/connections/{info['id']}?condition=amqp:connection:redirect")
         assert answer.json == {"closed": info["id"], "condition": "amqp:connection:redirect"}
