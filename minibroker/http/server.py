@@ -263,6 +263,7 @@ _REASONS = {
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
+    507: "Insufficient Storage",
 }
 
 
