@@ -151,7 +151,7 @@ class QueueHandle(_NodeHandle):
 
         def purge(broker: Broker) -> int:
             queue = self._queue(broker)
-            return queue.purge() if queue is not None else 0
+            return broker.purge(queue) if queue is not None else 0
 
         return self._owner._call(purge)
 

@@ -365,6 +365,13 @@ class Broker:
             conn.close(error(Condition.CONNECTION_FORCED, f"namespace {namespace.name!r} was reset"))
             self.handle(conn, conn.take_events(), self.clock.now)
         self.nodes.reset(namespace)
+        self._changed()
+
+    def purge(self, queue: Queue) -> int:
+        """Drop every ready message of ``queue``; how many (waiters on broker state are told)."""
+        purged = queue.purge()
+        self._changed()
+        return purged
 
     def drop_namespace(self, name: str) -> None:
         """Reset and forget a namespace (the default one cannot be dropped, only reset)."""

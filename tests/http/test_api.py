@@ -362,3 +362,21 @@ def test_every_reading_path_answers_in_a_namespace(broker: ThreadedBroker, path:
         conn.close()
     assert call(broker, "POST", "/api/namespaces/iso/reset").status == 200
     assert other.queues == []
+
+
+@pytest.mark.parametrize("change", ["DELETE /api/queues/w/messages", "POST /api/reset", "DELETE /api/queues/w"])
+def test_wait_is_woken_by_purge_reset_and_delete(broker: ThreadedBroker, change: str) -> None:
+    call(broker, "POST", "/api/queues/w/messages", {"body": "x"})
+
+    def change_later() -> None:
+        time.sleep(0.3)
+        method, path = change.split()
+        assert call(broker, method, path).status == 200
+
+    changer = threading.Thread(target=change_later)
+    started = time.monotonic()
+    changer.start()
+    answer = call(broker, "GET", "/api/wait?queue=w&depth=0&timeout=20")
+    changer.join()
+    assert answer.status == 200
+    assert time.monotonic() - started < 10
