@@ -202,20 +202,23 @@ class ManagementApi:
 
     async def _route(self, request: Request) -> Response:
         path = request.path
-        broker = self.broker
+        namespace = None
         namespaced = _NAMESPACED.match(path)
         if namespaced is not None and namespaced["rest"] != "/":
             path = "/api" + namespaced["rest"]
-            name = namespaced["ns"]
-            try:
-                broker = broker.namespace_view(name)
-            except LookupError:
-                raise HttpError(404, f"no namespace {name!r}") from None
+            namespace = namespaced["ns"]
         route, params = self.router.match(request.method, path)
         if not route.public and self.users:
+            # before the namespace is looked up: which namespaces exist is not told to strangers
             refusal = await authorize(request, self.verify, self.permissions)
             if refusal is not None:
                 return refusal
+        broker = self.broker
+        if namespace is not None:
+            try:
+                broker = broker.namespace_view(namespace)
+            except LookupError:
+                raise HttpError(404, f"no namespace {namespace!r}") from None
         return await route.handler(Call(request, params, broker))
 
 

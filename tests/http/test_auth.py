@@ -42,6 +42,7 @@ def test_missing_or_wrong_credentials_are_401(broker: ThreadedBroker, auth: tupl
         assert answer.headers["www-authenticate"] == CHALLENGE
         assert "error" in answer.json
     assert broker.queues == []  # the reset did not run
+    assert call(broker, "GET", "/api/namespaces/unknown/queues", auth=auth).status == 401  # not 404
 
 
 @pytest.mark.parametrize("header", ["Bearer abc", "Basic !!!", "Basic dXNlcg=="])
