@@ -1,0 +1,1 @@
+"""The HTTP side of the broker: the metrics page (``metrics``)."""
