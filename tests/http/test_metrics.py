@@ -2,7 +2,8 @@
 prometheus_client's own parser.
 
 Every figure is driven by real traffic: the real broker core, engine and connection tasks over in-memory
-streams (``minibroker.testing.memory``), clients speaking frame by frame.
+streams (``minibroker.testing.memory``), clients speaking frame by frame; and once the real server in a thread
+(``run_in_thread``), with python-qpid-proton clients.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any
 
 import trio
 from prometheus_client.parser import text_string_to_metric_families
+from proton import Message
+from proton.utils import BlockingConnection
 from trio.testing import MockClock
 
 from minibroker.amqp.definitions import Accepted, Disposition, Header, Properties, Rejected
@@ -21,6 +24,7 @@ from minibroker.broker.policy import NodePolicy
 from minibroker.http.metrics import CONTENT_TYPE, exposition
 from minibroker.testing import frames
 from minibroker.testing.memory import MemoryBroker, memory_broker
+from minibroker.testing.thread import ThreadedBroker
 from tests.broker.test_transactions_frames import Client, client, discharge_with
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -259,3 +263,31 @@ async def test_journal_without_fsync_counts_bytes_only(tmp_path: Path) -> None:
         assert one(after, "minibroker_journal_bytes_total") == journal_files(tmp_path)
         assert one(after, "minibroker_journal_bytes_total") > one(before, "minibroker_journal_bytes_total")
         assert one(after, "minibroker_journal_fsyncs_total") == one(before, "minibroker_journal_fsyncs_total")
+
+
+def threaded_page(broker: ThreadedBroker) -> Samples:
+    return parse(broker.call(lambda running: exposition(running.broker)))[1]
+
+
+def test_read_in_the_thread_runner_with_proton_clients(broker: ThreadedBroker, broker_address: str) -> None:
+    """As the embedder reads it: ``call`` runs ``exposition`` in the broker's thread, clients are proton's."""
+    conn = BlockingConnection(broker_address, timeout=5)
+    try:
+        sender = conn.create_sender("orders")
+        for n in range(3):
+            sender.send(Message(body=f"m{n}"))
+        receiver = conn.create_receiver("orders", credit=1)
+        assert receiver.receive(timeout=5).body == "m0"
+        receiver.accept()
+        samples = threaded_page(broker)
+        assert one(samples, "minibroker_queue_consumers", namespace="default", queue="orders") == 1
+        receiver.close()  # (waits for the detach: the accept went before it; a prefetched one comes back)
+        samples = threaded_page(broker)
+        assert one(samples, "minibroker_connections", namespace="default") == 1
+        assert node(samples, "queue", namespace="default", queue="orders") == figures(2, 0, 0, 0, 3, 1)
+    finally:
+        conn.close()
+    broker.wait_for(lambda: not broker.connections)
+    samples = threaded_page(broker)
+    assert one(samples, "minibroker_connections", namespace="default") == 0
+    assert node(samples, "queue", namespace="default", queue="orders") == figures(2, 0, 0, 0, 3, 1)
