@@ -8,7 +8,8 @@ in which order, is ``dispatch.py``'s business.
 A queue also serves as each subscription of a topic (``topic.py``), where ``node_name`` is the topic's.
 Counts: ``ready`` (deliverable now), ``acquired`` (delivered, unsettled), ``scheduled`` (not yet visible:
 a delivery time or a redelivery delay), ``staged`` (posted in open transactions). Limits count every
-message held: ready, acquired and scheduled.
+message held: ready, acquired and scheduled. Counters: ``enqueued_total`` (became ready) and ``dequeued_total``
+(left for good, in ``_gone``).
 
 A ``Scan`` is one reader's progress through the ready messages (a consumer with a selector, see
 ``dispatch.py``): how far in delivery order it has looked, plus the messages that came in behind that point
@@ -131,6 +132,7 @@ class Queue:
         self.scheduled = 0
         self.held_bytes = 0
         self.enqueued_total = 0
+        self.dequeued_total = 0  # messages that left for good (``_gone``): consumed, dead-lettered, expired, purged
         self.dynamic = False  # created for a dynamic terminus; deleted with its link
         self.owner: object = None  # the connection that created a dynamic node: only it may receive from it
         self.auto = False  # created on demand: deleted once idle for ``auto_delete_idle``
@@ -286,6 +288,7 @@ class Queue:
 
     def _gone(self, message: Message) -> None:
         """``message`` left the queue for good: its timer is let go, its departure reported if it was journaled."""
+        self.dequeued_total += 1
         if message.timer is not None:
             _left(message)
         if message.durable_id and self.on_departure is not None:

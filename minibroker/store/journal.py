@@ -49,6 +49,7 @@ import errno
 import fcntl
 import logging
 import os
+import threading
 import time
 import zlib
 from collections import deque
@@ -141,6 +142,35 @@ class FileOps:
 
     def unlink(self, path: Path) -> None:
         os.unlink(path)
+
+
+class IoCounts:
+    """Bytes written and fsyncs done through a journal's ``FileOps`` since it was made (records, segment headers,
+    snapshots, repairs; recovery's own cuts and copies are not counted). Counted under a lock: a worker thread
+    writes snapshots and fsyncs while the broker's thread appends."""
+
+    __slots__ = ("_bytes", "_fsyncs", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes = 0
+        self._fsyncs = 0
+
+    def wrote(self, count: int) -> None:
+        with self._lock:
+            self._bytes += count
+
+    def synced(self) -> None:
+        with self._lock:
+            self._fsyncs += 1
+
+    @property
+    def bytes_written(self) -> int:
+        return self._bytes
+
+    @property
+    def fsyncs(self) -> int:
+        return self._fsyncs
 
 
 @dataclass
@@ -308,6 +338,8 @@ class Journal:
         self.synced = 0  # records known to be on disk
         self.dropped_bytes = 0  # torn or corrupt bytes cut off or skipped at recovery
         self.quarantined: list[Path] = []  # copies kept at recovery, before anything was cut or skipped
+        self.io = IoCounts()
+        """Bytes written and fsyncs done (for metrics)."""
 
     # -- the directory ------------------------------------------------------------------------------------
     def _take_directory(self) -> None:
@@ -567,7 +599,7 @@ class Journal:
                 self._write_all(fd, chunk)
                 size += len(chunk)
             if fsync:
-                self.ops.fsync(fd)
+                self._fsync(fd)
             self.ops.rename(tmp, final)
         except BaseException:
             self.ops.close(fd)
@@ -659,7 +691,13 @@ class Journal:
             n = self.ops.write(fd, view[done:])
             if n <= 0:
                 raise OSError(errno.ENOSPC, "the write made no progress")
+            self.io.wrote(n)
             done += n
+
+    def _fsync(self, fd: int) -> None:
+        """fsync ``fd`` (raises OSError), counted."""
+        self.ops.fsync(fd)
+        self.io.synced()
 
     def _fail(self, exc: OSError, *, resync: bool = False) -> None:
         if self.error is None:
@@ -676,7 +714,7 @@ class Journal:
             if self.error is not None:
                 raise JournalUnavailable(f"the journal cannot write: {self.error}")
             try:
-                self.ops.fsync(self._file)
+                self._fsync(self._file)
             except OSError as exc:
                 # what the fsync covered may be lost (the kernel may drop the pages it failed to write)
                 self._fail(exc, resync=True)
@@ -706,7 +744,7 @@ class Journal:
             else:
                 self.ops.ftruncate(fd, self._written)
             self._write_all(fd, encode_record(Kind.PAD, bytes(_PROBE), self._salt))
-            self.ops.fsync(fd)
+            self._fsync(fd)
             self.ops.ftruncate(fd, self._written)
         except OSError as exc:
             self.error = exc
@@ -764,7 +802,7 @@ class Journal:
                 self._write_all(compaction.fd, chunk)
                 compaction.size += len(chunk)
             if self.sync_enabled:
-                self.ops.fsync(compaction.fd)
+                self._fsync(compaction.fd)
         except OSError as exc:
             compaction.error = exc
 
@@ -781,7 +819,7 @@ class Journal:
             tail = b"".join(encode_ops(ops, compaction.salt) for ops in compaction.tail)
             self._write_all(fd, tail)
             if self.sync_enabled:
-                self.ops.fsync(fd)
+                self._fsync(fd)
             self.ops.rename(compaction.tmp, self.directory / _SEGMENT.format(compaction.number))
         except OSError as exc:
             if fd is not None:
@@ -852,7 +890,7 @@ class Journal:
     def _fsync_directory(self) -> None:
         fd = self.ops.open(self.directory, os.O_RDONLY)
         try:
-            self.ops.fsync(fd)
+            self._fsync(fd)
         finally:
             self.ops.close(fd)
 
