@@ -1,0 +1,1 @@
+"""The HTTP management API and its web console."""
