@@ -11,12 +11,14 @@ Set ``MINIBROKER_CONSOLE_SCREENSHOT=docs/console.png`` to save the screenshot th
 from __future__ import annotations
 
 import base64
+import fcntl
 import http.client
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +46,7 @@ from minibroker.testing.thread import ThreadedBroker, run_in_thread
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 APT_TIMEOUT = 600.0  # each of apt-get update and apt-get install
+WAIT_FOR_APT_LOCK = ["-o", "DPkg::Lock::Timeout=120"]  # rather than fail while another apt runs
 WAIT = 10.0  # for anything the page should show
 
 # whichever test comes first on a fresh machine waits for the browser's installation
@@ -85,8 +88,17 @@ def _install_chromium() -> str | None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     started = time.monotonic()
     for command in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium", "chromium-driver"],
+        ["apt-get", "update", "-q", *WAIT_FOR_APT_LOCK],
+        [
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            *WAIT_FOR_APT_LOCK,
+            "--no-install-recommends",
+            "chromium",
+            "chromium-driver",
+        ],
     ):
         try:
             subprocess.run(command, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT, check=True)
@@ -102,10 +114,13 @@ def _install_chromium() -> str | None:
 @pytest.fixture(scope="session")
 def chromium() -> Path:
     """The path of Debian's chromium, installed if need be; a skip, with why, if it cannot be."""
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        reason = _install_chromium()
-        if reason is not None:
-            pytest.skip(f"Debian's chromium is not installed and cannot be: {reason}")
+    # one installer at a time (pytest-xdist workers each run this fixture); the others find it installed
+    with (Path(tempfile.gettempdir()) / "minibroker-chromium-install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+            reason = _install_chromium()
+            if reason is not None:
+                pytest.skip(f"Debian's chromium is not installed and cannot be: {reason}")
     return CHROMIUM
 
 
