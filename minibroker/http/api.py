@@ -235,6 +235,12 @@ async def readyz(call: Call) -> Response:
 
 # -- the web console ----------------------------------------------------------------------------------
 async def console_page(call: Call) -> Response:
+    name = call.params.get("name")
+    if name is not None:
+        try:
+            call.broker.namespace_view(name)
+        except LookupError:
+            raise HttpError(404, f"no namespace {name!r}") from None
     return Response(200, console.page(), (("content-type", console.CONTENT_TYPE),))
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import fcntl
-import http.client
 import os
 import re
 import shutil
@@ -23,7 +22,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from proton import Message
@@ -42,6 +40,7 @@ from minibroker.http import console
 from minibroker.testing import frames
 from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
+from tests.http.client import call, http_broker
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -65,17 +64,19 @@ def test_page_is_self_contained_html() -> None:
 
 @pytest.mark.parametrize("path", ["/", "/api/namespaces/default/"])
 def test_the_api_serves_the_console(path: str) -> None:
-    with run_in_thread({"http": {"port": 0}}) as broker:
-        url = urlsplit(broker.http_url)
-        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=WAIT)
-        try:
-            conn.request("GET", path)
-            response = conn.getresponse()
-            assert response.status == 200
-            assert response.headers["content-type"] == console.CONTENT_TYPE
-            assert response.read() == console.page()
-        finally:
-            conn.close()
+    with http_broker() as broker:
+        answer = call(broker, "GET", path)
+        assert answer.status == 200
+        assert answer.headers["content-type"] == console.CONTENT_TYPE
+        assert answer.body == console.page()
+
+
+def test_the_console_needs_the_api_credentials_and_no_namespace_has_none() -> None:
+    with http_broker(auth={"failure_delay": 0.0, "users": {"viewer": "v1ew"}}) as broker:
+        assert call(broker, "GET", "/").status == 401
+        assert call(broker, "GET", "/", auth=("viewer", "v1ew")).status == 200
+        unknown = call(broker, "GET", "/api/namespaces/nope/", auth=("viewer", "v1ew"))
+        assert (unknown.status, unknown.json) == (404, {"error": "no namespace 'nope'"})
 
 
 # -- the browser --------------------------------------------------------------------------------------
