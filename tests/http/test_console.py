@@ -209,7 +209,10 @@ def test_console_shows_queues_transactions_and_connections_and_purges_and_resets
             assert cell(browser, f"{row} td.staged") == "1"
             assert cell(browser, f"{row} td.acquired") == "0"
             wait_until(browser, "the open transaction", lambda d: cell(d, "tr.transaction td.posts") == "1")
+            assert float(cell(browser, "tr.transaction td.age")) >= 0
+            assert cell(browser, "tr.transaction td.addresses") == "orders"
             wait_until(browser, "the open connection", lambda d: "console-test" in cell(d, "#connections tbody"))
+            assert cell(browser, "tr.connection td.peer").startswith("127.0.0.1:")
 
             browser.find_element(By.CSS_SELECTOR, f"{row} td.name").click()  # peek
             wait_until(browser, "3 ready messages", lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr.message")) == 3)
