@@ -30,6 +30,7 @@ from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -246,6 +247,8 @@ def test_console_of_a_namespace_shows_that_namespace(browser: WebDriver) -> None
         browser.get(f"{broker.http_url}/api/namespaces/tenant/")
         wait_until(browser, "invoices with depth 1", lambda d: cell(d, 'tr[data-queue="invoices"] td.depth') == "1")
         assert not browser.find_elements(By.CSS_SELECTOR, 'tr[data-queue="orders"]')
+        browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="invoices"]').send_keys(Keys.ENTER)  # peek
+        wait_until(browser, "the invoice peeked", lambda d: cell(d, "tr.message td.body") == "order 1")
 
 
 def test_console_with_users_shows_what_the_api_refuses(browser: WebDriver) -> None:
