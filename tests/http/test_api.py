@@ -337,3 +337,27 @@ def test_posts_the_broker_refuses() -> None:
         assert full.status == 507
         assert "resource-limit-exceeded" in full.json["error"]
         assert broker.queue("small").depth == 1
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/queues", "/api/topics", "/api/transactions", "/api/stats", "/api/connections", "/api/wait?transactions=0"],
+)
+def test_every_reading_path_answers_in_a_namespace(broker: ThreadedBroker, path: str) -> None:
+    other = broker.create_namespace("iso")
+    conn = BlockingConnection(other.url.removeprefix("amqp://"), timeout=5)
+    try:
+        conn.create_sender("only-in-iso").send(Message(body="x"))
+        answer = call(broker, "GET", path.replace("/api/", "/api/namespaces/iso/", 1))
+        assert answer.status == 200
+        if path == "/api/queues":
+            assert [q["name"] for q in answer.json] == ["only-in-iso"]
+        if path == "/api/connections":
+            assert [c["namespace"] for c in answer.json] == ["iso"]
+        if path == "/api/stats":
+            assert answer.json["namespace"] == "iso"
+            assert answer.json["connections"] == 1
+    finally:
+        conn.close()
+    assert call(broker, "POST", "/api/namespaces/iso/reset").status == 200
+    assert other.queues == []
