@@ -28,6 +28,7 @@ from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
 from minibroker.handles import PostRefused, QueueHandle, TopicHandle
+from minibroker.http import console
 from minibroker.http.auth import Verify, authorize
 from minibroker.http.server import Request, Response
 
@@ -174,6 +175,8 @@ class ManagementApi:
         router = self.router = Router()
         router.add("GET", "/healthz", healthz, public=True)
         router.add("GET", "/readyz", readyz, public=True)
+        router.add("GET", "/", console_page)
+        router.add("GET", "/api/namespaces/{name}/", console_page)  # the console of one namespace
         router.add("GET", "/api/queues", list_queues)
         router.add("GET", "/api/queues/{name}", get_queue)
         router.add("DELETE", "/api/queues/{name}", delete_queue)
@@ -231,6 +234,17 @@ async def readyz(call: Call) -> Response:
     if call.broker.ready:
         return Response.json(200, {"status": "ready"})
     return Response.json(503, {"status": "starting"})
+
+
+# -- the web console ----------------------------------------------------------------------------------
+async def console_page(call: Call) -> Response:
+    name = call.params.get("name")
+    if name is not None:
+        try:
+            call.broker.namespace_view(name)
+        except LookupError:
+            raise HttpError(404, f"no namespace {name!r}") from None
+    return Response(200, console.page(), (("content-type", console.CONTENT_TYPE),))
 
 
 # -- queues -------------------------------------------------------------------------------------------
