@@ -23,7 +23,18 @@ import minibroker.pytest_plugin
 import minibroker.testing
 
 EXPORTS: dict[str, set[str]] = {
-    "minibroker": {"Config", "ConfigError", "RunningBroker", "ThreadedBroker", "run_in_thread", "serve"},
+    "minibroker": {"Config", "ConfigError", "RunningBroker", "ThreadedBroker", "connect", "run_in_thread", "serve"},
+    "minibroker.remote": {
+        "BrokerUnreachable",
+        "RemoteBroker",
+        "RemoteConnection",
+        "RemoteError",
+        "RemoteQueue",
+        "RemoteQueueStats",
+        "RemoteTransaction",
+        "connect",
+        "message_view",
+    },
     "minibroker.testing.frames": {
         "AMQP_FRAME",
         "AMQP_HEADER",
