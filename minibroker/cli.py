@@ -1,9 +1,9 @@
 """The ``minibroker`` command (DESIGN §2).
 
 Precedence of settings: command line, then environment (``MINIBROKER_HOST``, ``MINIBROKER_PORT``,
-``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``), then the config file, then defaults. Exit codes: 0 after
-SIGINT/SIGTERM, 2 for bad arguments or a bad config file (the message names the file, the key and the
-problem) and for a data dir that cannot be used (not a directory, not writable, held by another broker, a
+``MINIBROKER_HTTP_PORT``, ``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``), then the config file, then defaults.
+Exit codes: 0 after SIGINT/SIGTERM, 2 for bad arguments or a bad config file (the message names the file, the key
+and the problem) and for a data dir that cannot be used (not a directory, not writable, held by another broker, a
 corrupt journal: the message says which), 1 when the listener cannot be bound.
 """
 
@@ -53,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, help="TCP port (default 5672; 0 picks a free port)")
+    parser.add_argument(
+        "--http-port",
+        type=_port,
+        help="port of the HTTP management API on [http] host (default 127.0.0.1); 0 picks a free port "
+        "(default: no HTTP listener)",
+    )
     parser.add_argument("--config", metavar="PATH", help="TOML configuration file")
     parser.add_argument("--data-dir", metavar="PATH", help="directory for durable storage (default: memory)")
     parser.add_argument(
@@ -82,7 +88,16 @@ def resolve_config(args: argparse.Namespace, environ: dict[str, str]) -> Config:
             port = _port(port_text)
         except argparse.ArgumentTypeError as exc:
             raise ConfigError(f"environment: MINIBROKER_PORT: {exc}") from None
+    http_port = args.http_port
+    http_text = environ.get("MINIBROKER_HTTP_PORT")
+    if http_port is None and http_text is not None:
+        try:
+            http_port = _port(http_text)
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"environment: MINIBROKER_HTTP_PORT: {exc}") from None
     changes: dict[str, object] = {}
+    if http_port is not None:
+        changes["http__port"] = http_port
     if host:
         changes["server__host"] = host
     if port is not None:
@@ -106,6 +121,8 @@ async def _run(config: Config) -> None:
         async with serve(config) as running:
             for url in running.urls:
                 print(f"minibroker listening on {url}", flush=True)
+            if running.http_url is not None:
+                print(f"minibroker http on {running.http_url}", flush=True)
             async for _ in signals:
                 break
     logging.getLogger("minibroker").info("stopped")

@@ -95,6 +95,22 @@ class AuthConfig:
 
 
 @dataclass(frozen=True)
+class HttpConfig:
+    """``[http]``: the HTTP management API, off unless a port is given."""
+
+    host: str = "127.0.0.1"
+    """Address of the HTTP listener; not the AMQP one, so exposing AMQP does not expose management."""
+    port: int | None = None
+    """TCP port; unset: no HTTP listener; 0 picks a free port."""
+    max_body_size: int = 1024 * 1024
+    """Largest request body accepted, in bytes; a larger one is answered 413."""
+    request_timeout: float = 10.0
+    """Seconds a client has to send a whole request (head and body); a slower one is answered 408 and closed."""
+    max_connections: int = 64
+    """HTTP connections served at once; one more is closed at once."""
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     """``[broker]``: node and transaction policies."""
 
@@ -136,6 +152,7 @@ class Config:
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
     node_defaults: NodePolicy = field(default_factory=NodePolicy)
     """``[node_defaults]``: the policy of nodes created on demand, and the base of declared ones."""
     queues: dict[str, NodePolicy] = field(default_factory=dict)
@@ -193,6 +210,7 @@ _SECTIONS: dict[str, type] = {
     "broker": BrokerConfig,
     "node_defaults": NodePolicy,
     "tls": TlsConfig,
+    "http": HttpConfig,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -244,6 +262,8 @@ def _check_type(value: Any, expected: Any, where: str, secret: bool = False) -> 
         if isinstance(value, str):
             return value
         raise ConfigError(f"{where}: expected a string, {got}")
+    if expected == "int | None":
+        return None if value is None else _check_type(value, int, where, secret)
     if expected == "str | None":
         return None if value is None else _check_type(value, str, where, secret)
     if expected == "tuple[str, ...]":
@@ -338,6 +358,14 @@ def _validate(config: Any, source: str, prefix: str) -> None:
                     raise bad(key, f"no such file: {value}")
         if not 0 <= config.port <= 65535:
             raise bad("port", f"{config.port} is not a TCP port (0-65535)")
+    elif isinstance(config, HttpConfig):
+        if config.port is not None and not 0 <= config.port <= 65535:
+            raise bad("port", f"{config.port} is not a TCP port (0-65535)")
+        for key in ("max_body_size", "max_connections"):
+            if getattr(config, key) < 1:
+                raise bad(key, "must be at least 1")
+        if config.request_timeout <= 0:
+            raise bad("request_timeout", "must be positive")
     elif isinstance(config, BrokerConfig):
         if config.link_credit < 1:
             raise bad("link_credit", "must be at least 1")

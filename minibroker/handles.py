@@ -13,6 +13,9 @@ runner. So one set of classes serves both, and a test never touches broker state
     broker.transactions                     # open transactions and what each staged
     broker.connections                      # who is connected
     broker.reset()                          # drop every node, message and transaction
+    broker.queue("orders").delete()         # delete the node, detaching its links
+    broker.post("orders", payload)          # enqueue an encoded message as a settled transfer would
+    broker.close_connection(3)              # close one connection (amqp:connection:forced)
 
 ``CoreView(broker)`` gives the same handles on a bare core ``Broker`` driven without a runner.
 """
@@ -22,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from minibroker.amqp.definitions import Error
+from minibroker.amqp.types import Symbol
 from minibroker.broker.core import Broker
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.queue import Queue
@@ -140,6 +145,30 @@ class QueueHandle(_NodeHandle):
             return queue.purge() if queue is not None else 0
 
         return self._owner._call(purge)
+
+    @property
+    def kind(self) -> str | None:
+        """How the queue came to be: "dynamic" (a link's generated node), "auto" (created on demand, deleted once
+        idle) or "static" (configured or declared); None when it does not exist."""
+
+        def read(broker: Broker) -> str | None:
+            queue = self._queue(broker)
+            if queue is None:
+                return None
+            return "dynamic" if queue.dynamic else "auto" if queue.auto else "static"
+
+        return self._owner._call(read)
+
+    def delete(self) -> bool:
+        """Delete the queue with its messages; links attached to it are detached with ``amqp:resource-deleted``
+        (their unsettled deliveries are settled as the links go; a transaction that posted to it fails its
+        commit). Whether the queue existed."""
+
+        def delete(broker: Broker) -> bool:
+            namespace = self._namespace(broker)
+            return self.name in namespace.queues and broker.delete_node(namespace, self.name)
+
+        return self._owner._call(delete)
 
 
 class TopicHandle(_NodeHandle):
@@ -260,6 +289,27 @@ class NamespaceView(Inspectable):
             return transactions is None or len(self.transactions) == transactions
 
         return holds
+
+    def post(self, address: str, payload: bytes) -> None:
+        """Post ``payload`` (an encoded message) to ``address`` as a settled transfer would, creating the node when
+        an attach could; ``ValueError`` (with the AMQP condition and description) when it is refused."""
+
+        refused = self._call(lambda broker: broker.post(self._namespace(broker), address, payload))
+        if refused is not None:
+            raise ValueError(f"{refused.condition}: {refused.description}")
+
+    def close_connection(
+        self, conn_id: int, condition: str = "amqp:connection:forced", description: str | None = None
+    ) -> bool:
+        """Close connection ``conn_id`` of this namespace with ``condition``; whether it was open here."""
+        err = Error(condition=Symbol(condition), description=description)
+
+        def close(broker: Broker) -> bool:
+            if not any(c.conn_id == conn_id for c in self._namespace(broker).connections):
+                return False
+            return broker.close_connection(conn_id, err)
+
+        return self._call(close)
 
     def reset(self) -> None:
         """Drop every node, message and transaction of this namespace; close its connections."""

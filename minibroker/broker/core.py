@@ -36,11 +36,13 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
+from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
 from minibroker.broker.clock import BrokerClock, WallClock
 from minibroker.broker.coordinator import Coordinator
 from minibroker.broker.dispatch import Dispatcher
 from minibroker.broker.endpoints import Endpoints
+from minibroker.broker.message import Message
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
@@ -372,6 +374,47 @@ class Broker:
         self.reset(namespace)
         if namespace is not self.nodes.default:
             del self.nodes.namespaces[name]
+
+    def post(self, namespace: Namespace, address: str, payload: bytes) -> Error | None:
+        """Post an encoded message to ``address`` in ``namespace`` as a settled transfer would (the management API):
+        the node is created when an attach could create it. None when it was taken, else why not."""
+        message = Message(payload, limit=self.settings.max_selector_properties_size or None)
+        if message.malformed is not None:
+            return error(
+                Condition.DECODE_ERROR, f"the message's header or annotations do not decode: {message.malformed}"
+            )
+        node = namespace.node(address)
+        if node is None:
+            if not self.nodes.creatable(address):
+                return error(Condition.NOT_FOUND, f"no node at {address!r}")
+            refused = self.nodes.refuse_new_node()
+            if refused is not None:
+                return refused
+            node = self.nodes.create(namespace, address, None, auto=True)
+        self.dispatcher.arrive(message)
+        refused = self.dispatcher.inject(node, message)
+        self._changed()
+        return refused
+
+    def delete_node(self, namespace: Namespace, name: str) -> bool:
+        """Delete the node ``name`` of ``namespace`` with its messages; its links are detached with
+        ``amqp:resource-deleted``. Whether there was such a node."""
+        node = namespace.node(name)
+        if node is None:
+            return False
+        self.endpoints.delete_node(node)
+        self._changed()
+        return True
+
+    def close_connection(self, conn_id: int, err: Error) -> bool:
+        """Close connection ``conn_id`` with ``err`` (its links detach, its transactions roll back). Whether it
+        was open."""
+        conn = next((c for c in self.nodes.connections if c.conn_id == conn_id), None)
+        if conn is None:
+            return False
+        conn.close(err)
+        self.handle(conn, conn.take_events(), self.clock.now)
+        return True
 
     # -- introspection ------------------------------------------------------------------------------
     @property

@@ -256,6 +256,25 @@ class Dispatcher:
         for queue in targets:
             self.dispatch(queue)
 
+    def inject(self, node: Node, message: Message) -> Error | None:
+        """A message posted with no link (the management API): admitted, journaled, posted and dispatched as a
+        settled plain transfer is (``publish``); the refusal when it is not taken."""
+        targets = self.targets(node, message, None)
+        refused = _refusal(targets, message) or self.recorder.refusal(targets, message)
+        if refused is not None:
+            return refused
+        if self.recorder.durable:
+            with self.recorder.refusable() as written:
+                self._enqueue_all(targets, message)
+            if not written.ok:
+                self._take_back(written.enqueued)
+                return journal_full_error()
+        else:
+            self._enqueue_all(targets, message)
+        for queue in targets:
+            self.dispatch(queue)
+        return None
+
     def _take_back(self, enqueued: list[tuple[Queue, Message]]) -> None:
         """Remove messages just enqueued (not yet dispatched) whose journal record was refused."""
         now = self.clock.now

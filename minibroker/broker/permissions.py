@@ -1,7 +1,8 @@
 """Per-user permissions on address patterns (``[auth.permissions.USER]``).
 
 Patterns are shell-style (``orders.*``, ``*``), matched against the node address a link attaches to. A user
-without an entry may do everything, so configuring users alone only adds authentication. A refused attach
+without an entry may do everything (management included), so configuring users alone only adds authentication;
+a user with an entry may use the HTTP management API to change things only with ``manage = true``. A refused attach
 gets ``amqp:unauthorized-access``.
 
 A dynamic node (a terminus asking the broker for a node with a generated address, ``dynamic.<connection>.<hex>``,
@@ -25,6 +26,9 @@ class Permissions:
     """Address patterns the user may attach receiver links to (consume, browse, subscribe)."""
     transactions: bool = True
     """Whether the user may attach a transaction coordinator."""
+    manage: bool = False
+    """Whether the user may change the broker through the HTTP management API (POST and DELETE calls); a user
+    with no permissions entry may."""
 
     def may_send(self, address: str) -> bool:
         return any(fnmatchcase(address, pattern) for pattern in self.send)

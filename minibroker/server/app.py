@@ -32,6 +32,8 @@ from minibroker.config import Config, TlsConfig
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import NamespaceView
+from minibroker.http.api import ManagementApi
+from minibroker.http.server import HttpServer
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.journal import JournalWriter
 from minibroker.server.login import LoginChecker
@@ -213,6 +215,10 @@ class _Server:
         self.change_listeners: list[Callable[[], None]] = []
         self.listener_scopes: dict[str, list[trio.CancelScope]] = {}
         self.tls_context = ssl_context(config.tls) if config.tls.enabled else None
+        self.ready = False
+        """Listeners bound (and recovery done, which comes before): what ``/readyz`` tells."""
+        self.namespace_ports: dict[str, int] = {}
+        """The plain listener's port of each namespace that has one."""
         broker.on_change = self._on_change
 
     def _on_change(self) -> None:
@@ -226,6 +232,8 @@ class _Server:
         """Accept connections on ``host:port`` into ``namespace``; return the bound port."""
         listeners = await trio.open_tcp_listeners(port, host=host)
         bound: int = listeners[0].socket.getsockname()[1]
+        if not tls:
+            self.namespace_ports.setdefault(namespace.name, bound)
         scope = trio.CancelScope()
         self.listener_scopes.setdefault(namespace.name, []).append(scope)
 
@@ -240,6 +248,7 @@ class _Server:
         return bound
 
     def stop_listening(self, namespace: str) -> None:
+        self.namespace_ports.pop(namespace, None)
         for scope in self.listener_scopes.pop(namespace, []):
             scope.cancel()
 
@@ -356,6 +365,7 @@ class _Server:
 
     async def shutdown(self) -> None:
         """Close every connection cleanly, give them a moment to flush, then stop serving."""
+        self.ready = False
         for scopes in self.listener_scopes.values():
             for scope in scopes:
                 scope.cancel()
@@ -380,8 +390,10 @@ class RunningBroker(NamespaceView):
         port: int,
         namespace: str = DEFAULT_NAMESPACE,
         tls_port: int | None = None,
+        http_port: int | None = None,
     ) -> None:
         self._server = server
+        self.http_port = http_port
         self.config = server.config
         self.broker = server.broker
         self.host = host
@@ -403,6 +415,25 @@ class RunningBroker(NamespaceView):
     def urls(self) -> list[str]:
         """Every listener's URL."""
         return [self.url] + ([self.tls_url] if self.tls_url else [])
+
+    @property
+    def http_url(self) -> str | None:
+        """``http://HOST:PORT`` of the management API (on ``[http] host``), None when it is off."""
+        if self.http_port is None:
+            return None
+        return format_url(self.config.http.host, self.http_port, "http")
+
+    @property
+    def ready(self) -> bool:
+        """Whether the listeners are bound and recovery is done (and shutdown has not begun)."""
+        return self._server.ready
+
+    def namespace_view(self, name: str) -> RunningBroker:
+        """The handle of the existing namespace ``name`` (``LookupError`` when there is none)."""
+        if name not in self.broker.namespaces:
+            raise LookupError(f"namespace {name!r} does not exist")
+        port = self._server.namespace_ports.get(name, self.port)
+        return RunningBroker(self._server, self.host, port, name, http_port=self.http_port)
 
     def _call(self, fn: Callable[[Broker], T]) -> T:
         result = fn(self.broker)
@@ -436,7 +467,7 @@ class RunningBroker(NamespaceView):
         name = name or f"ns-{secrets.token_hex(6)}"
         namespace = self.broker.namespace(name)
         port = await self._server.listen(self.host, 0, namespace)
-        return RunningBroker(self._server, self.host, port, name)
+        return RunningBroker(self._server, self.host, port, name, http_port=self.http_port)
 
     def drop_namespace(self) -> None:
         """Close this namespace's listener and connections and forget its state."""
@@ -503,8 +534,12 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
             if cfg.tls.enabled:
                 tls_port = await server.listen(cfg.server.host, cfg.tls.port, broker.default, tls=True)
             nursery.start_soon(run_broker_timer, broker)
+            running = RunningBroker(server, cfg.server.host, port, tls_port=tls_port)
+            if cfg.http.port is not None:
+                running.http_port = await start_http(running, server, nursery)
+            server.ready = True
             try:
-                yield RunningBroker(server, cfg.server.host, port, tls_port=tls_port)
+                yield running
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(2.0):
                     await server.shutdown()
@@ -516,6 +551,25 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
             writer.close()
         elif journal is not None:
             journal.close()
+
+
+async def start_http(running: RunningBroker, server: _Server, nursery: trio.Nursery) -> int:
+    """Serve the management API on ``[http] host:port``; return the bound port."""
+    http = running.config.http
+    api = ManagementApi(
+        running,
+        users=bool(running.config.auth.users),
+        verify=server.login.verify,
+        permissions=running.config.auth.permissions,
+    )
+    listener = HttpServer(
+        api,
+        max_body_size=http.max_body_size,
+        request_timeout=http.request_timeout,
+        max_connections=http.max_connections,
+    )
+    assert http.port is not None
+    return await listener.listen(http.host, http.port, nursery)
 
 
 def warn_if_exposed(config: Config) -> None:

@@ -63,6 +63,12 @@ class ThreadedBroker(NamespaceView):
         """``amqps://HOST:PORT`` of the TLS listener (default namespace, TLS enabled), else None."""
         return self.running.tls_url if self.namespace_name == DEFAULT_NAMESPACE else None
 
+    @property
+    def http_url(self) -> str | None:
+        """``http://HOST:PORT`` of the management API (its paths under ``/api/namespaces/NAME/`` for a namespace
+        other than the default), None when it is off."""
+        return self.running.http_url
+
     def _call(self, fn: Callable[[Broker], T]) -> T:
         return self.call(lambda running: running._call(fn))
 

@@ -1,0 +1,638 @@
+"""The JSON management API: a routing table, and a handler per route over the running broker's handle.
+
+Every route under ``/api/`` also answers under ``/api/namespaces/{ns}/`` for the namespace ``ns``. Adding a
+route is one line in ``ManagementApi.__init__`` (``self.router.add("GET", "/metrics", handler)``). Errors are
+JSON ``{"error": ...}``: 404 for an unknown path or name, 405 (with ``Allow``) for a known path and another
+method, 400 for malformed input. With users configured, every call but ``/healthz`` and ``/readyz`` needs HTTP
+Basic credentials (401), and POST and DELETE calls a user who may ``manage`` (403): see ``auth.py``.
+
+This module knows the broker only through ``ManagedBroker``, the part of ``RunningBroker`` it uses, so the trio
+server (which starts it) may import it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from minibroker.amqp import codec
+from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Data, Header, MessageAnnotations, Properties
+from minibroker.amqp.types import Symbol
+from minibroker.broker.namespace import DEFAULT_NAMESPACE
+from minibroker.broker.permissions import Permissions
+from minibroker.broker.transactions import TransactionInfo, TransactionStats
+from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
+from minibroker.handles import QueueHandle, TopicHandle
+from minibroker.http.auth import Verify, authorize
+from minibroker.http.server import Request, Response
+
+MAX_PEEK = 1000
+"""Most messages ``GET /api/queues/{name}/messages`` returns (``limit`` defaults to 100)."""
+MAX_WAIT = 300.0
+"""Longest ``timeout`` of ``GET /api/wait``, in seconds."""
+
+
+class ManagedBroker(Protocol):
+    """What the API uses of ``RunningBroker`` (one namespace of a running broker)."""
+
+    namespace_name: str
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def queues(self) -> list[str]: ...
+    @property
+    def topics(self) -> list[str]: ...
+    @property
+    def transactions(self) -> list[TransactionInfo]: ...
+    @property
+    def txn_stats(self) -> TransactionStats: ...
+    @property
+    def connections(self) -> list[ConnectionInfo]: ...
+    def queue(self, name: str) -> QueueHandle: ...
+    def topic(self, name: str) -> TopicHandle: ...
+    def post(self, address: str, payload: bytes) -> None: ...
+    def close_connection(self, conn_id: int, condition: str = ..., description: str | None = ...) -> bool: ...
+    def reset(self) -> None: ...
+    def drop_namespace(self) -> None: ...
+    def namespace_view(self, name: str) -> ManagedBroker: ...
+    async def create_namespace(self, name: str | None = None) -> ManagedBroker: ...
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None: ...  # noqa: ASYNC109
+
+
+class HttpError(Exception):
+    """A request answered with an error status and a JSON ``{"error": message}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Call:
+    """One routed request: the request, the path parameters, and the namespace it addresses."""
+
+    request: Request
+    params: dict[str, str]
+    broker: ManagedBroker
+
+    def json(self) -> Any:
+        """The request body as JSON (400 when it is not)."""
+        try:
+            return json.loads(self.request.body or b"null")
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise HttpError(400, f"malformed JSON: {exc}") from None
+
+    def int_arg(self, name: str, default: int | None = None) -> int | None:
+        text = self.request.query.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            raise HttpError(400, f"{name}: {text!r} is not an integer") from None
+        if value < 0:
+            raise HttpError(400, f"{name}: must not be negative")
+        return value
+
+
+Handler = Callable[[Call], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+    public: bool
+    """Answered without credentials (health probes)."""
+
+
+class Router:
+    """A routing table: ``add(method, "/api/queues/{name}", handler)``; ``{x}`` matches one path segment."""
+
+    def __init__(self) -> None:
+        self.routes: list[Route] = []
+
+    def add(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
+        segments = []
+        for segment in path.split("/"):
+            param = re.fullmatch(r"\{(\w+)\}", segment)
+            segments.append(f"(?P<{param[1]}>[^/]+)" if param else re.escape(segment))
+        regex = "/".join(segments)
+        self.routes.append(Route(method, re.compile(f"^{regex}$"), handler, public))
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
+        """The route for ``method`` and ``path`` and its parameters; HttpError 404 or 405 when there is none."""
+        allowed = []
+        for route in self.routes:
+            found = route.pattern.match(path)
+            if found is None:
+                continue
+            if route.method == method:
+                return route, found.groupdict()
+            allowed.append(route.method)
+        if allowed:
+            raise _MethodNotAllowed(allowed)
+        raise HttpError(404, f"no such resource: {path}")
+
+
+class _MethodNotAllowed(HttpError):
+    def __init__(self, allowed: list[str]) -> None:
+        super().__init__(405, f"method not allowed here; allowed: {', '.join(allowed)}")
+        self.allowed = allowed
+
+
+_NAMESPACED = re.compile(r"^/api/namespaces/(?P<ns>[^/]+)(?P<rest>/.+)$")
+_CONDITION = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class ManagementApi:
+    """The app ``HttpServer`` serves: routes every request to its handler, as the caller is allowed."""
+
+    def __init__(
+        self,
+        broker: ManagedBroker,
+        *,
+        users: bool = False,
+        verify: Verify | None = None,
+        permissions: Mapping[str, Permissions] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.users = users
+        self.verify = verify
+        self.permissions = dict(permissions or {})
+        router = self.router = Router()
+        router.add("GET", "/healthz", healthz, public=True)
+        router.add("GET", "/readyz", readyz, public=True)
+        router.add("GET", "/api/queues", list_queues)
+        router.add("GET", "/api/queues/{name}", get_queue)
+        router.add("DELETE", "/api/queues/{name}", delete_queue)
+        router.add("GET", "/api/queues/{name}/messages", peek_messages)
+        router.add("POST", "/api/queues/{name}/messages", post_message)
+        router.add("DELETE", "/api/queues/{name}/messages", purge_messages)
+        router.add("GET", "/api/topics", list_topics)
+        router.add("GET", "/api/topics/{name}", get_topic)
+        router.add("GET", "/api/transactions", list_transactions)
+        router.add("GET", "/api/stats", stats)
+        router.add("GET", "/api/connections", list_connections)
+        router.add("DELETE", "/api/connections/{id}", close_connection)
+        router.add("POST", "/api/reset", reset)
+        router.add("GET", "/api/wait", wait)
+        router.add("POST", "/api/namespaces", create_namespace)
+        router.add("DELETE", "/api/namespaces/{name}", drop_namespace)
+
+    async def __call__(self, request: Request) -> Response:
+        try:
+            return await self._route(request)
+        except _MethodNotAllowed as exc:
+            return Response.error(405, exc.message, (("allow", ", ".join(exc.allowed)),))
+        except HttpError as exc:
+            return Response.error(exc.status, exc.message)
+
+    async def _route(self, request: Request) -> Response:
+        path = request.path
+        broker = self.broker
+        namespaced = _NAMESPACED.match(path)
+        if namespaced is not None and namespaced["rest"] != "/":
+            path = "/api" + namespaced["rest"]
+            name = namespaced["ns"]
+            try:
+                broker = broker.namespace_view(name)
+            except LookupError:
+                raise HttpError(404, f"no namespace {name!r}") from None
+        route, params = self.router.match(request.method, path)
+        if not route.public and self.users:
+            refusal = await authorize(request, self.verify, self.permissions)
+            if refusal is not None:
+                return refusal
+        return await route.handler(Call(request, params, broker))
+
+
+# -- health -------------------------------------------------------------------------------------------
+async def healthz(call: Call) -> Response:
+    return Response.json(200, {"status": "ok"})
+
+
+async def readyz(call: Call) -> Response:
+    if call.broker.ready:
+        return Response.json(200, {"status": "ready"})
+    return Response.json(503, {"status": "starting"})
+
+
+# -- queues -------------------------------------------------------------------------------------------
+def _queue_json(stats: QueueStats, kind: str | None) -> dict[str, Any]:
+    return {
+        "name": stats.name,
+        "depth": stats.ready,
+        "acquired": stats.acquired,
+        "staged": stats.staged,
+        "consumers": stats.consumers,
+        "scheduled": stats.scheduled,
+        "enqueued_total": stats.enqueued_total,
+        "kind": kind,
+    }
+
+
+def _existing_queue(call: Call) -> QueueHandle:
+    name = call.params["name"]
+    handle = call.broker.queue(name)
+    if not handle.exists:
+        raise HttpError(404, f"no queue {name!r}")
+    return handle
+
+
+async def list_queues(call: Call) -> Response:
+    queues = [call.broker.queue(name) for name in call.broker.queues]
+    return Response.json(200, [_queue_json(q.stats(), q.kind) for q in queues])
+
+
+async def get_queue(call: Call) -> Response:
+    handle = _existing_queue(call)
+    return Response.json(200, _queue_json(handle.stats(), handle.kind))
+
+
+async def delete_queue(call: Call) -> Response:
+    handle = _existing_queue(call)
+    handle.delete()
+    return Response.json(200, {"deleted": handle.name})
+
+
+async def peek_messages(call: Call) -> Response:
+    handle = _existing_queue(call)
+    limit = min(call.int_arg("limit", 100) or 0, MAX_PEEK)
+    return Response.json(200, [message_json(view) for view in handle.peek(limit)])
+
+
+async def post_message(call: Call) -> Response:
+    name = call.params["name"]
+    payload = encode_message(call.json())
+    try:
+        call.broker.post(name, payload)
+    except ValueError as exc:
+        raise HttpError(409 if "resource-limit" in str(exc) else 400, f"refused: {exc}") from None
+    return Response.json(201, {"queue": name, "depth": call.broker.queue(name).depth})
+
+
+async def purge_messages(call: Call) -> Response:
+    handle = _existing_queue(call)
+    return Response.json(200, {"purged": handle.purge()})
+
+
+# -- topics -------------------------------------------------------------------------------------------
+def _subscription_json(s: SubscriptionStats) -> dict[str, Any]:
+    return {
+        "container": s.container,
+        "name": s.name,
+        "durable": s.durable,
+        "shared": s.shared,
+        "depth": s.ready,
+        "acquired": s.acquired,
+        "staged": s.staged,
+        "consumers": s.consumers,
+        "scheduled": s.scheduled,
+        "held_bytes": s.held_bytes,
+    }
+
+
+def _topic_json(handle: TopicHandle) -> dict[str, Any]:
+    return {
+        "name": handle.name,
+        "staged": handle.staged,
+        "subscriptions": [_subscription_json(s) for s in handle.subscriptions()],
+    }
+
+
+async def list_topics(call: Call) -> Response:
+    return Response.json(200, [_topic_json(call.broker.topic(name)) for name in call.broker.topics])
+
+
+async def get_topic(call: Call) -> Response:
+    name = call.params["name"]
+    handle = call.broker.topic(name)
+    if not handle.exists:
+        raise HttpError(404, f"no topic {name!r}")
+    return Response.json(200, _topic_json(handle))
+
+
+# -- transactions, connections, stats -------------------------------------------------------------------
+def _transaction_json(t: TransactionInfo) -> dict[str, Any]:
+    return {
+        "id": t.txn_id.hex(),
+        "connection": t.connection,
+        "age_s": round(t.age, 3),
+        "posts": t.posts,
+        "retirements": t.retirements,
+        "acquisitions": t.acquisitions,
+        "failed": t.failed,
+        "state": "failed" if t.failed else "open",
+        "addresses": list(t.staged_addresses),
+    }
+
+
+async def list_transactions(call: Call) -> Response:
+    return Response.json(200, [_transaction_json(t) for t in call.broker.transactions])
+
+
+async def stats(call: Call) -> Response:
+    broker = call.broker
+    txn = broker.txn_stats
+    queues = [broker.queue(name).stats() for name in broker.queues]
+    return Response.json(
+        200,
+        {
+            "namespace": broker.namespace_name,
+            "transactions": {
+                "declared": txn.declared,
+                "committed": txn.committed,
+                "rolled_back": txn.rolled_back,
+                "timed_out": txn.timed_out,
+                "failed": txn.failed_commits,
+                "open": len(broker.transactions),
+            },
+            "messages": {
+                "in": sum(q.enqueued_total for q in queues),
+                "ready": sum(q.ready for q in queues),
+                "acquired": sum(q.acquired for q in queues),
+            },
+            "connections": len(broker.connections),
+            "queues": len(queues),
+            "topics": len(broker.topics),
+        },
+    )
+
+
+async def list_connections(call: Call) -> Response:
+    return Response.json(
+        200,
+        [
+            {
+                "id": c.id,
+                "container_id": c.container_id,
+                "hostname": c.hostname,
+                "user": c.user,
+                "namespace": c.namespace,
+                "sessions": c.sessions,
+                "links": c.links,
+            }
+            for c in call.broker.connections
+        ],
+    )
+
+
+async def close_connection(call: Call) -> Response:
+    text = call.params["id"]
+    if not text.isdigit():
+        raise HttpError(400, f"{text!r} is not a connection id")
+    condition = call.request.query.get("condition", "amqp:connection:forced")
+    if not _CONDITION.match(condition):
+        raise HttpError(400, f"condition: {condition!r} is not a symbol")
+    description = call.request.query.get("description", "closed by the management API")
+    if not call.broker.close_connection(int(text), condition, description[:256]):
+        raise HttpError(404, f"no connection {text}")
+    return Response.json(200, {"closed": int(text), "condition": condition})
+
+
+# -- namespaces, reset, wait ------------------------------------------------------------------------------
+async def reset(call: Call) -> Response:
+    call.broker.reset()
+    return Response.json(200, {"reset": call.broker.namespace_name})
+
+
+async def create_namespace(call: Call) -> Response:
+    body = call.json() if call.request.body else {}
+    if not isinstance(body, dict):
+        raise HttpError(400, "expected a JSON object")
+    name = body.get("name")
+    if name is not None and (not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name)):
+        raise HttpError(400, "name: expected 1-64 letters, digits, '.', '_' or '-'")
+    if name is not None:
+        try:
+            call.broker.namespace_view(name)
+        except LookupError:
+            pass
+        else:
+            raise HttpError(409, f"namespace {name!r} exists")
+    created = await call.broker.create_namespace(name)
+    return Response.json(201, {"name": created.namespace_name, "url": created.url})
+
+
+async def drop_namespace(call: Call) -> Response:
+    name = call.params["name"]
+    if name == DEFAULT_NAMESPACE:
+        raise HttpError(400, "the default namespace cannot be deleted; POST /api/reset empties it")
+    try:
+        view = call.broker.namespace_view(name)
+    except LookupError:
+        raise HttpError(404, f"no namespace {name!r}") from None
+    view.drop_namespace()
+    return Response.json(200, {"deleted": name})
+
+
+async def wait(call: Call) -> Response:
+    """Long-poll until every condition given holds: ``queue`` has ``depth`` ready messages, ``transactions``
+    transactions are open. Woken by changes of broker state."""
+    broker = call.broker
+    query = call.request.query
+    queue = query.get("queue")
+    depth = call.int_arg("depth")
+    transactions = call.int_arg("transactions")
+    if (queue is None) != (depth is None):
+        raise HttpError(400, "queue and depth go together")
+    if queue is None and transactions is None:
+        raise HttpError(400, "nothing to wait for: give queue and depth, or transactions")
+    try:
+        timeout = float(query.get("timeout", "5"))
+    except ValueError:
+        raise HttpError(400, "timeout: not a number") from None
+    if not 0 <= timeout <= MAX_WAIT:
+        raise HttpError(400, f"timeout: must be between 0 and {MAX_WAIT:g} seconds")
+    handle = broker.queue(queue) if queue is not None else None
+
+    def holds() -> bool:
+        if handle is not None and handle.depth != depth:
+            return False
+        return transactions is None or len(broker.transactions) == transactions
+
+    try:
+        await broker.wait_for(holds, timeout)
+    except TimeoutError:
+        return Response.error(408, f"condition not met within {timeout:g} s")
+    return Response.json(200, {"ok": True})
+
+
+# -- messages as JSON -----------------------------------------------------------------------------------
+_PROPERTY_FIELDS = (
+    "message_id",
+    "user_id",
+    "to",
+    "subject",
+    "reply_to",
+    "correlation_id",
+    "content_type",
+    "content_encoding",
+    "absolute_expiry_time",
+    "creation_time",
+    "group_id",
+    "group_sequence",
+    "reply_to_group_id",
+)
+_VIEW_NAMES = {
+    "message_id": "id",
+    "to": "address",
+    "absolute_expiry_time": "expiry_time",
+}
+
+
+def jsonable(value: Any) -> Any:
+    """An AMQP value as JSON can carry it: bytes as base64 text, map keys as text, other types as text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def message_json(view: MessageView) -> dict[str, Any]:
+    """A message as ``GET .../messages`` shows it (times in seconds, as ``MessageView`` has them)."""
+    properties = {}
+    for name in _PROPERTY_FIELDS:
+        value = getattr(view, _VIEW_NAMES.get(name, name))
+        if value is not None:
+            properties[name] = jsonable(value)
+    result: dict[str, Any] = {
+        "header": {
+            "durable": view.durable,
+            "priority": view.priority,
+            "ttl": view.ttl,
+            "first_acquirer": view.first_acquirer,
+            "delivery_count": view.delivery_count,
+        },
+        "properties": properties,
+        "application_properties": jsonable(view.properties),
+        "annotations": jsonable(view.annotations),
+        "size": view.size,
+    }
+    if isinstance(view.body, bytes):
+        result["body"] = base64.b64encode(view.body).decode()
+        result["body_encoding"] = "base64"
+    else:
+        result["body"] = jsonable(view.body)
+    return result
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise HttpError(400, f"{what}: expected a JSON object")
+    return value
+
+
+def _seconds_to_ms(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < 2**32:
+        raise HttpError(400, f"{what}: expected a number of seconds")
+    return round(value * 1000)
+
+
+def encode_message(spec: Any) -> bytes:
+    """The encoded message a ``POST .../messages`` body describes (400 when it does not)."""
+    spec = _object(spec, "message")
+    unknown = set(spec) - {"body", "body_encoding", "header", "properties", "application_properties", "annotations"}
+    if unknown:
+        raise HttpError(400, f"unknown keys: {', '.join(sorted(unknown))}")
+    sections: list[Any] = []
+    header = _object(spec.get("header"), "header")
+    if header:
+        extra = set(header) - {"durable", "priority", "ttl"}
+        if extra:
+            raise HttpError(400, f"header: unknown keys: {', '.join(sorted(extra))}")
+        durable = header.get("durable")
+        priority = header.get("priority")
+        if durable is not None and not isinstance(durable, bool):
+            raise HttpError(400, "header.durable: expected true or false")
+        if priority is not None and (
+            not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 255
+        ):
+            raise HttpError(400, "header.priority: expected an integer 0-255")
+        sections.append(Header(durable=durable, priority=priority, ttl=_seconds_to_ms(header.get("ttl"), "header.ttl")))
+    annotations = _object(spec.get("annotations"), "annotations")
+    if annotations:
+        sections.append(MessageAnnotations({Symbol(k): _scalar(v, f"annotations.{k}") for k, v in annotations.items()}))
+    properties = _object(spec.get("properties"), "properties")
+    if properties:
+        extra = set(properties) - set(_PROPERTY_FIELDS)
+        if extra:
+            raise HttpError(400, f"properties: unknown keys: {', '.join(sorted(extra))}")
+        fields: dict[str, Any] = {}
+        for name, value in properties.items():
+            if name in ("absolute_expiry_time", "creation_time"):
+                fields[name] = _seconds_to_ms(value, f"properties.{name}")
+            elif name == "user_id":
+                if not isinstance(value, str):
+                    raise HttpError(400, "properties.user_id: expected a string")
+                fields[name] = value.encode()
+            elif name == "group_sequence":
+                if not (_is_int(value) and 0 <= value < 2**32):
+                    raise HttpError(400, "properties.group_sequence: expected an unsigned integer")
+                fields[name] = value
+            elif name in ("message_id", "correlation_id"):
+                if (
+                    not isinstance(value, str | int)
+                    or isinstance(value, bool)
+                    or (isinstance(value, int) and value < 0)
+                ):
+                    raise HttpError(400, f"properties.{name}: expected a string or an unsigned integer")
+                fields[name] = value
+            else:
+                if not isinstance(value, str):
+                    raise HttpError(400, f"properties.{name}: expected a string")
+                fields[name] = value
+        sections.append(Properties(**fields))
+    application = _object(spec.get("application_properties"), "application_properties")
+    if application:
+        sections.append(
+            ApplicationProperties({k: _scalar(v, f"application_properties.{k}") for k, v in application.items()})
+        )
+    body = spec.get("body")
+    encoding = spec.get("body_encoding")
+    if encoding == "base64":
+        if not isinstance(body, str):
+            raise HttpError(400, "body: expected base64 text")
+        try:
+            sections.append(Data(base64.b64decode(body, validate=True)))
+        except binascii.Error:
+            raise HttpError(400, "body: not valid base64") from None
+    elif encoding is not None:
+        raise HttpError(400, f"body_encoding: {encoding!r} is not base64")
+    else:
+        sections.append(AmqpValue(body))
+    try:
+        return b"".join(codec.encode(section) for section in sections)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise HttpError(400, f"message cannot be encoded: {exc}") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _scalar(value: Any, what: str) -> Any:
+    """A property or annotation value: AMQP allows only simple types there (§3.2.5)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise HttpError(400, f"{what}: expected a string, number, boolean or null")
