@@ -173,6 +173,7 @@ class ManagementApi:
         router = self.router = Router()
         router.add("GET", "/healthz", healthz, public=True)
         router.add("GET", "/readyz", readyz, public=True)
+        router.add("GET", "/api/info", info)
         router.add("GET", "/api/queues", list_queues)
         router.add("GET", "/api/queues/{name}", get_queue)
         router.add("DELETE", "/api/queues/{name}", delete_queue)
@@ -226,6 +227,11 @@ async def readyz(call: Call) -> Response:
     if call.broker.ready:
         return Response.json(200, {"status": "ready"})
     return Response.json(503, {"status": "starting"})
+
+
+async def info(call: Call) -> Response:
+    """What a client needs to use this namespace: its name and the AMQP URL of its listener."""
+    return Response.json(200, {"namespace": call.broker.namespace_name, "url": call.broker.url})
 
 
 # -- queues -------------------------------------------------------------------------------------------
