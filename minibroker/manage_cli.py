@@ -58,7 +58,6 @@ def _shown_body(message: Mapping[str, Any]) -> str:
 def _peek(broker: RemoteBroker, args: argparse.Namespace) -> tuple[Any, str]:
     query = "" if args.limit is None else f"?{urlencode({'limit': args.limit})}"
     answer = broker.request("GET", f"{_queue_path(args.queue)}/messages{query}")
-    messages = answer.get("messages", []) if isinstance(answer, dict) else answer
     rows = [
         [
             i,
@@ -66,7 +65,7 @@ def _peek(broker: RemoteBroker, args: argparse.Namespace) -> tuple[Any, str]:
             _shown_body(m),
             json.dumps(m.get("application_properties") or {}, sort_keys=True),
         ]
-        for i, m in enumerate(messages)
+        for i, m in enumerate(answer)
     ]
     return answer, table(["#", "MESSAGE-ID", "BODY", "APPLICATION-PROPERTIES"], rows)
 

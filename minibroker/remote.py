@@ -13,10 +13,12 @@ HTTP request, synchronous, made with the standard library only; nothing is cache
 
 What differs, on purpose: ``wait_for`` takes the keyword conditions the ``/api/wait`` endpoint checks
 (``queue`` and ``depth``, ``transactions``), never a predicate: a Python function cannot run inside another
-process, so passing one raises ``TypeError`` (the embedded handle takes both). Transactions and connections come
-back as ``RemoteTransaction`` and ``RemoteConnection``, with the attribute names of ``TransactionInfo`` and
-``ConnectionInfo`` for what the API reports. Errors say whose fault: ``BrokerUnreachable`` when no answer came,
-``RemoteError`` (with the HTTP status) when the broker answered with an error.
+process, so passing one raises ``TypeError`` (the embedded handle takes both). ``queue(name).send(...)`` posts a
+message (remote only). Stats, transactions, connections and peeked messages come back as the embedded handle's
+own types (``QueueStats``, ``TransactionInfo``, ``ConnectionInfo``, ``MessageView``); topics are names only (no
+``topic(name)`` handle yet), and ``url`` (and a namespace's) is the broker's own idea of its address. Errors say
+whose fault: ``BrokerUnreachable`` when no answer came, ``RemoteError`` (with the HTTP status) when the broker
+answered with an error.
 """
 
 from __future__ import annotations
@@ -26,16 +28,17 @@ import http.client
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
-from minibroker.broker.transactions import TransactionStats
-from minibroker.broker.views import MessageView
+from minibroker.broker.transactions import TransactionInfo, TransactionStats
+from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats
 
 DEFAULT_HTTP_URL = "http://127.0.0.1:8672"
 DEFAULT_TIMEOUT = 10.0
+MAX_PEEK = 1000
+"""Most messages one ``GET .../messages`` returns (the API's bound)."""
 
 
 class RemoteError(Exception):
@@ -50,59 +53,15 @@ class BrokerUnreachable(RemoteError):
     """No answer came from the management API: nothing listening, a refused connection, a timeout."""
 
 
-@dataclass(frozen=True)
-class RemoteTransaction:
-    """One open transaction as the API reports it (the names of ``TransactionInfo`` where it has them)."""
-
-    txn_id: bytes
-    connection: str
-    """The container-id of the connection that declared it."""
-    age: float
-    posts: int
-    retirements: int
-    acquisitions: int
-    failed: str | None
-    state: str
-
-
-@dataclass(frozen=True)
-class RemoteConnection:
-    """One client connection as the API reports it (the names of ``ConnectionInfo`` where it has them)."""
-
-    id: int
-    container_id: str
-    namespace: str
-    user: str | None
-    sessions: int
-    links: int
-    peer: str | None
-
-
-@dataclass(frozen=True)
-class RemoteQueueStats:
-    """Counts of one queue at one moment, as the API reports them (the names of ``QueueStats``)."""
-
-    name: str
-    ready: int
-    acquired: int
-    staged: int
-    consumers: int
-    kind: str | None = None
-
-    @property
-    def depth(self) -> int:
-        """Messages ready for delivery (the same as ``ready``)."""
-        return self.ready
-
-
-def _queue_stats(name: str, item: Mapping[str, Any]) -> RemoteQueueStats:
-    return RemoteQueueStats(
+def _queue_stats(name: str, item: Mapping[str, Any]) -> QueueStats:
+    return QueueStats(
         name=item.get("name", name),
-        ready=int(item.get("depth", item.get("ready", 0))),
+        ready=int(item.get("depth", 0)),
         acquired=int(item.get("acquired", 0)),
         staged=int(item.get("staged", 0)),
         consumers=int(item.get("consumers", 0)),
-        kind=item.get("kind"),
+        enqueued_total=int(item.get("enqueued_total", 0)),
+        scheduled=int(item.get("scheduled", 0)),
     )
 
 
@@ -111,25 +70,17 @@ def message_view(item: Mapping[str, Any]) -> MessageView:
     body = item.get("body")
     if item.get("body_encoding") == "base64" and isinstance(body, str):
         body = base64.b64decode(body)
-    fields: dict[str, Any] = {"body": body}
-    properties = item.get("properties") or {}
+    fields: dict[str, Any] = {"body": body, "size": int(item.get("size", 0))}
+    properties = dict(item.get("properties") or {})
+    if isinstance(properties.get("user_id"), str):
+        properties["user_id"] = base64.b64decode(properties["user_id"])
     for api_name, name in _PROPERTY_NAMES.items():
-        if api_name in properties:
-            fields[name] = properties[api_name]
-    for api_name, name in (("absolute_expiry_time", "expiry_time"), ("creation_time", "creation_time")):
         if properties.get(api_name) is not None:
-            fields[name] = properties[api_name] / 1000
+            fields[name] = properties[api_name]
     header = item.get("header") or {}
-    if header.get("durable") is not None:
-        fields["durable"] = bool(header["durable"])
-    if header.get("priority") is not None:
-        fields["priority"] = int(header["priority"])
-    if header.get("ttl") is not None:
-        fields["ttl"] = header["ttl"] / 1000
-    if header.get("first_acquirer") is not None:
-        fields["first_acquirer"] = bool(header["first_acquirer"])
-    if header.get("delivery_count") is not None:
-        fields["delivery_count"] = int(header["delivery_count"])
+    for name in ("durable", "priority", "ttl", "first_acquirer", "delivery_count"):
+        if header.get(name) is not None:
+            fields[name] = header[name]
     fields["properties"] = dict(item.get("application_properties") or {})
     fields["annotations"] = dict(item.get("annotations") or {})
     return MessageView(**fields)
@@ -144,6 +95,8 @@ _PROPERTY_NAMES = {
     "correlation_id": "correlation_id",
     "content_type": "content_type",
     "content_encoding": "content_encoding",
+    "absolute_expiry_time": "expiry_time",
+    "creation_time": "creation_time",
     "group_id": "group_id",
     "group_sequence": "group_sequence",
     "reply_to_group_id": "reply_to_group_id",
@@ -199,9 +152,6 @@ class _Api:
             raise RemoteError(f"{method} {path}: HTTP {status}: {detail or response.reason}", status)
         return status, answer
 
-    def get(self, path: str) -> Any:
-        return self.request("GET", path)[1]
-
 
 def _quoted(name: str) -> str:
     return quote(name, safe="")
@@ -217,20 +167,26 @@ class RemoteQueue:
 
     @property
     def _path(self) -> str:
-        return f"{self._owner._prefix}/queues/{_quoted(self.name)}"
+        return f"/queues/{_quoted(self.name)}"
 
-    def _read(self) -> Mapping[str, Any] | None:
-        status, answer = self._owner._api.request("GET", self._path, ok=(404,))
-        return None if status == 404 else answer
+    def _request(self, method: str, path: str = "", body: Any = None) -> Any:
+        """The answer of ``method`` on this queue's ``path``; None when the queue does not exist (404)."""
+        return self._owner._request(method, f"{self._path}{path}", body, missing_ok=True)
 
-    def stats(self) -> RemoteQueueStats:
-        """Ready, acquired and staged counts at one instant (zeros when the queue does not exist)."""
-        return _queue_stats(self.name, self._read() or {})
+    def stats(self) -> QueueStats:
+        """Ready, acquired, staged and scheduled counts at one instant (zeros when the queue does not exist)."""
+        return _queue_stats(self.name, self._request("GET") or {})
 
     @property
     def exists(self) -> bool:
         """Whether the queue exists now."""
-        return self._read() is not None
+        return self._request("GET") is not None
+
+    @property
+    def kind(self) -> str | None:
+        """How the queue came to be ("dynamic", "auto" or "static"); None when it does not exist."""
+        answer = self._request("GET")
+        return None if answer is None else answer.get("kind")
 
     @property
     def depth(self) -> int:
@@ -252,18 +208,21 @@ class RemoteQueue:
         return self.stats().staged
 
     def peek(self, limit: int | None = None) -> list[MessageView]:
-        """The ready messages in delivery order, decoded, without consuming them (none when it does not exist)."""
-        query = "" if limit is None else f"?{urlencode({'limit': limit})}"
-        status, answer = self._owner._api.request("GET", f"{self._path}/messages{query}", ok=(404,))
-        if status == 404:
-            return []
-        items = answer.get("messages", []) if isinstance(answer, dict) else answer
-        return [message_view(item) for item in items]
+        """The ready messages in delivery order, decoded, without consuming them (none when it does not exist).
+
+        At most ``MAX_PEEK`` (the API's bound) even without a ``limit``.
+        """
+        query = urlencode({"limit": MAX_PEEK if limit is None else min(limit, MAX_PEEK)})
+        return [message_view(item) for item in self._request("GET", f"/messages?{query}") or []]
 
     def purge(self) -> int:
         """Drop every ready message; return how many were dropped (0 when the queue does not exist)."""
-        status, answer = self._owner._api.request("DELETE", f"{self._path}/messages", ok=(404,))
-        return 0 if status == 404 else int(answer["purged"])
+        answer = self._request("DELETE", "/messages")
+        return 0 if answer is None else int(answer["purged"])
+
+    def delete(self) -> bool:
+        """Delete the queue with its messages (its links are detached); whether it existed."""
+        return self._request("DELETE") is not None
 
     def send(
         self,
@@ -272,7 +231,11 @@ class RemoteQueue:
         properties: Mapping[str, Any] | None = None,
         application_properties: Mapping[str, Any] | None = None,
     ) -> None:
-        """Post one message to the queue (remote only: locally, a client sends). ``bytes`` go as base64."""
+        """Post one message to the queue, creating it as an attach would (remote only: locally, a client sends).
+
+        ``bytes`` go as a data section, anything else JSON can carry as an amqp-value; ``properties`` take the
+        API's names (``message_id``, ``subject``, times in seconds).
+        """
         message: dict[str, Any] = {"body": body}
         if isinstance(body, bytes):
             message = {"body": base64.b64encode(body).decode("ascii"), "body_encoding": "base64"}
@@ -280,7 +243,7 @@ class RemoteQueue:
             message["properties"] = dict(properties)
         if application_properties:
             message["application_properties"] = dict(application_properties)
-        self._owner._api.request("POST", f"{self._path}/messages", message)
+        self._owner._request("POST", f"{self._path}/messages", message)
 
     def __repr__(self) -> str:
         return f"RemoteQueue({self.name!r}, namespace={self.namespace!r})"
@@ -292,27 +255,35 @@ class RemoteBroker:
     Made by ``minibroker.connect``; see the module's docstring for what it shares with ``ThreadedBroker``.
     """
 
-    def __init__(self, api: _Api, namespace: str | None = None, url: str | None = None) -> None:
+    def __init__(self, api: _Api, namespace: str = DEFAULT_NAMESPACE, url: str | None = None) -> None:
         self._api = api
-        self._namespace = namespace
+        self.namespace_name = namespace
         self._url = url
         self.http_url = api.http_url
 
     @property
-    def namespace_name(self) -> str:
-        """The namespace this handle reads ("default" for the broker's own)."""
-        return self._namespace or DEFAULT_NAMESPACE
-
-    @property
     def _prefix(self) -> str:
-        return "/api" if self._namespace is None else f"/api/namespaces/{_quoted(self._namespace)}"
+        if self.namespace_name == DEFAULT_NAMESPACE:
+            return "/api"
+        return f"/api/namespaces/{_quoted(self.namespace_name)}"
 
-    @property
-    def url(self) -> str:
-        """The AMQP URL clients connect to (of this namespace's listener), as the broker reports it."""
-        if self._url is None:
-            self._url = str(self._api.get(f"{self._prefix}/stats")["url"])
-        return self._url
+    def _request(self, method: str, path: str, body: Any = None, *, missing_ok: bool = False) -> Any:
+        """The answer of ``method`` on ``path`` under this namespace; with ``missing_ok``, None for a 404 that is
+        about the thing asked for. A 404 because the namespace is gone is ``LookupError``, as locally."""
+        status, answer = self._api.request(method, f"{self._prefix}{path}", body, ok=(404,))
+        if status != 404:
+            return answer
+        error = answer.get("error", "") if isinstance(answer, dict) else ""
+        if error.startswith("no namespace"):
+            raise LookupError(f"namespace {self.namespace_name!r} does not exist (any more)")
+        if missing_ok:
+            return None
+        raise RemoteError(f"{method} {self._prefix}{path}: HTTP 404: {error}", 404)
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """The decoded JSON answer of ``method`` on ``path`` under this namespace's API (``/queues``, say), for
+        what the handle does not wrap; ``RemoteError`` for an error status."""
+        return self._request(method, path, body)
 
     def check(self, timeout: float = 1.0) -> None:
         """Raise ``RemoteError`` (``BrokerUnreachable`` when nothing answers) unless ``/readyz`` answers 200 within
@@ -327,10 +298,12 @@ class RemoteBroker:
                     raise
             time.sleep(0.1)
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        """The decoded JSON answer of ``method`` on ``path`` under this namespace's API (``/queues``, say), for
-        what the handle does not wrap; ``RemoteError`` for an error status."""
-        return self._api.request(method, f"{self._prefix}{path}", body)[1]
+    @property
+    def url(self) -> str:
+        """The AMQP URL clients connect to (this namespace's listener), as the broker reports it (``/api/info``)."""
+        if self._url is None:
+            self._url = str(self._request("GET", "/info")["url"])
+        return self._url
 
     def queue(self, name: str) -> RemoteQueue:
         """The queue called ``name`` (it need not exist yet)."""
@@ -339,20 +312,18 @@ class RemoteBroker:
     @property
     def queues(self) -> list[str]:
         """Names of the queues that exist now."""
-        return sorted(item["name"] for item in self._api.get(f"{self._prefix}/queues"))
+        return sorted(item["name"] for item in self._request("GET", "/queues"))
 
     @property
     def topics(self) -> list[str]:
         """Names of the topics that exist now."""
-        return sorted(
-            item["name"] if isinstance(item, dict) else item for item in self._api.get(f"{self._prefix}/topics")
-        )
+        return sorted(item["name"] for item in self._request("GET", "/topics"))
 
     @property
-    def transactions(self) -> list[RemoteTransaction]:
-        """Open transactions of this namespace's connections, oldest first."""
+    def transactions(self) -> list[TransactionInfo]:
+        """Open transactions of this namespace's connections, oldest first, with what each staged."""
         return [
-            RemoteTransaction(
+            TransactionInfo(
                 txn_id=bytes.fromhex(item["id"]),
                 connection=item["connection"],
                 age=float(item["age_s"]),
@@ -360,33 +331,38 @@ class RemoteBroker:
                 retirements=int(item["retirements"]),
                 acquisitions=int(item["acquisitions"]),
                 failed=item.get("failed"),
-                state=item.get("state", ""),
+                staged_addresses=tuple(item.get("addresses", ())),
             )
-            for item in self._api.get(f"{self._prefix}/transactions")
+            for item in self._request("GET", "/transactions")
         ]
 
     @property
-    def connections(self) -> list[RemoteConnection]:
+    def connections(self) -> list[ConnectionInfo]:
         """The connections working in this namespace."""
         return [
-            RemoteConnection(
+            ConnectionInfo(
                 id=int(item["id"]),
                 container_id=item["container_id"],
+                hostname=item.get("hostname"),
                 namespace=item["namespace"],
                 user=item.get("user"),
                 sessions=int(item["sessions"]),
                 links=int(item["links"]),
-                peer=item.get("peer"),
             )
-            for item in self._api.get(f"{self._prefix}/connections")
+            for item in self._request("GET", "/connections")
         ]
 
     @property
     def txn_stats(self) -> TransactionStats:
         """Broker-wide transaction counters (declared, committed, rolled back, timed out)."""
-        stats = self._api.get(f"{self._prefix}/stats")
-        counters = stats.get("transactions", stats)
-        return TransactionStats(**{name: int(counters.get(name, 0)) for name in TransactionStats.__dataclass_fields__})
+        counters = self._request("GET", "/stats")["transactions"]
+        return TransactionStats(
+            declared=int(counters["declared"]),
+            committed=int(counters["committed"]),
+            rolled_back=int(counters["rolled_back"]),
+            timed_out=int(counters["timed_out"]),
+            failed_commits=int(counters["failed"]),
+        )
 
     def wait_for(
         self,
@@ -416,15 +392,21 @@ class RemoteBroker:
             query.update(queue=queue, depth=depth)
         if transactions is not None:
             query["transactions"] = transactions
-        status, _ = self._api.request(
-            "GET", f"{self._prefix}/wait?{urlencode(query)}", timeout=timeout + self._api.timeout, ok=(408,)
-        )
+        path = f"{self._prefix}/wait?{urlencode(query)}"
+        status, _ = self._api.request("GET", path, timeout=timeout + self._api.timeout, ok=(408,))
         if status == 408:
             raise TimeoutError(f"condition not met within {timeout} s")
 
+    def close_connection(
+        self, conn_id: int, condition: str = "amqp:connection:forced", description: str | None = None
+    ) -> bool:
+        """Close connection ``conn_id`` of this namespace with ``condition``; whether it was open here."""
+        query = {"condition": condition} | ({} if description is None else {"description": description})
+        return self._request("DELETE", f"/connections/{conn_id}?{urlencode(query)}", missing_ok=True) is not None
+
     def reset(self) -> None:
         """Drop every node, message and transaction of this namespace; close its connections."""
-        self._api.request("POST", f"{self._prefix}/reset")
+        self._request("POST", "/reset")
 
     def create_namespace(self, name: str | None = None) -> RemoteBroker:
         """A new isolated namespace with a listener of its own; its ``url`` connects into it."""
@@ -432,14 +414,14 @@ class RemoteBroker:
         return RemoteBroker(self._api, answer["name"], answer["url"])
 
     def namespace(self, name: str) -> RemoteBroker:
-        """A handle on the existing namespace called ``name`` (remote only: locally, keep the created handle)."""
-        return RemoteBroker(self._api, None if name == DEFAULT_NAMESPACE else name)
+        """A handle on the namespace called ``name`` (remote only: locally, keep the created handle)."""
+        return RemoteBroker(self._api, name)
 
     def drop_namespace(self) -> None:
         """Close this namespace's listener and connections and forget its state."""
-        if self._namespace is None:
+        if self.namespace_name == DEFAULT_NAMESPACE:
             raise ValueError("the default namespace cannot be dropped; use reset()")
-        self._api.request("DELETE", f"/api/namespaces/{_quoted(self._namespace)}")
+        self._api.request("DELETE", f"/api/namespaces/{_quoted(self.namespace_name)}")
 
     def __repr__(self) -> str:
         return f"RemoteBroker({self.http_url}, namespace={self.namespace_name!r})"
@@ -467,11 +449,8 @@ def connect(
 __all__ = [
     "BrokerUnreachable",
     "RemoteBroker",
-    "RemoteConnection",
     "RemoteError",
     "RemoteQueue",
-    "RemoteQueueStats",
-    "RemoteTransaction",
     "connect",
     "message_view",
 ]

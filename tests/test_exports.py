@@ -27,11 +27,8 @@ EXPORTS: dict[str, set[str]] = {
     "minibroker.remote": {
         "BrokerUnreachable",
         "RemoteBroker",
-        "RemoteConnection",
         "RemoteError",
         "RemoteQueue",
-        "RemoteQueueStats",
-        "RemoteTransaction",
         "connect",
         "message_view",
     },

@@ -72,8 +72,7 @@ def test_send_queues_peek_purge_as_tables_and_json(urls: tuple[str, str]) -> Non
     assert "world" in table[2]
     assert '{"colour": "red"}' in table[2]
     peeked = json.loads(ok("peek", "cli.q", "--limit", "1", "--json", "--http", http))
-    messages = peeked["messages"] if isinstance(peeked, dict) else peeked
-    assert [m["body"] for m in messages] == ["hello"]
+    assert [(m["body"], m["application_properties"]) for m in peeked] == [("hello", {})]
 
     assert ok("purge", "cli.q", "--http", http) == "purged 2 message(s) from cli.q\n"
     assert json.loads(ok("purge", "cli.q", "--json", "--http", http)) == {"purged": 0}
