@@ -20,13 +20,13 @@ def test_example_config_is_the_defaults() -> None:
 
 def test_example_documents_every_key() -> None:
     text = EXAMPLE.read_text()
-    for section in ("server", "auth", "broker", "node_defaults", "tls"):
+    for section in ("server", "auth", "broker", "node_defaults", "tls", "http"):
         assert f"[{section}]" in text
         for field in dataclasses.fields(getattr(Config(), section)):
             documented = (f"\n{field.name} =", f"\n# {field.name} =", f"\n[{section}.{field.name}]")
             assert any(d in text for d in documented), field.name
     for field in dataclasses.fields(Config):
-        if field.name not in ("server", "auth", "broker", "node_defaults", "queues", "topics", "tls"):
+        if field.name not in ("server", "auth", "broker", "node_defaults", "queues", "topics", "tls", "http"):
             assert f"{field.name} =" in text, field.name
 
 

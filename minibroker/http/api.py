@@ -63,6 +63,7 @@ class ManagedBroker(Protocol):
     def reset(self) -> None: ...
     def drop_namespace(self) -> None: ...
     def namespace_view(self, name: str) -> ManagedBroker: ...
+    def connection_peers(self) -> dict[int, str]: ...
     async def create_namespace(self, name: str | None = None) -> ManagedBroker: ...
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None: ...  # noqa: ASYNC109
 
@@ -377,11 +378,13 @@ async def stats(call: Call) -> Response:
 
 
 async def list_connections(call: Call) -> Response:
+    peers = call.broker.connection_peers()
     return Response.json(
         200,
         [
             {
                 "id": c.id,
+                "peer": peers.get(c.id),
                 "container_id": c.container_id,
                 "hostname": c.hostname,
                 "user": c.user,

@@ -174,6 +174,9 @@ class HttpServer:
                     started.append(True)
                 conn.receive_data(bytes(data))  # b"": the client closed its side
             elif isinstance(event, h11.Request):
+                # h11 bounds a head still arriving; one that came whole in a single read is measured here
+                if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > MAX_HEAD_SIZE:
+                    raise _Refused(Response.error(431, f"request head larger than {MAX_HEAD_SIZE} bytes"))
                 head = event
                 length = _content_length(event)
                 if length is not None and length > self.max_body_size:

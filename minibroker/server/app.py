@@ -428,6 +428,21 @@ class RunningBroker(NamespaceView):
         """Whether the listeners are bound and recovery is done (and shutdown has not begun)."""
         return self._server.ready
 
+    def connection_peers(self) -> dict[int, str]:
+        """The ``HOST:PORT`` each socket connection (by id) comes from."""
+        peers = {}
+        for task in self._server.tasks:
+            stream = task.stream
+            while isinstance(stream, trio.SSLStream):
+                stream = stream.transport_stream
+            if isinstance(stream, trio.SocketStream):
+                try:
+                    host, port = stream.socket.getpeername()[:2]
+                except (OSError, ValueError):
+                    continue
+                peers[task.id] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return peers
+
     def namespace_view(self, name: str) -> RunningBroker:
         """The handle of the existing namespace ``name`` (``LookupError`` when there is none)."""
         if name not in self.broker.namespaces:

@@ -1,0 +1,310 @@
+"""The JSON management API, every endpoint through ``http.client`` against a real broker, with AMQP traffic from
+python-qpid-proton or the scripted peer where state is needed."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from typing import Any
+
+import pytest
+from proton import Message
+from proton.utils import BlockingConnection, LinkDetached
+
+from minibroker.amqp.definitions import (
+    AmqpValue,
+    Close,
+    Coordinator,
+    Declare,
+    Disposition,
+    Flow,
+    Source,
+    TransactionalState,
+)
+from minibroker.amqp.types import Symbol
+from minibroker.testing import frames
+from minibroker.testing.peer import ScriptedPeer
+from minibroker.testing.thread import ThreadedBroker
+from tests.http.client import call, connect, http_broker
+
+
+@pytest.fixture
+def broker() -> Any:
+    with http_broker(topics={"news": {}}) as running:
+        yield running
+
+
+def amqp(broker: ThreadedBroker) -> BlockingConnection:
+    return BlockingConnection(broker.url.removeprefix("amqp://"), timeout=5)
+
+
+def test_health_and_readiness(broker: ThreadedBroker) -> None:
+    assert call(broker, "GET", "/healthz").json == {"status": "ok"}
+    assert call(broker, "GET", "/readyz").status == 200
+
+
+def test_http_url_is_on_loopback_and_off_by_default() -> None:
+    with http_broker(server={"port": 0, "host": "127.0.0.1"}) as running:
+        assert running.http_url is not None
+        assert running.http_url.startswith("http://127.0.0.1:")
+    from minibroker.testing.thread import run_in_thread
+
+    with run_in_thread({"server": {"port": 0}}) as plain:
+        assert plain.http_url is None
+
+
+def test_post_peek_consume_and_purge(broker: ThreadedBroker) -> None:
+    message = {
+        "body": "hello",
+        "properties": {"message_id": "m-1", "subject": "greeting", "content_type": "text/plain"},
+        "application_properties": {"n": 7, "ok": True},
+        "annotations": {"x-opt-tag": "a"},
+        "header": {"durable": True, "priority": 6},
+    }
+    answer = call(broker, "POST", "/api/queues/orders/messages", message)
+    assert answer.status == 201, answer.body
+    assert call(broker, "POST", "/api/queues/orders/messages", {"body": {"k": [1, 2]}}).status == 201
+    raw = base64.b64encode(b"\x00\xffbin").decode()
+    assert call(broker, "POST", "/api/queues/orders/messages", {"body": raw, "body_encoding": "base64"}).status == 201
+
+    peeked = call(broker, "GET", "/api/queues/orders/messages?limit=10").json
+    assert [m["body"] for m in peeked] == ["hello", {"k": [1, 2]}, raw]
+    assert peeked[2]["body_encoding"] == "base64"
+    first = peeked[0]
+    assert first["properties"] == {"message_id": "m-1", "subject": "greeting", "content_type": "text/plain"}
+    assert first["application_properties"] == {"n": 7, "ok": True}
+    assert first["annotations"] == {"x-opt-tag": "a"}
+    assert first["header"]["durable"] is True
+    assert first["header"]["priority"] == 6
+    assert len(call(broker, "GET", "/api/queues/orders/messages?limit=1").json) == 1
+    assert broker.queue("orders").depth == 3  # peeking consumes nothing
+
+    conn = amqp(broker)
+    try:
+        receiver = conn.create_receiver("orders")
+        got = receiver.receive(timeout=5)
+        receiver.accept()
+        assert got.body == "hello"
+        assert got.subject == "greeting"
+        assert got.properties == {"n": 7, "ok": True}
+    finally:
+        conn.close()
+    assert call(broker, "DELETE", "/api/queues/orders/messages").json == {"purged": 2}
+    assert call(broker, "GET", "/api/queues/orders").json["depth"] == 0
+
+
+def test_messages_sent_over_amqp_are_shown(broker: ThreadedBroker) -> None:
+    conn = amqp(broker)
+    try:
+        sender = conn.create_sender("in")
+        sender.send(Message(body=b"\x01\x02", properties={"k": "v"}))
+    finally:
+        conn.close()
+    (shown,) = call(broker, "GET", "/api/queues/in/messages").json
+    assert shown["body"] == base64.b64encode(b"\x01\x02").decode()
+    assert shown["body_encoding"] == "base64"
+    assert shown["application_properties"] == {"k": "v"}
+
+
+def test_queues_list_one_and_delete_detaching_consumers(broker: ThreadedBroker) -> None:
+    call(broker, "POST", "/api/queues/a/messages", {"body": "x"})
+    conn = amqp(broker)
+    try:
+        receiver = conn.create_receiver("b", credit=0)
+        listed = {q["name"]: q for q in call(broker, "GET", "/api/queues").json}
+        assert set(listed) >= {"a", "b"}
+        assert listed["a"] == {
+            "name": "a",
+            "depth": 1,
+            "acquired": 0,
+            "staged": 0,
+            "consumers": 0,
+            "scheduled": 0,
+            "enqueued_total": 1,
+            "kind": "auto",
+        }
+        assert listed["b"]["consumers"] == 1
+        assert call(broker, "DELETE", "/api/queues/b").json == {"deleted": "b"}
+        assert not broker.queue("b").exists
+        with pytest.raises(LinkDetached, match="resource-deleted"):
+            receiver.receive(timeout=5)
+    finally:
+        conn.close()
+    assert call(broker, "GET", "/api/queues/b").status == 404
+    assert call(broker, "DELETE", "/api/queues/b").status == 404
+
+
+def test_topics_and_their_subscriptions(broker: ThreadedBroker) -> None:
+    conn = amqp(broker)
+    try:
+        conn.create_receiver("news", name="sub-1")
+        broker.wait_for(lambda: bool(broker.topic("news").subscriptions()))
+        (topic,) = call(broker, "GET", "/api/topics").json
+        assert topic["name"] == "news"
+        (subscription,) = topic["subscriptions"]
+        assert subscription["consumers"] == 1
+        assert subscription["durable"] is False
+        assert call(broker, "GET", "/api/topics/news").json == topic
+    finally:
+        conn.close()
+    assert call(broker, "GET", "/api/topics/nope").status == 404
+
+
+def _open_transaction(peer: ScriptedPeer) -> bytes:
+    peer.open()
+    peer.begin()
+    peer.attach_sender(
+        None, 0, name="txn", source=Source(), target=Coordinator(capabilities=[Symbol("amqp:local-transactions")])
+    )
+    peer.expect(Flow)
+    peer.transfer(0, 0, frames.message(AmqpValue(Declare())))
+    txn_id: bytes = peer.expect(Disposition).state.txn_id
+    peer.attach_sender("staging", 1, name="p")
+    peer.expect(Flow)
+    peer.transfer(1, 1, frames.message("staged"), state=TransactionalState(txn_id=txn_id))
+    peer.expect(Disposition)
+    return txn_id
+
+
+def test_transactions_stats_and_connections(broker: ThreadedBroker) -> None:
+    host, port = broker.url.removeprefix("amqp://").rsplit(":", 1)
+    with ScriptedPeer.connect(host, int(port)) as peer:
+        txn_id = _open_transaction(peer)
+        (txn,) = call(broker, "GET", "/api/transactions").json
+        assert txn["id"] == txn_id.hex()
+        assert txn["posts"] == 1
+        assert txn["state"] == "open"
+        assert txn["age_s"] >= 0
+        assert txn["retirements"] == 0
+        assert txn["acquisitions"] == 0
+        assert txn["failed"] is None
+        assert call(broker, "GET", "/api/queues/staging").json["staged"] == 1
+        stats = call(broker, "GET", "/api/stats").json
+        assert stats["transactions"]["declared"] == 1
+        assert stats["transactions"]["open"] == 1
+        assert stats["connections"] == 1
+        (info,) = call(broker, "GET", "/api/connections").json
+        assert info["sessions"] == 1
+        assert info["links"] == 2
+        assert info["namespace"] == "default"
+        assert info["peer"] == "{}:{}".format(*peer.sock.getsockname()[:2])
+
+        answer = call(broker, "DELETE", f"/api/connections/{info['id']}?condition=amqp:connection:redirect")
+        assert answer.json == {"closed": info["id"], "condition": "amqp:connection:redirect"}
+        close = peer.expect(Close)
+        assert close.error is not None
+        assert close.error.condition == "amqp:connection:redirect"
+    broker.wait_for(lambda: not broker.transactions)
+    assert call(broker, "GET", "/api/stats").json["transactions"]["rolled_back"] == 1
+    assert call(broker, "DELETE", f"/api/connections/{info['id']}").status == 404
+    assert call(broker, "DELETE", "/api/connections/x").status == 400
+    assert call(broker, "DELETE", "/api/connections/1?condition=bad%20one").status == 400
+
+
+def test_reset_empties_the_namespace(broker: ThreadedBroker) -> None:
+    call(broker, "POST", "/api/queues/gone/messages", {"body": "x"})
+    assert call(broker, "POST", "/api/reset").status == 200
+    assert "gone" not in broker.queues
+
+
+def test_namespaces_create_use_and_delete(broker: ThreadedBroker) -> None:
+    created = call(broker, "POST", "/api/namespaces", {"name": "t1"})
+    assert created.status == 201
+    assert created.json["name"] == "t1"
+    assert created.json["url"].startswith("amqp://127.0.0.1:")
+    assert call(broker, "POST", "/api/namespaces", {"name": "t1"}).status == 409
+    assert call(broker, "POST", "/api/namespaces/t1/queues/q/messages", {"body": "in t1"}).status == 201
+    assert [q["name"] for q in call(broker, "GET", "/api/namespaces/t1/queues").json] == ["q"]
+    assert "q" not in broker.queues  # the default namespace does not see it
+    conn = BlockingConnection(created.json["url"].removeprefix("amqp://"), timeout=5)
+    try:
+        assert conn.create_receiver("q").receive(timeout=5).body == "in t1"
+    finally:
+        conn.close()
+    assert call(broker, "DELETE", "/api/namespaces/t1").json == {"deleted": "t1"}
+    assert call(broker, "GET", "/api/namespaces/t1/queues").status == 404
+    assert call(broker, "DELETE", "/api/namespaces/t1").status == 404
+    assert call(broker, "DELETE", "/api/namespaces/default").status == 400
+    anonymous = call(broker, "POST", "/api/namespaces")
+    assert anonymous.status == 201
+    assert anonymous.json["name"].startswith("ns-")
+
+
+def test_wait_is_woken_by_broker_state(broker: ThreadedBroker) -> None:
+    def post_later() -> None:
+        time.sleep(0.3)
+        call(broker, "POST", "/api/queues/w/messages", {"body": "late"})
+
+    poster = threading.Thread(target=post_later)
+    started = time.monotonic()
+    poster.start()
+    answer = call(broker, "GET", "/api/wait?queue=w&depth=1&timeout=10")
+    poster.join()
+    assert answer.status == 200
+    assert time.monotonic() - started < 5
+    assert call(broker, "GET", "/api/wait?transactions=0&timeout=1").status == 200
+    timed_out = call(broker, "GET", "/api/wait?queue=w&depth=5&timeout=0.2")
+    assert timed_out.status == 408
+    assert "error" in timed_out.json
+    assert call(broker, "GET", "/api/wait?timeout=1").status == 400
+    assert call(broker, "GET", "/api/wait?queue=w&depth=x").status == 400
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(broker: ThreadedBroker) -> None:
+    conn = connect(broker)
+    try:
+        for _ in range(5):
+            assert call(conn, "GET", "/api/queues").status == 200
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [("PUT", "/api/queues", "GET"), ("POST", "/api/queues/x", "GET, DELETE"), ("GET", "/api/reset", "POST")],
+)
+def test_wrong_method_is_405_with_allow(broker: ThreadedBroker, method: str, path: str, allow: str) -> None:
+    answer = call(broker, method, path)
+    assert answer.status == 405
+    assert answer.headers["allow"] == allow
+    assert "error" in answer.json
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/metrics",
+        "/api",
+        "/api/nope",
+        "/api/queues/nope",
+        "/api/queues/nope/messages",
+        "/api/namespaces/nope/queues",
+    ],
+)
+def test_unknown_is_404_json(broker: ThreadedBroker, path: str) -> None:
+    answer = call(broker, "GET", path)
+    assert answer.status == 404
+    assert "error" in answer.json
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"{not json",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"body": "x", "extra": 1}',
+        b'{"body": "!!", "body_encoding": "base64"}',
+        b'{"body": "x", "body_encoding": "hex"}',
+        b'{"header": {"priority": 999}}',
+        b'{"properties": {"subject": 5}}',
+        b'{"application_properties": {"a": [1]}}',
+    ],
+)
+def test_malformed_message_is_400(broker: ThreadedBroker, raw: bytes) -> None:
+    answer = call(broker, "POST", "/api/queues/q/messages", raw=raw)
+    assert answer.status == 400
+    assert "error" in answer.json
+    assert broker.queue("q").depth == 0
