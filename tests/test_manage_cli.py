@@ -15,6 +15,8 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 
+import minibroker
+
 LISTENING = re.compile(r"^minibroker listening on (amqp://127\.0\.0\.1:\d+)$")
 HTTP = re.compile(r"^minibroker http on (http://127\.0\.0\.1:\d+)$")
 
@@ -130,3 +132,17 @@ def test_bad_arguments_are_exit_2() -> None:
     result = run("queues", "--http", "ftp://127.0.0.1:1")
     assert result.returncode == 2
     assert "not an http" in result.stderr
+
+
+def test_namespace_selects_where_the_command_acts(urls: tuple[str, str]) -> None:
+    _amqp, http = urls
+    created = minibroker.connect(http).create_namespace()
+    try:
+        ok("send", "ns.q", "inside", "--namespace", created.namespace_name, "--http", http)
+        assert [
+            q["name"] for q in json.loads(ok("queues", "--json", "--namespace", created.namespace_name, "--http", http))
+        ] == ["ns.q"]
+        assert "ns.q" not in ok("queues", "--http", http)
+        assert created.queue("ns.q").depth == 1
+    finally:
+        created.drop_namespace()

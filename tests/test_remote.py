@@ -193,3 +193,41 @@ def test_users_need_basic_auth_and_credentials_are_never_shown() -> None:
         assert "Xyzzy-9" not in str(wrong.value)
         assert wrong.value.status == 401
         assert minibroker.connect(f"http://admin:s3cret@{host}").queues == []
+
+
+def test_kind_delete_and_close_connection_on_either_handle(handle: Any) -> None:
+    conn = BlockingConnection(handle.url, timeout=5)
+    try:
+        conn.create_sender("gone").send(Message(body="x"))
+        handle.wait_for(queue="gone", depth=1)
+        assert handle.queue("gone").kind == "auto"
+        assert handle.queue("nothing").kind is None
+        assert handle.queue("gone").delete() is True
+        assert handle.queue("gone").delete() is False
+        assert not handle.queue("gone").exists
+        [info] = handle.connections
+        assert handle.close_connection(info.id + 1000) is False
+        assert handle.close_connection(info.id, description="bye") is True
+        with pytest.raises(Exception, match=r"forced|bye|closed|aborted"):
+            conn.create_sender("after").send(Message(body="y"))
+    finally:
+        conn.close()
+
+
+def test_a_dropped_namespace_is_a_lookup_error_on_either_handle(handle: Any, served: ThreadedBroker) -> None:
+    kind = "embedded" if isinstance(handle, ThreadedBroker) else "remote"
+    owner: Any = served if kind == "embedded" else minibroker.connect(_http_url(served))
+    other = owner.create_namespace()
+    other.drop_namespace()
+    with pytest.raises(LookupError, match="does not exist"):
+        other.queue("q").depth  # noqa: B018
+
+
+def test_the_info_route_names_the_namespace_and_its_amqp_url(served: ThreadedBroker) -> None:
+    remote = minibroker.connect(_http_url(served))
+    assert remote.request("GET", "/info") == {"namespace": "default", "url": served.url}
+    created = remote.create_namespace("info-ns")
+    try:
+        assert remote.namespace("info-ns").request("GET", "/info") == {"namespace": "info-ns", "url": created.url}
+    finally:
+        created.drop_namespace()
