@@ -21,6 +21,7 @@ import trio
 
 from minibroker import auth, health, manage_cli
 from minibroker.config import Config, ConfigError
+from minibroker.http.server import HttpListenError
 from minibroker.server.app import serve
 from minibroker.store.journal import RECOVER_MODES, JournalError
 
@@ -151,15 +152,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         trio.run(_run, config)
-    except JournalError as exc:  # the data dir: not a directory, not writable, locked, corrupt
-        print(f"minibroker: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"minibroker: cannot listen on {config.server.host}:{config.server.port}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        pass
+    except BaseException as raised:
+        error = _alone(raised)  # a listener that cannot be bound fails inside serve's nursery: in a group
+        if isinstance(error, JournalError):  # the data dir: not a directory, not writable, locked, corrupt
+            print(f"minibroker: {error}", file=sys.stderr)
+            return 2
+        if isinstance(error, HttpListenError):
+            print(f"minibroker: {error}", file=sys.stderr)
+            return 1
+        if isinstance(error, OSError):
+            print(f"minibroker: cannot listen on {config.server.host}:{config.server.port}: {error}", file=sys.stderr)
+            return 1
+        if not isinstance(error, KeyboardInterrupt):
+            raise
     return 0
+
+
+def _alone(exc: BaseException) -> BaseException:
+    """The one exception inside (nested) exception groups of one member each, else ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 if __name__ == "__main__":  # pragma: no cover

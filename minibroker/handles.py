@@ -37,6 +37,15 @@ from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, Sub
 T = TypeVar("T")
 
 
+class PostRefused(ValueError):
+    """The broker did not take a message ``post`` gave it: the AMQP condition and description say why."""
+
+    def __init__(self, condition: str, description: str | None) -> None:
+        super().__init__(f"{condition}: {description}" if description else condition)
+        self.condition = condition
+        self.description = description
+
+
 class Inspectable:
     """Something whose broker state is read through ``_call``."""
 
@@ -192,6 +201,16 @@ class TopicHandle(_NodeHandle):
 
         return self._owner._call(read)
 
+    def delete(self) -> bool:
+        """Delete the topic with its subscriptions and their messages; links attached to it are detached with
+        ``amqp:resource-deleted``. Whether the topic existed."""
+
+        def delete(broker: Broker) -> bool:
+            namespace = self._namespace(broker)
+            return self.name in namespace.topics and broker.delete_node(namespace, self.name)
+
+        return self._owner._call(delete)
+
     def subscriptions(self) -> list[SubscriptionStats]:
         """Each subscription's name, kind and counts at one instant, in the order they were made (none when the
         topic does not exist)."""
@@ -292,11 +311,11 @@ class NamespaceView(Inspectable):
 
     def post(self, address: str, payload: bytes) -> None:
         """Post ``payload`` (an encoded message) to ``address`` as a settled transfer would, creating the node when
-        an attach could; ``ValueError`` (with the AMQP condition and description) when it is refused."""
+        an attach could; ``PostRefused`` (with the AMQP condition and description) when it is refused."""
 
         refused = self._call(lambda broker: broker.post(self._namespace(broker), address, payload))
         if refused is not None:
-            raise ValueError(f"{refused.condition}: {refused.description}")
+            raise PostRefused(str(refused.condition), refused.description)
 
     def close_connection(
         self, conn_id: int, condition: str = "amqp:connection:forced", description: str | None = None

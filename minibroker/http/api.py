@@ -27,7 +27,7 @@ from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
-from minibroker.handles import QueueHandle, TopicHandle
+from minibroker.handles import PostRefused, QueueHandle, TopicHandle
 from minibroker.http.auth import Verify, authorize
 from minibroker.http.server import Request, Response
 
@@ -183,6 +183,7 @@ class ManagementApi:
         router.add("DELETE", "/api/queues/{name}/messages", purge_messages)
         router.add("GET", "/api/topics", list_topics)
         router.add("GET", "/api/topics/{name}", get_topic)
+        router.add("DELETE", "/api/topics/{name}", delete_topic)
         router.add("GET", "/api/transactions", list_transactions)
         router.add("GET", "/api/stats", stats)
         router.add("GET", "/api/connections", list_connections)
@@ -284,8 +285,9 @@ async def post_message(call: Call) -> Response:
     payload = encode_message(call.json())
     try:
         call.broker.post(name, payload)
-    except ValueError as exc:
-        raise HttpError(409 if "resource-limit" in str(exc) else 400, f"refused: {exc}") from None
+    except PostRefused as exc:
+        status = {"amqp:not-found": 404, "amqp:resource-limit-exceeded": 507}.get(exc.condition, 400)
+        raise HttpError(status, f"refused: {exc}") from None
     return Response.json(201, {"queue": name, "depth": call.broker.queue(name).depth})
 
 
@@ -322,12 +324,22 @@ async def list_topics(call: Call) -> Response:
     return Response.json(200, [_topic_json(call.broker.topic(name)) for name in call.broker.topics])
 
 
-async def get_topic(call: Call) -> Response:
+def _existing_topic(call: Call) -> TopicHandle:
     name = call.params["name"]
     handle = call.broker.topic(name)
     if not handle.exists:
         raise HttpError(404, f"no topic {name!r}")
-    return Response.json(200, _topic_json(handle))
+    return handle
+
+
+async def get_topic(call: Call) -> Response:
+    return Response.json(200, _topic_json(_existing_topic(call)))
+
+
+async def delete_topic(call: Call) -> Response:
+    handle = _existing_topic(call)
+    handle.delete()
+    return Response.json(200, {"deleted": handle.name})
 
 
 # -- transactions, connections, stats -------------------------------------------------------------------

@@ -81,6 +81,10 @@ class Response:
 App = Callable[[Request], Awaitable[Response]]
 
 
+class HttpListenError(OSError):
+    """The HTTP listener cannot be bound; the message names the address."""
+
+
 class _Refused(Exception):
     """A request that is answered without reaching the app (400, 408, 413, 431), then the connection closed."""
 
@@ -108,7 +112,10 @@ class HttpServer:
 
     async def listen(self, host: str, port: int, nursery: trio.Nursery) -> int:
         """Accept connections on ``host:port`` in ``nursery``; return the bound port."""
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise HttpListenError(exc.errno, f"cannot listen for HTTP on {host}:{port}: {exc.strerror or exc}") from exc
         bound: int = listeners[0].socket.getsockname()[1]
         nursery.start_soon(trio.serve_listeners, self.serve_connection, listeners)
         return bound
@@ -256,6 +263,7 @@ _REASONS = {
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
+    507: "Insufficient Storage",
 }
 
 

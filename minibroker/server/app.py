@@ -110,8 +110,18 @@ def peer_address(stream: trio.abc.Stream) -> str | None:
         return None
     try:
         host = stream.socket.getpeername()[0]
+    except (OSError, IndexError):
+        return None
+    return throttle_address(host)
+
+
+def throttle_address(host: str | None) -> str | None:
+    """``host`` (an IP address) as failed logins are counted: the IPv4 address, or the IPv6 /64 network."""
+    if host is None:
+        return None
+    try:
         address = ipaddress.ip_address(host)
-    except (OSError, ValueError, IndexError, TypeError):
+    except ValueError:
         return None
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
@@ -571,10 +581,15 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
 async def start_http(running: RunningBroker, server: _Server, nursery: trio.Nursery) -> int:
     """Serve the management API on ``[http] host:port``; return the bound port."""
     http = running.config.http
+
+    async def verify(user: str, password: str, peer: str | None) -> tuple[bool, float]:
+        # the same checker as SASL PLAIN: hashing off the loop, failures counted per address (IPv6: per /64)
+        return await server.login.verify(user, password, throttle_address(peer))
+
     api = ManagementApi(
         running,
         users=bool(running.config.auth.users),
-        verify=server.login.verify,
+        verify=verify,
         permissions=running.config.auth.permissions,
     )
     listener = HttpServer(

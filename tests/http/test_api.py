@@ -308,3 +308,57 @@ def test_malformed_message_is_400(broker: ThreadedBroker, raw: bytes) -> None:
     assert answer.status == 400
     assert "error" in answer.json
     assert broker.queue("q").depth == 0
+
+
+def test_delete_topic_detaches_subscribers(broker: ThreadedBroker) -> None:
+    conn = amqp(broker)
+    try:
+        receiver = conn.create_receiver("news", name="sub-1", credit=0)
+        broker.wait_for(lambda: bool(broker.topic("news").subscriptions()))
+        assert call(broker, "POST", "/api/queues/news/messages", {"body": "fan-out"}).status == 201
+        (subscription,) = call(broker, "GET", "/api/topics/news").json["subscriptions"]
+        assert subscription["depth"] == 1
+        assert call(broker, "DELETE", "/api/topics/news").json == {"deleted": "news"}
+        assert not broker.topic("news").exists
+        with pytest.raises(LinkDetached, match="resource-deleted"):
+            receiver.receive(timeout=5)
+    finally:
+        conn.close()
+    assert call(broker, "DELETE", "/api/topics/news").status == 404
+
+
+def test_posts_the_broker_refuses() -> None:
+    config = {"broker": {"auto_create": False}, "queues": {"small": {"max_messages": 1}}}
+    with http_broker(**config) as broker:
+        unknown = call(broker, "POST", "/api/queues/nope/messages", {"body": "x"})
+        assert unknown.status == 404
+        assert "amqp:not-found" in unknown.json["error"]
+        assert call(broker, "POST", "/api/queues/small/messages", {"body": "1"}).status == 201
+        full = call(broker, "POST", "/api/queues/small/messages", {"body": "2"})
+        assert full.status == 507
+        assert "resource-limit-exceeded" in full.json["error"]
+        assert broker.queue("small").depth == 1
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/queues", "/api/topics", "/api/transactions", "/api/stats", "/api/connections", "/api/wait?transactions=0"],
+)
+def test_every_reading_path_answers_in_a_namespace(broker: ThreadedBroker, path: str) -> None:
+    other = broker.create_namespace("iso")
+    conn = BlockingConnection(other.url.removeprefix("amqp://"), timeout=5)
+    try:
+        conn.create_sender("only-in-iso").send(Message(body="x"))
+        answer = call(broker, "GET", path.replace("/api/", "/api/namespaces/iso/", 1))
+        assert answer.status == 200
+        if path == "/api/queues":
+            assert [q["name"] for q in answer.json] == ["only-in-iso"]
+        if path == "/api/connections":
+            assert [c["namespace"] for c in answer.json] == ["iso"]
+        if path == "/api/stats":
+            assert answer.json["namespace"] == "iso"
+            assert answer.json["connections"] == 1
+    finally:
+        conn.close()
+    assert call(broker, "POST", "/api/namespaces/iso/reset").status == 200
+    assert other.queues == []

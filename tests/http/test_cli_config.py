@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,21 @@ def test_example_config_documents_http() -> None:
     text = example.read_text()
     assert "[http]" in text
     assert "manage" in text
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"), [("--http-port", "cannot listen for HTTP on 127.0.0.1:"), ("--port", "cannot listen on")]
+)
+def test_a_port_in_use_exits_1_naming_the_listener(option: str, expected: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        args = ["--port", "0", option, port] if option != "--port" else [option, port]
+        result = subprocess.run(
+            [sys.executable, "-m", "minibroker", *args], capture_output=True, text=True, timeout=20, check=False
+        )
+    assert result.returncode == 1
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
