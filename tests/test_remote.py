@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import trio
 from proton import Message
 from proton.utils import BlockingConnection
 
@@ -231,3 +232,16 @@ def test_the_info_route_names_the_namespace_and_its_amqp_url(served: ThreadedBro
         assert remote.namespace("info-ns").request("GET", "/info") == {"namespace": "info-ns", "url": created.url}
     finally:
         created.drop_namespace()
+
+
+async def test_the_trio_handle_takes_the_keyword_conditions_too() -> None:
+    async with minibroker.serve({"server": {"port": 0}, "queues": {"a": {}}}) as broker:
+        with trio.fail_after(5):
+            await broker.wait_for(queue="a", depth=0)
+            await broker.wait_for(transactions=0)
+            with pytest.raises(TimeoutError):
+                await broker.wait_for(queue="a", depth=1, timeout=0.1)
+            with pytest.raises(TypeError, match="not both"):
+                await broker.wait_for(lambda: True, transactions=0)
+            with pytest.raises(TypeError, match="queue and depth go together"):
+                await broker.wait_for(depth=1)
