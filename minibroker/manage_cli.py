@@ -171,12 +171,13 @@ def main(command: str, argv: Sequence[str], environ: Mapping[str, str] | None = 
     args = build_parser(command, environ).parse_args(argv)
     try:
         broker = connect(args.http, user=args.user, password=args.password, timeout=args.timeout)
-        if args.namespace:
-            broker = broker.namespace(args.namespace)
-        answer, text = _RUN[command](broker, args)
-    except ValueError as exc:
+    except ValueError as exc:  # not an http(s) URL, a port that is not a number
         print(f"minibroker {command}: {exc}", file=sys.stderr)
         return 2
+    if args.namespace:
+        broker = broker.namespace(args.namespace)
+    try:
+        answer, text = _RUN[command](broker, args)
     except RemoteError as exc:
         print(f"minibroker {command}: {exc}", file=sys.stderr)
         return 1

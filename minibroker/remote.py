@@ -110,8 +110,11 @@ class _Api:
     def __init__(self, http_url: str, user: str | None, password: str | None, timeout: float) -> None:
         parts = urlsplit(http_url if "://" in http_url else f"http://{http_url}")
         if parts.scheme not in ("http", "https"):
-            raise ValueError(f"{http_url!r} is not an http:// or https:// URL")
-        self.http_url = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+            # the URL itself is not quoted: it may hold a password
+            raise ValueError(f"not an http:// or https:// URL (scheme {parts.scheme!r})")
+        self.base = parts.path.rstrip("/")
+        """A path the API sits under (behind a reverse proxy, say); empty when it is at the root."""
+        self.http_url = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{self.base}"
         self.scheme = parts.scheme
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -136,7 +139,7 @@ class _Api:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         try:
-            conn.request(method, path, body=data, headers=headers)
+            conn.request(method, f"{self.base}{path}", body=data, headers=headers)
             response = conn.getresponse()
             status, raw = response.status, response.read()
         except (OSError, http.client.HTTPException) as exc:
