@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from proton import Message
@@ -146,3 +147,29 @@ def test_namespace_selects_where_the_command_acts(urls: tuple[str, str]) -> None
         assert created.queue("ns.q").depth == 1
     finally:
         created.drop_namespace()
+
+
+def test_credentials_come_from_the_options_or_the_environment_and_are_never_printed(tmp_path: Path) -> None:
+    config = tmp_path / "users.toml"
+    config.write_text('[auth.users]\nadmin = "Xyzzy-9"\n')
+    command = [sys.executable, "-m", "minibroker", "--port", "0", "--http-port", "0", "--config", str(config)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            proc.stdout.readline()
+            found = HTTP.match(proc.stdout.readline().rstrip("\n"))
+            assert found, proc.stderr.read() if proc.stderr else ""
+            http = found.group(1)
+            refused = run("queues", "--http", http)
+            assert refused.returncode == 1
+            assert "HTTP 401" in refused.stderr
+            assert ok("queues", "--json", "--http", http, "--user", "admin", "--password", "Xyzzy-9") == "[]\n"
+            env = {"MINIBROKER_HTTP_USER": "admin", "MINIBROKER_HTTP_PASSWORD": "Xyzzy-9"}
+            assert ok("txns", "--json", "--http", http, env=env) == "[]\n"
+            wrong = run("reset", "--http", http.replace("://", "://admin:Wrong-7@"))
+            assert wrong.returncode == 1
+            assert "HTTP 401" in wrong.stderr
+            assert "Wrong-7" not in wrong.stderr
+        finally:
+            proc.terminate()
+            proc.wait(10)
