@@ -567,14 +567,13 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
             if writer is not None:
                 nursery.start_soon(writer.run)
             server = _Server(cfg, broker, nursery)
-            port = await server.listen(cfg.server.host, cfg.server.port, broker.default)
-            tls_port = None
-            if cfg.tls.enabled:
-                tls_port = await server.listen(cfg.server.host, cfg.tls.port, broker.default, tls=True)
-            nursery.start_soon(run_broker_timer, broker)
-            running = RunningBroker(server, cfg.server.host, port, tls_port=tls_port)
-            if cfg.http.port is not None:
+            running = RunningBroker(server, cfg.server.host, 0)
+            if cfg.http.port is not None:  # first, so that /readyz says 503 until the AMQP listeners are bound
                 running.http_port = await start_http(running, server, nursery)
+            running.port = await server.listen(cfg.server.host, cfg.server.port, broker.default)
+            if cfg.tls.enabled:
+                running.tls_port = await server.listen(cfg.server.host, cfg.tls.port, broker.default, tls=True)
+            nursery.start_soon(run_broker_timer, broker)
             server.ready = True
             try:
                 yield running
