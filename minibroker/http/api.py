@@ -308,6 +308,7 @@ def _subscription_json(s: SubscriptionStats) -> dict[str, Any]:
         "staged": s.staged,
         "consumers": s.consumers,
         "scheduled": s.scheduled,
+        "enqueued_total": s.enqueued_total,
         "held_bytes": s.held_bytes,
     }
 
