@@ -6,7 +6,7 @@
     broker.wait_for(queue="orders", depth=1, timeout=5)
 
 ``connect`` returns a ``RemoteBroker``: the same names as ``ThreadedBroker`` (``queue(name)`` with ``depth``,
-``acquired``, ``staged``, ``stats()``, ``peek()``, ``purge()``, ``exists``; ``queues``, ``topics``,
+``acquired``, ``staged``, ``stats()``, ``peek()``, ``purge()``, ``exists``; ``queues``, ``topic(name)``, ``topics``,
 ``transactions``, ``txn_stats``, ``connections``, ``reset()``, ``create_namespace()``, ``drop_namespace()``), so a
 test written against the ``minibroker`` fixture runs unchanged against a broker in a container. Every read is one
 HTTP request, synchronous, made with the standard library only; nothing is cached.
@@ -15,10 +15,10 @@ What differs, on purpose: ``wait_for`` takes the keyword conditions the ``/api/w
 (``queue`` and ``depth``, ``transactions``), never a predicate: a Python function cannot run inside another
 process, so passing one raises ``TypeError`` (the embedded handle takes both). ``queue(name).send(...)`` posts a
 message (remote only). Stats, transactions, connections and peeked messages come back as the embedded handle's
-own types (``QueueStats``, ``TransactionInfo``, ``ConnectionInfo``, ``MessageView``); topics are names only (no
-``topic(name)`` handle yet), and ``url`` (and a namespace's) is the broker's own idea of its address. Errors say
-whose fault: ``BrokerUnreachable`` when no answer came, ``RemoteError`` (with the HTTP status) when the broker
-answered with an error.
+own types (``QueueStats``, ``SubscriptionStats``, ``TransactionInfo``, ``ConnectionInfo``, ``MessageView``);
+``topic(name)`` has no ``peek`` (the API does not show a subscription's messages), and ``url`` (a namespace's
+too) is the broker's own idea of its address. Errors say whose fault: ``BrokerUnreachable`` when no answer came,
+``RemoteError`` (with the HTTP status) when the broker answered with an error.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats
+from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
 
 DEFAULT_HTTP_URL = "http://127.0.0.1:8672"
 DEFAULT_TIMEOUT = 10.0
@@ -252,6 +252,59 @@ class RemoteQueue:
         return f"RemoteQueue({self.name!r}, namespace={self.namespace!r})"
 
 
+class RemoteTopic:
+    """A topic by name, read through the API; every call is a fresh request (nothing when it does not exist).
+
+    No ``peek`` of a subscription: the API does not show a subscription's messages.
+    """
+
+    def __init__(self, owner: RemoteBroker, name: str) -> None:
+        self._owner = owner
+        self.namespace = owner.namespace_name
+        self.name = name
+
+    def _read(self) -> Any:
+        return self._owner._request("GET", f"/topics/{_quoted(self.name)}", missing_ok=True)
+
+    @property
+    def exists(self) -> bool:
+        """Whether the topic exists now."""
+        return self._read() is not None
+
+    @property
+    def staged(self) -> int:
+        """Messages posted to the topic in open transactions, invisible until commit (0 when it does not exist)."""
+        answer = self._read()
+        return 0 if answer is None else int(answer["staged"])
+
+    def subscriptions(self) -> list[SubscriptionStats]:
+        """Each subscription's key, kind and counts at one instant, in the order they were made."""
+        answer = self._read()
+        return [
+            SubscriptionStats(
+                container=item["container"],
+                name=item["name"],
+                durable=bool(item["durable"]),
+                shared=bool(item["shared"]),
+                held_bytes=int(item["held_bytes"]),
+                ready=int(item["depth"]),
+                acquired=int(item["acquired"]),
+                staged=int(item["staged"]),
+                consumers=int(item["consumers"]),
+                enqueued_total=int(item["enqueued_total"]),
+                scheduled=int(item["scheduled"]),
+            )
+            for item in ([] if answer is None else answer["subscriptions"])
+        ]
+
+    def delete(self) -> bool:
+        """Delete the topic with its subscriptions (their links are detached); whether it existed."""
+        return self._owner._request("DELETE", f"/topics/{_quoted(self.name)}", missing_ok=True) is not None
+
+    def __repr__(self) -> str:
+        return f"RemoteTopic({self.name!r}, namespace={self.namespace!r})"
+
+
 class RemoteBroker:
     """A broker (one namespace of it: the default unless created) through its HTTP management API.
 
@@ -316,6 +369,10 @@ class RemoteBroker:
     def queues(self) -> list[str]:
         """Names of the queues that exist now."""
         return sorted(item["name"] for item in self._request("GET", "/queues"))
+
+    def topic(self, name: str) -> RemoteTopic:
+        """The topic called ``name`` (it need not exist yet)."""
+        return RemoteTopic(self, name)
 
     @property
     def topics(self) -> list[str]:
@@ -454,6 +511,7 @@ __all__ = [
     "RemoteBroker",
     "RemoteError",
     "RemoteQueue",
+    "RemoteTopic",
     "connect",
     "message_view",
 ]

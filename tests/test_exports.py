@@ -29,6 +29,7 @@ EXPORTS: dict[str, set[str]] = {
         "RemoteBroker",
         "RemoteError",
         "RemoteQueue",
+        "RemoteTopic",
         "connect",
         "message_view",
     },

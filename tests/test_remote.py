@@ -27,7 +27,7 @@ HANDLE_KINDS = ["embedded", "remote"]
 @pytest.fixture(scope="module")
 def served() -> Iterator[ThreadedBroker]:
     """One broker with its HTTP management API on, for the module."""
-    with run_in_thread({"server": {"port": 0}, "http": {"port": 0}}) as broker:
+    with run_in_thread({"server": {"port": 0}, "http": {"port": 0}, "topics": {"news": {}}}) as broker:
         yield broker
 
 
@@ -246,3 +246,21 @@ async def test_the_trio_handle_takes_the_keyword_conditions_too() -> None:
                 await broker.wait_for(lambda: True, transactions=0)
             with pytest.raises(TypeError, match="queue and depth go together"):
                 await broker.wait_for(depth=1)
+
+
+def test_topics_and_their_subscriptions_on_either_handle(handle: Any) -> None:
+    news = handle.topic("news")
+    assert (handle.topics, news.exists, news.staged, news.subscriptions()) == (["news"], True, 0, [])
+    assert (handle.topic("nope").exists, handle.topic("nope").subscriptions()) == (False, [])
+    conn = BlockingConnection(handle.url, timeout=5)
+    try:
+        conn.create_receiver("news", name="sub-1")
+        [subscription] = news.subscriptions()
+        assert subscription.name.startswith("sub-1")
+        assert (subscription.durable, subscription.shared, subscription.consumers) == (False, False, 1)
+        assert (subscription.depth, subscription.held, subscription.enqueued_total) == (0, 0, 0)
+        assert news.delete() is True
+        assert news.delete() is False
+        assert handle.topics == []
+    finally:
+        conn.close()
