@@ -176,6 +176,8 @@ class HttpServer:
                 status = exc.error_status_hint if exc.error_status_hint in (400, 431) else 400
                 raise _Refused(Response.error(status, f"malformed HTTP request: {exc}")) from None
             if event is h11.NEED_DATA:
+                if conn.they_are_waiting_for_100_continue:  # curl waits for this before a larger body
+                    await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
                 data = await stream.receive_some(65536)
                 if data:
                     started.append(True)

@@ -1,7 +1,9 @@
 """The running broker: listeners, connection tasks, timers, and the handle embedders hold.
 
 ``serve(config)`` is the trio entry point: it binds the listener, creates the configured nodes, and yields
-a ``RunningBroker`` only once connections can be accepted. Leaving the context closes every connection
+a ``RunningBroker`` only once connections can be accepted. With ``[http] port`` set, the management API
+(``minibroker.http``) is served in the same trio run, bound before the AMQP listeners so that its ``/readyz``
+tells when they are. Leaving the context closes every connection
 with ``amqp:connection:forced`` and stops.
 """
 

@@ -153,3 +153,14 @@ def test_head_gets_no_body(broker: ThreadedBroker) -> None:
         reply = read_all(sock)
         assert status_of(reply) == 405
         assert reply.endswith(b"\r\n\r\n")
+
+
+def test_expect_100_continue_is_answered_before_the_body(broker: ThreadedBroker) -> None:
+    body = b'{"body": "after continue"}'
+    with raw_socket(broker) as sock:
+        head = b"POST /api/queues/c/messages HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
+        sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 ")
+        sock.sendall(body)
+        assert status_of(read_all(sock)) == 201
+    assert broker.queue("c").depth == 1
