@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-from minibroker import auth, health
+from minibroker import auth, health, manage_cli
 from minibroker.config import Config, ConfigError
 from minibroker.http.server import HttpListenError
 from minibroker.server.app import serve
@@ -47,7 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
         "[--ca-file PATH] [--insecure]: exit 0 if a broker answers AMQP open within a second, else 1 (credentials "
         "are never printed; MINIBROKER_CHECK_USER and MINIBROKER_CHECK_PASSWORD work too; amqps is checked over "
         "TLS). "
-        "minibroker hash-password: print a password hash for [auth.users].",
+        "minibroker hash-password: print a password hash for [auth.users]. "
+        "minibroker queues | peek QUEUE | purge QUEUE | send QUEUE BODY | txns | reset [--http URL] [--user USER] "
+        "[--password PASSWORD] [--json]: manage a running broker through its HTTP API (MINIBROKER_HTTP_URL, "
+        "default http://127.0.0.1:8672; MINIBROKER_HTTP_USER and MINIBROKER_HTTP_PASSWORD work too).",
     )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, help="TCP port (default 5672; 0 picks a free port)")
@@ -133,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return health.main(argv[1:])
     if argv[:1] == ["hash-password"]:
         return auth.main(argv[1:])
+    if argv[:1] and argv[0] in manage_cli.COMMANDS:
+        return manage_cli.main(argv[0], argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

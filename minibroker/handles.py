@@ -292,6 +292,23 @@ class NamespaceView(Inspectable):
         """Broker-wide transaction counters (declared, committed, rolled back, timed out)."""
         return self._call(lambda broker: broker.txn_stats)
 
+    def condition(
+        self, *, queue: str | None = None, depth: int | None = None, transactions: int | None = None
+    ) -> Callable[[], bool]:
+        """A predicate for ``wait_for`` from the keyword conditions a remote broker checks too (``/api/wait``):
+        ``queue``'s depth is ``depth``, the number of open transactions is ``transactions``."""
+        if (queue is None) != (depth is None):
+            raise TypeError("wait_for: queue and depth go together")
+        if queue is None and transactions is None:
+            raise TypeError("wait_for: give a predicate, or queue= and depth=, or transactions=")
+
+        def holds() -> bool:
+            if queue is not None and self.queue(queue).depth != depth:
+                return False
+            return transactions is None or len(self.transactions) == transactions
+
+        return holds
+
     def post(self, address: str, payload: bytes) -> None:
         """Post ``payload`` (an encoded message) to ``address`` as a settled transfer would, creating the node when
         an attach could; ``PostRefused`` (with the AMQP condition and description) when it is refused."""

@@ -23,7 +23,16 @@ import minibroker.pytest_plugin
 import minibroker.testing
 
 EXPORTS: dict[str, set[str]] = {
-    "minibroker": {"Config", "ConfigError", "RunningBroker", "ThreadedBroker", "run_in_thread", "serve"},
+    "minibroker": {"Config", "ConfigError", "RunningBroker", "ThreadedBroker", "connect", "run_in_thread", "serve"},
+    "minibroker.remote": {
+        "BrokerUnreachable",
+        "RemoteBroker",
+        "RemoteError",
+        "RemoteQueue",
+        "RemoteTopic",
+        "connect",
+        "message_view",
+    },
     "minibroker.testing.frames": {
         "AMQP_FRAME",
         "AMQP_HEADER",

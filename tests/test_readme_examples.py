@@ -23,3 +23,9 @@ def python_block(heading: str) -> str:
 def test_the_scripted_peer_example_runs() -> None:
     code = python_block("### Frame by frame: the scripted peer and the client core")
     exec(compile(code, "README.md (scripted peer)", "exec"), {})  # every assert in it must hold
+
+
+@pytest.mark.timeout(30)
+def test_the_local_or_remote_example_runs() -> None:
+    code = python_block("### A running broker, local or remote")
+    exec(compile(code, "README.md (local or remote)", "exec"), {})  # every assert in it must hold

@@ -177,6 +177,7 @@ class ManagementApi:
         router.add("GET", "/readyz", readyz, public=True)
         router.add("GET", "/", console_page)
         router.add("GET", "/api/namespaces/{name}/", console_page)  # the console of one namespace
+        router.add("GET", "/api/info", info)
         router.add("GET", "/api/queues", list_queues)
         router.add("GET", "/api/queues/{name}", get_queue)
         router.add("DELETE", "/api/queues/{name}", delete_queue)
@@ -245,6 +246,11 @@ async def console_page(call: Call) -> Response:
         except LookupError:
             raise HttpError(404, f"no namespace {name!r}") from None
     return Response(200, console.page(), (("content-type", console.CONTENT_TYPE),))
+
+
+async def info(call: Call) -> Response:
+    """What a client needs to use this namespace: its name and the AMQP URL of its listener."""
+    return Response.json(200, {"namespace": call.broker.namespace_name, "url": call.broker.url})
 
 
 # -- queues -------------------------------------------------------------------------------------------
@@ -319,6 +325,7 @@ def _subscription_json(s: SubscriptionStats) -> dict[str, Any]:
         "staged": s.staged,
         "consumers": s.consumers,
         "scheduled": s.scheduled,
+        "enqueued_total": s.enqueued_total,
         "held_bytes": s.held_bytes,
     }
 

@@ -5,12 +5,16 @@ Fixtures:
 - ``minibroker_proc`` (session): a broker in a background thread on a free port; no subprocess, no JVM.
 - ``minibroker`` (function): a fresh, isolated namespace of that broker for each test; ``.url`` connects
   into it, ``.queue(name)``, ``.transactions``, ``.wait_for(...)`` inspect it; dropped after the test.
-- ``minibroker_noproc`` (session): an already running broker, by ``--minibroker-url`` (CI containers).
+- ``minibroker_noproc`` (session): an already running broker, by ``--minibroker-url`` (CI containers); with
+  ``--minibroker-http-url`` (its HTTP management API, ``http://[USER:PASSWORD@]HOST:PORT``), a handle with the
+  surface of ``minibroker_proc``'s (``minibroker.connect``), so ``factories.minibroker("minibroker_noproc")``
+  runs a suite written against ``minibroker`` unchanged against the container.
 - ``minibroker_trio`` (function, pytest-trio): a broker in the test's own trio run.
 
 Options (command line, then ini): ``--minibroker-host`` / ``minibroker_host``, ``--minibroker-port`` /
 ``minibroker_port`` (default: any free port, which keeps pytest-xdist workers apart),
-``--minibroker-config`` / ``minibroker_config`` (a TOML file), ``--minibroker-url`` / ``minibroker_url``.
+``--minibroker-config`` / ``minibroker_config`` (a TOML file), ``--minibroker-url`` / ``minibroker_url``,
+``--minibroker-http-url`` / ``minibroker_http_url``.
 ``factories`` makes more fixtures with configurations of your own.
 """
 
@@ -27,13 +31,15 @@ _OPTIONS = {
     "port": "port of the session broker (default: any free port)",
     "config": "TOML configuration file for the session broker",
     "url": "URL of an already running broker, for minibroker_noproc",
+    "http_url": "URL of an already running broker's HTTP management API: minibroker_noproc is then a full handle",
 }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("minibroker", "minibroker AMQP 1.0 broker fixtures")
     for name, help_text in _OPTIONS.items():
-        group.addoption(f"--minibroker-{name}", dest=f"minibroker_{name}", default=None, help=help_text)
+        option = name.replace("_", "-")
+        group.addoption(f"--minibroker-{option}", dest=f"minibroker_{name}", default=None, help=help_text)
         parser.addini(f"minibroker_{name}", help_text, default=None)
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import pytest
 
 from minibroker.config import Config
+from minibroker.remote import RemoteBroker, connect
 from minibroker.server.app import ConfigLike, RunningBroker, as_config, format_url, serve
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
 
@@ -61,14 +62,15 @@ def minibroker_proc(
 def minibroker(proc_fixture_name: str = "minibroker_proc") -> Fixture:
     """A function-scoped fixture: a fresh namespace of the broker of ``proc_fixture_name`` per test.
 
-    The namespace has its own listener, so its ``url`` needs no client option to select it; it is
+    The namespace has its own listener, so its ``url`` needs no client option to select it (a remote broker's
+    namespace listener must be reachable too: publish its ports when it runs in a container); it is
     dropped (nodes, messages, transactions, connections) when the test ends.
     """
 
     @pytest.fixture
-    def minibroker_fixture(request: pytest.FixtureRequest) -> Iterator[ThreadedBroker]:
+    def minibroker_fixture(request: pytest.FixtureRequest) -> Iterator[ThreadedBroker | RemoteBroker]:
         """A fresh namespace of its process fixture's broker, with a ``url`` of its own; dropped after the test."""
-        proc: ThreadedBroker = request.getfixturevalue(proc_fixture_name)
+        proc: ThreadedBroker | RemoteBroker = request.getfixturevalue(proc_fixture_name)
         namespace = proc.create_namespace()
         try:
             yield namespace
@@ -99,17 +101,33 @@ class ExternalBroker:
         check(self.url, timeout)
 
 
-def minibroker_noproc(url: str | None = None, *, scope: Scope = "session") -> Fixture:
-    """A fixture pointing at an already running broker (``--minibroker-url`` or ``minibroker_url``)."""
+def _amqp_url(found: str) -> str:
+    return found if "://" in found else f"amqp://{found}"
+
+
+def minibroker_noproc(url: str | None = None, *, http_url: str | None = None, scope: Scope = "session") -> Fixture:
+    """A fixture pointing at an already running broker (``--minibroker-url`` or ``minibroker_url``).
+
+    With the URL of its HTTP management API (``http_url``, ``--minibroker-http-url`` or ``minibroker_http_url``)
+    it is a ``RemoteBroker`` (``minibroker.connect``): the surface of ``minibroker_proc``'s handle, so
+    ``minibroker("minibroker_noproc")`` gives each test a namespace of the remote broker. Its ``url`` is the one
+    given, else the one the broker reports.
+    """
 
     @pytest.fixture(scope=scope)
-    def minibroker_noproc_fixture(request: pytest.FixtureRequest) -> ExternalBroker:
-        """An ``ExternalBroker``: the address of an already running broker, checked to answer AMQP open."""
+    def minibroker_noproc_fixture(request: pytest.FixtureRequest) -> ExternalBroker | RemoteBroker:
+        """An already running broker: a ``RemoteBroker`` when its HTTP API's URL is given (checked to be ready),
+        else an ``ExternalBroker``, its address, checked to answer AMQP open."""
         found = _setting(request, "url", url)
+        found_http = _setting(request, "http_url", http_url)
+        if found_http is not None:
+            remote = connect(found_http, url=None if found is None else _amqp_url(found))
+            remote.check(timeout=5.0)
+            return remote
         if found is None:
             host = _setting(request, "host", None) or "127.0.0.1"
             found = format_url(host, int(_setting(request, "port", None) or 5672))
-        broker = ExternalBroker(found if "://" in found else f"amqp://{found}")
+        broker = ExternalBroker(_amqp_url(found))
         broker.check(timeout=5.0)
         return broker
 

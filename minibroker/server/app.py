@@ -470,11 +470,24 @@ class RunningBroker(NamespaceView):
     def _now(self) -> float:
         return trio.current_time()
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
+    async def wait_for(
+        self,
+        predicate: Callable[[], bool] | None = None,
+        timeout: float = 5.0,  # noqa: ASYNC109
+        *,
+        queue: str | None = None,
+        depth: int | None = None,
+        transactions: int | None = None,
+    ) -> None:
         """Wait until ``predicate()`` holds, re-checking after every change of broker state.
 
-        Raises ``TimeoutError`` after ``timeout`` seconds.
+        Instead of a predicate, the keyword conditions a remote broker checks too: ``wait_for(queue="q",
+        depth=1)``, ``wait_for(transactions=0)``. Raises ``TimeoutError`` after ``timeout`` seconds.
         """
+        if predicate is None:
+            predicate = self.condition(queue=queue, depth=depth, transactions=transactions)
+        elif (queue, depth, transactions) != (None, None, None):
+            raise TypeError("wait_for: a predicate or keyword conditions, not both")
         server = self._server
         server.waiters += 1
         try:

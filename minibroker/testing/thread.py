@@ -79,11 +79,25 @@ class ThreadedBroker(NamespaceView):
         """Run ``fn(running_broker)`` in the broker's thread and return its result."""
         return trio.from_thread.run_sync(fn, self.running, trio_token=self._shared.token)
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    def wait_for(
+        self,
+        predicate: Callable[[], bool] | None = None,
+        timeout: float = 5.0,
+        *,
+        queue: str | None = None,
+        depth: int | None = None,
+        transactions: int | None = None,
+    ) -> None:
         """Block until ``predicate()`` holds, re-checking after every change of broker state.
 
-        Raises ``TimeoutError`` after ``timeout`` seconds.
+        Instead of a predicate, the keyword conditions a remote broker checks too (``minibroker.connect``):
+        ``wait_for(queue="q", depth=1)``, ``wait_for(transactions=0)``. Raises ``TimeoutError`` after ``timeout``
+        seconds.
         """
+        if predicate is None:
+            predicate = self.condition(queue=queue, depth=depth, transactions=transactions)
+        elif (queue, depth, transactions) != (None, None, None):
+            raise TypeError("wait_for: a predicate or keyword conditions, not both")
         shared = self._shared
         deadline = time.monotonic() + timeout
         with shared.condition:
