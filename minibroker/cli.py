@@ -1,7 +1,8 @@
 """The ``minibroker`` command (DESIGN §2).
 
 Precedence of settings: command line, then environment (``MINIBROKER_HOST``, ``MINIBROKER_PORT``,
-``MINIBROKER_HTTP_PORT``, ``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``), then the config file, then defaults.
+``MINIBROKER_HTTP_PORT``, ``MINIBROKER_HTTP_HOST``, ``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``), then the config
+file, then defaults.
 Exit codes: 0 after SIGINT/SIGTERM, 2 for bad arguments or a bad config file (the message names the file, the key
 and the problem) and for a data dir that cannot be used (not a directory, not writable, held by another broker, a
 corrupt journal: the message says which), 1 when the listener cannot be bound.
@@ -99,6 +100,9 @@ def resolve_config(args: argparse.Namespace, environ: dict[str, str]) -> Config:
     changes: dict[str, object] = {}
     if http_port is not None:
         changes["http__port"] = http_port
+    http_host = environ.get("MINIBROKER_HTTP_HOST")  # the container image's: the API reachable from outside it
+    if http_host:
+        changes["http__host"] = http_host
     if host:
         changes["server__host"] = host
     if port is not None:

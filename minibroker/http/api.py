@@ -28,7 +28,7 @@ from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
 from minibroker.handles import PostRefused, QueueHandle, TopicHandle
-from minibroker.http import console
+from minibroker.http import console, metrics
 from minibroker.http.auth import Verify, authorize
 from minibroker.http.server import Request, Response
 
@@ -65,6 +65,7 @@ class ManagedBroker(Protocol):
     def drop_namespace(self) -> None: ...
     def namespace_view(self, name: str) -> ManagedBroker: ...
     def connection_peers(self) -> dict[int, str]: ...
+    def metrics(self) -> str: ...
     async def create_namespace(self, name: str | None = None) -> ManagedBroker: ...
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None: ...  # noqa: ASYNC109
 
@@ -178,6 +179,7 @@ class ManagementApi:
         router.add("GET", "/", console_page)
         router.add("GET", "/api/namespaces/{name}/", console_page)  # the console of one namespace
         router.add("GET", "/api/info", info)
+        router.add("GET", "/metrics", metrics_page)
         router.add("GET", "/api/queues", list_queues)
         router.add("GET", "/api/queues/{name}", get_queue)
         router.add("DELETE", "/api/queues/{name}", delete_queue)
@@ -246,6 +248,11 @@ async def console_page(call: Call) -> Response:
         except LookupError:
             raise HttpError(404, f"no namespace {name!r}") from None
     return Response(200, console.page(), (("content-type", console.CONTENT_TYPE),))
+
+
+async def metrics_page(call: Call) -> Response:
+    """The Prometheus text exposition of the whole broker (every namespace: each sample names its own)."""
+    return Response(200, call.broker.metrics().encode(), (("content-type", metrics.CONTENT_TYPE),))
 
 
 async def info(call: Call) -> Response:

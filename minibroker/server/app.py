@@ -35,6 +35,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import NamespaceView
 from minibroker.http.api import ManagementApi
+from minibroker.http.metrics import exposition
 from minibroker.http.server import HttpServer
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.journal import JournalWriter
@@ -202,10 +203,12 @@ def format_url(host: str, port: int, scheme: str = "amqp") -> str:
 class _Server:
     """The trio side of one broker: where connections are accepted and served."""
 
-    def __init__(self, config: Config, broker: Broker, nursery: trio.Nursery) -> None:
+    def __init__(self, config: Config, broker: Broker, nursery: trio.Nursery, journal: Journal | None = None) -> None:
         self.config = config
         self.broker = broker
         self.nursery = nursery
+        self.journal = journal
+        """The journal with a data dir (its write and fsync counts are metrics), else None."""
         self.tasks: set[ConnectionTask] = set()
         book = PasswordBook(config.auth.users)
         self.make_engine = engine_factory(config, FrameTracer() if config.trace_frames else None, book)
@@ -470,6 +473,10 @@ class RunningBroker(NamespaceView):
     def _now(self) -> float:
         return trio.current_time()
 
+    def metrics(self) -> str:
+        """The whole broker's metrics in the Prometheus text format (``minibroker.http.metrics``)."""
+        return exposition(self.broker, self._server.journal)
+
     async def wait_for(
         self,
         predicate: Callable[[], bool] | None = None,
@@ -568,7 +575,7 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
         async with trio.open_nursery() as nursery:
             if writer is not None:
                 nursery.start_soon(writer.run)
-            server = _Server(cfg, broker, nursery)
+            server = _Server(cfg, broker, nursery, journal)
             running = RunningBroker(server, cfg.server.host, 0)
             if cfg.http.port is not None:  # first, so that /readyz says 503 until the AMQP listeners are bound
                 running.http_port = await start_http(running, server, nursery)

@@ -274,7 +274,6 @@ def test_wrong_method_is_405_with_allow(broker: ThreadedBroker, method: str, pat
 @pytest.mark.parametrize(
     "path",
     [
-        "/metrics",
         "/api",
         "/api/nope",
         "/api/queues/nope",

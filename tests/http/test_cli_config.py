@@ -71,6 +71,8 @@ def test_http_port_precedence_and_host_independent_of_amqp() -> None:
     assert exposed.http.host == "127.0.0.1"  # --host alone does not expose management
     with pytest.raises(ConfigError, match="MINIBROKER_HTTP_PORT"):
         _resolve([], {"MINIBROKER_HTTP_PORT": "x"})
+    # only its own variable exposes management (the container image sets it)
+    assert _resolve([], {"MINIBROKER_HTTP_HOST": "0.0.0.0"}).http.host == "0.0.0.0"
 
 
 def test_cli_prints_the_http_line_and_serves_the_api() -> None:

@@ -291,3 +291,28 @@ def test_read_in_the_thread_runner_with_proton_clients(broker: ThreadedBroker, b
     samples = threaded_page(broker)
     assert one(samples, "minibroker_connections", namespace="default") == 0
     assert node(samples, "queue", namespace="default", queue="orders") == figures(2, 0, 0, 0, 3, 1)
+
+
+def test_get_metrics_over_http_parses_and_needs_credentials_when_users_are_configured(tmp_path: Path) -> None:
+    """``GET /metrics`` on the management listener: the exposition above, its content type, every namespace's
+    samples on one page, and the same Basic auth as the rest of the API (read-only: no ``manage`` needed)."""
+    from tests.http.client import call, http_broker
+
+    users = {"alice": "secret", "viewer": "look"}
+    permissions = {"viewer": {"manage": False}}
+    with http_broker(auth={"users": users, "permissions": permissions}, data_dir=str(tmp_path)) as broker:
+        assert call(broker, "GET", "/metrics").status == 401
+        conn = BlockingConnection(broker.url, user="alice", password="secret", allowed_mechs="PLAIN")
+        try:
+            sender = conn.create_sender("orders")
+            for i in range(3):
+                sender.send(Message(body=f"m{i}", durable=True))
+        finally:
+            conn.close()
+        answer = call(broker, "GET", "/metrics", auth=("viewer", "look"))
+        assert answer.status == 200
+        assert answer.headers["content-type"] == CONTENT_TYPE
+        types, samples = parse(answer.body.decode())
+        assert one(samples, "minibroker_queue_depth", namespace="default", queue="orders") == 3.0
+        assert types["minibroker_queue_messages_in"] == "counter"
+        assert one(samples, "minibroker_journal_bytes_total") > 0

@@ -17,10 +17,10 @@ async def test_adding_a_route_is_one_line() -> None:
         assert running.http_url is None  # off unless asked
         api = ManagementApi(running)
 
-        async def metrics(call: Call) -> Response:
+        async def example(call: Call) -> Response:
             return Response(200, b"queues 0\n", (("content-type", "text/plain"),))
 
-        api.router.add("GET", "/metrics", metrics)
+        api.router.add("GET", "/example", example)
         async with trio.open_nursery() as nursery:
             port = await HttpServer(api).listen("127.0.0.1", 0, nursery)
 
@@ -34,8 +34,8 @@ async def test_adding_a_route_is_one_line() -> None:
                     conn.close()
 
             with trio.fail_after(10):
-                assert await trio.to_thread.run_sync(get, "/metrics") == (200, b"queues 0\n")
-                status, _ = await trio.to_thread.run_sync(get, "/metrics", "POST")
+                assert await trio.to_thread.run_sync(get, "/example") == (200, b"queues 0\n")
+                status, _ = await trio.to_thread.run_sync(get, "/example", "POST")
                 assert status == 405
                 status, _ = await trio.to_thread.run_sync(get, "/healthz")
                 assert status == 200
