@@ -3,9 +3,11 @@ instructions, and its entrypoint command run as a subprocess the way the contain
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -73,8 +75,12 @@ def test_dockerfile_instructions() -> None:
     assert re.fullmatch(r"python:3\.1[1-9]-slim", base), base
     assert found["USER"] == ["1001"]
     assert "--uid 1001" in DOCKERFILE.read_text()
-    assert found["EXPOSE"] == ["5672 5671"]
-    assert found["ENV"] == ["MINIBROKER_HOST=0.0.0.0"]
+    assert found["EXPOSE"] == ["5672 5671 8672"]
+    assert _environment(found) == {
+        "MINIBROKER_HOST": "0.0.0.0",
+        "MINIBROKER_HTTP_HOST": "0.0.0.0",
+        "MINIBROKER_HTTP_PORT": "8672",
+    }
     (healthcheck,) = found["HEALTHCHECK"]
     assert healthcheck.endswith('CMD ["minibroker", "check"]')
     assert found["STOPSIGNAL"] == ["SIGTERM"]
@@ -85,11 +91,9 @@ def test_image_entrypoint_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     """Run the ENTRYPOINT with the image's ENV, as the container would (port 0 instead of 5672 here)."""
     found = _instructions()
     entrypoint = json.loads(found["ENTRYPOINT"][0])
-    env = dict(os.environ)
-    for assignment in found["ENV"]:
-        key, _, value = assignment.partition("=")
-        env[key] = value
+    env = {**os.environ, **_environment(found)}
     env["MINIBROKER_PORT"] = "0"
+    env["MINIBROKER_HTTP_PORT"] = "0"  # the image's 8672 may be taken here
     with subprocess.Popen(entrypoint, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             assert proc.stdout is not None
@@ -97,6 +101,15 @@ def test_image_entrypoint_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             match = re.fullmatch(r"minibroker listening on amqp://0\.0\.0\.0:(\d+)", line)
             assert match, line
             port = match.group(1)
+            http_line = proc.stdout.readline().strip()
+            http_on = re.fullmatch(r"minibroker http on http://0\.0\.0\.0:(\d+)", http_line)
+            assert http_on, http_line
+            conn = http.client.HTTPConnection("127.0.0.1", int(http_on.group(1)), timeout=5)
+            try:
+                conn.request("GET", "/healthz")
+                assert conn.getresponse().status == 200
+            finally:
+                conn.close()
             healthcheck = json.loads(found["HEALTHCHECK"][0].split("CMD", 1)[1])
             code, _elapsed, output = _check(*healthcheck[2:], "--url", f"amqp://127.0.0.1:{port}")
             assert code == 0, output
@@ -106,6 +119,12 @@ def test_image_entrypoint_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+def _environment(found: dict[str, list[str]]) -> dict[str, str]:
+    """The image's ENV assignments (several may share one ENV line)."""
+    pairs = [assignment.partition("=") for line in found["ENV"] for assignment in shlex.split(line)]
+    return {key: value for key, _, value in pairs}
 
 
 def test_readme_documents_docker_usage() -> None:
