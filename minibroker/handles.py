@@ -32,7 +32,7 @@ from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats, view_message
+from minibroker.broker.views import ConnectionInfo, MessageView, QueueReads, QueueStats, SubscriptionStats, view_message
 
 T = TypeVar("T")
 
@@ -106,7 +106,7 @@ class _NodeHandle:
         return f"{type(self).__name__}({self.name!r}, namespace={self.namespace!r})"
 
 
-class QueueHandle(_NodeHandle):
+class QueueHandle(_NodeHandle, QueueReads):
     """A queue by name in one namespace; every property reads the current state."""
 
     def _queue(self, broker: Broker) -> Queue | None:
@@ -121,25 +121,6 @@ class QueueHandle(_NodeHandle):
     def exists(self) -> bool:
         """Whether the queue exists now."""
         return self._owner._call(lambda broker: self._queue(broker) is not None)
-
-    @property
-    def depth(self) -> int:
-        """Messages ready for delivery (not counting acquired ones or ones staged in transactions)."""
-        return self.stats().ready
-
-    @property
-    def ready(self) -> int:
-        return self.stats().ready
-
-    @property
-    def acquired(self) -> int:
-        """Messages delivered to a consumer and not yet settled."""
-        return self.stats().acquired
-
-    @property
-    def staged(self) -> int:
-        """Messages posted in open transactions, invisible until commit."""
-        return self.stats().staged
 
     def peek(self, limit: int | None = None) -> list[MessageView]:
         """The ready messages in delivery order, decoded, without consuming them."""

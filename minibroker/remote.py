@@ -33,7 +33,7 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
+from minibroker.broker.views import ConnectionInfo, MessageView, QueueReads, QueueStats, SubscriptionStats
 
 DEFAULT_HTTP_URL = "http://127.0.0.1:8672"
 DEFAULT_TIMEOUT = 10.0
@@ -160,7 +160,7 @@ def _quoted(name: str) -> str:
     return quote(name, safe="")
 
 
-class RemoteQueue:
+class RemoteQueue(QueueReads):
     """A queue by name, read through the API; every property is a fresh request (zeros when it does not exist)."""
 
     def __init__(self, owner: RemoteBroker, name: str) -> None:
@@ -190,25 +190,6 @@ class RemoteQueue:
         """How the queue came to be ("dynamic", "auto" or "static"); None when it does not exist."""
         answer = self._request("GET")
         return None if answer is None else answer.get("kind")
-
-    @property
-    def depth(self) -> int:
-        """Messages ready for delivery (not counting acquired ones or ones staged in transactions)."""
-        return self.stats().ready
-
-    @property
-    def ready(self) -> int:
-        return self.stats().ready
-
-    @property
-    def acquired(self) -> int:
-        """Messages delivered to a consumer and not yet settled."""
-        return self.stats().acquired
-
-    @property
-    def staged(self) -> int:
-        """Messages posted in open transactions, invisible until commit."""
-        return self.stats().staged
 
     def peek(self, limit: int | None = None) -> list[MessageView]:
         """The ready messages in delivery order, decoded, without consuming them (none when it does not exist).

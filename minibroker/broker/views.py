@@ -158,6 +158,32 @@ class QueueStats(NodeCounts):
     name: str
 
 
+class QueueReads:
+    """The one-figure reads of a queue handle, each from a fresh ``stats()`` (embedded and remote alike)."""
+
+    def stats(self) -> QueueStats:
+        raise NotImplementedError
+
+    @property
+    def depth(self) -> int:
+        """Messages ready for delivery (not counting acquired ones or ones staged in transactions)."""
+        return self.stats().ready
+
+    @property
+    def ready(self) -> int:
+        return self.stats().ready
+
+    @property
+    def acquired(self) -> int:
+        """Messages delivered to a consumer and not yet settled."""
+        return self.stats().acquired
+
+    @property
+    def staged(self) -> int:
+        """Messages posted in open transactions, invisible until commit."""
+        return self.stats().staged
+
+
 @dataclass(frozen=True)
 class ConnectionInfo:
     """One client connection."""
