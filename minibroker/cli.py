@@ -22,7 +22,6 @@ import trio
 
 from minibroker import auth, health, manage_cli
 from minibroker.config import Config, ConfigError
-from minibroker.http.server import HttpListenError
 from minibroker.server.app import serve
 from minibroker.store.journal import RECOVER_MODES, JournalError
 
@@ -161,7 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(error, JournalError):  # the data dir: not a directory, not writable, locked, corrupt
             print(f"minibroker: {error}", file=sys.stderr)
             return 2
-        if isinstance(error, HttpListenError):
+        http_server = sys.modules.get("minibroker.http.server")  # loaded only with the HTTP listener on
+        if http_server is not None and isinstance(error, http_server.HttpListenError):
             print(f"minibroker: {error}", file=sys.stderr)
             return 1
         if isinstance(error, OSError):

@@ -34,9 +34,6 @@ from minibroker.config import Config, TlsConfig
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import NamespaceView
-from minibroker.http.api import ManagementApi
-from minibroker.http.metrics import exposition
-from minibroker.http.server import HttpServer
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.journal import JournalWriter
 from minibroker.server.login import LoginChecker
@@ -475,6 +472,8 @@ class RunningBroker(NamespaceView):
 
     def metrics(self) -> str:
         """The whole broker's metrics in the Prometheus text format (``minibroker.http.metrics``)."""
+        from minibroker.http.metrics import exposition  # loaded with the HTTP listener only
+
         return exposition(self.broker, self._server.journal)
 
     async def wait_for(
@@ -601,6 +600,9 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
 
 async def start_http(running: RunningBroker, server: _Server, nursery: trio.Nursery) -> int:
     """Serve the management API on ``[http] host:port``; return the bound port."""
+    from minibroker.http.api import ManagementApi  # h11 and the API are loaded only when the listener is on
+    from minibroker.http.server import HttpServer
+
     http = running.config.http
 
     async def verify(user: str, password: str, peer: str | None) -> tuple[bool, float]:

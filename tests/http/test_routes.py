@@ -7,8 +7,8 @@ import http.client
 
 import trio
 
-from minibroker.http import HttpServer, ManagementApi, Request, Response
-from minibroker.http.api import Call
+from minibroker.http.api import Call, ManagementApi
+from minibroker.http.server import HttpServer, Request, Response
 from minibroker.server.app import serve
 
 
