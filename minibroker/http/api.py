@@ -6,6 +6,10 @@ JSON ``{"error": ...}``: 404 for an unknown path or name, 405 (with ``Allow``) f
 method, 400 for malformed input. With users configured, every call but ``/healthz`` and ``/readyz`` needs HTTP
 Basic credentials (401), and POST and DELETE calls a user who may ``manage`` (403): see ``auth.py``.
 
+The API may be served before the broker exists (while its journal is recovered): until ``attach(broker)``
+only the probes answer (``/healthz`` 200, ``/readyz`` 503 with the ``phase``), every other call 503 (after
+the credentials are checked, as always).
+
 This module knows the broker only through ``ManagedBroker``, the part of ``RunningBroker`` it uses, so the trio
 server (which starts it) may import it.
 """
@@ -85,7 +89,15 @@ class Call:
 
     request: Request
     params: dict[str, str]
-    broker: ManagedBroker
+    target: ManagedBroker | None
+    """The namespace addressed; None before the broker is attached (only the probes are routed then)."""
+
+    @property
+    def broker(self) -> ManagedBroker:
+        """The namespace addressed (503 before the broker is attached)."""
+        if self.target is None:
+            raise HttpError(503, "not ready")
+        return self.target
 
     def json(self) -> Any:
         """The request body as JSON (400 when it is not)."""
@@ -163,19 +175,23 @@ class ManagementApi:
 
     def __init__(
         self,
-        broker: ManagedBroker,
+        broker: ManagedBroker | None,
         *,
         users: bool = False,
         verify: Verify | None = None,
         permissions: Mapping[str, Permissions] | None = None,
     ) -> None:
+        """``broker`` None: it does not exist yet (its journal is being recovered); see ``attach``."""
         self.broker = broker
+        self.phase = "starting"
+        """What ``/readyz`` says while the broker is not ready: ``starting`` (not attached yet, or its listeners
+        not bound), ``recovering`` (its journal being read), ``stopping`` (once shutdown began)."""
         self.users = users
         self.verify = verify
         self.permissions = dict(permissions or {})
         router = self.router = Router()
         router.add("GET", "/healthz", healthz, public=True)
-        router.add("GET", "/readyz", readyz, public=True)
+        router.add("GET", "/readyz", self.readyz, public=True)
         router.add("GET", "/", console_page)
         router.add("GET", "/api/namespaces/{name}/", console_page)  # the console of one namespace
         router.add("GET", "/api/info", info)
@@ -197,6 +213,19 @@ class ManagementApi:
         router.add("GET", "/api/wait", wait)
         router.add("POST", "/api/namespaces", create_namespace)
         router.add("DELETE", "/api/namespaces/{name}", drop_namespace)
+
+    def attach(self, broker: ManagedBroker) -> None:
+        """The broker is serving: every route answers from now on."""
+        self.broker = broker
+
+    @property
+    def status(self) -> str:
+        """``ready`` when the broker is attached and ready, else the ``phase``."""
+        return "ready" if self.broker is not None and self.broker.ready else self.phase
+
+    async def readyz(self, call: Call) -> Response:
+        status = self.status
+        return Response.json(200 if status == "ready" else 503, {"status": status})
 
     async def __call__(self, request: Request) -> Response:
         try:
@@ -220,7 +249,10 @@ class ManagementApi:
             if refusal is not None:
                 return refusal
         broker = self.broker
-        if namespace is not None:
+        if broker is None:
+            if not route.public:
+                raise HttpError(503, f"not ready ({self.phase}): see /readyz")
+        elif namespace is not None:
             try:
                 broker = broker.namespace_view(namespace)
             except LookupError:
@@ -231,12 +263,6 @@ class ManagementApi:
 # -- health -------------------------------------------------------------------------------------------
 async def healthz(call: Call) -> Response:
     return Response.json(200, {"status": "ok"})
-
-
-async def readyz(call: Call) -> Response:
-    if call.broker.ready:
-        return Response.json(200, {"status": "ready"})
-    return Response.json(503, {"status": "starting"})
 
 
 # -- the web console ----------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The running broker: listeners, connection tasks, timers, and the handle embedders hold.
 
-``serve(config)`` is the trio entry point: it binds the listener, creates the configured nodes, and yields
-a ``RunningBroker`` only once connections can be accepted. With ``[http] port`` set, the management API
-(``minibroker.http``) is served in the same trio run, bound before the AMQP listeners so that its ``/readyz``
-tells when they are. Leaving the context closes every connection
-with ``amqp:connection:forced`` and stops.
+``serve(config)`` is the trio entry point: it recovers the journal, binds the listener, creates the configured
+nodes, and yields a ``RunningBroker`` only once connections can be accepted. With ``[http] port`` set, the
+management API (``minibroker.http``) is served in the same trio run, bound first, so that its ``/readyz`` tells
+(503) while the journal is recovered (in a worker thread) and the AMQP listeners bound. Leaving the context
+closes every connection with ``amqp:connection:forced`` and stops.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -38,7 +38,11 @@ from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_
 from minibroker.server.journal import JournalWriter
 from minibroker.server.login import LoginChecker
 from minibroker.server.trace import FrameTracer
-from minibroker.store.journal import Journal
+from minibroker.store.journal import Journal, JournalError
+from minibroker.store.state import DurableState
+
+if TYPE_CHECKING:  # loaded at run time only with the HTTP listener on (start_http)
+    from minibroker.http.api import ManagementApi
 
 log = logging.getLogger("minibroker")
 
@@ -200,16 +204,23 @@ def format_url(host: str, port: int, scheme: str = "amqp") -> str:
 class _Server:
     """The trio side of one broker: where connections are accepted and served."""
 
-    def __init__(self, config: Config, broker: Broker, nursery: trio.Nursery, journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        broker: Broker,
+        nursery: trio.Nursery,
+        login: LoginChecker,
+        journal: Journal | None = None,
+    ) -> None:
         self.config = config
         self.broker = broker
         self.nursery = nursery
         self.journal = journal
         """The journal with a data dir (its write and fsync counts are metrics), else None."""
         self.tasks: set[ConnectionTask] = set()
-        book = PasswordBook(config.auth.users)
-        self.make_engine = engine_factory(config, FrameTracer() if config.trace_frames else None, book)
-        self.login = login_checker(config, book)
+        self.make_engine = engine_factory(config, FrameTracer() if config.trace_frames else None, login.book)
+        self.login = login
+        """Checks PLAIN logins, and the management API's Basic credentials (which may come before this server)."""
         self.ids = itertools.count(1)
         self.opened = 0
         """Connections past their open: what ``server.max_connections`` limits."""
@@ -556,65 +567,94 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
 
 @asynccontextmanager
 async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
-    """Run a broker for the duration of the ``async with`` block."""
+    """Run a broker for the duration of the ``async with`` block.
+
+    Start-up, in this order: the management API's listener (with ``[http] port``), whose ``/readyz`` answers 503
+    from then until ready; the journal's recovery (with a data dir), in a worker thread so that the API answers
+    meanwhile; the recovered state restored; the AMQP listeners; ready. A data dir that cannot be used raises its
+    ``JournalError`` as it is (not in an exception group), the HTTP listener closed.
+    """
     cfg = as_config(config)
     journal = None
     if cfg.data_dir:
-        # raises JournalError (DataDirError, JournalCorrupt) when the data dir cannot be used as it is
         journal = Journal(cfg.data_dir, sync=cfg.data_sync == "always", recover=cfg.data_recover)
-        state = journal.recover()
+    login = login_checker(cfg, PasswordBook(cfg.auth.users))
+    broker = make_broker(cfg, durable=journal is not None)  # nothing reaches it before it is restored and ready
     writer = None
+    failed: JournalError | None = None
     try:
-        broker = make_broker(cfg, durable=journal is not None)
-        if journal is not None:
-            restored = broker.restore(state, trio.current_time())
-            log.info("recovered %d durable messages from %s", restored, cfg.data_dir)
-            writer = JournalWriter(journal, broker)
-        warn_if_exposed(cfg)
         async with trio.open_nursery() as nursery:
-            if writer is not None:
-                nursery.start_soon(writer.run)
-            server = _Server(cfg, broker, nursery, journal)
-            running = RunningBroker(server, cfg.server.host, 0)
-            if cfg.http.port is not None:  # first, so that /readyz says 503 until the AMQP listeners are bound
-                running.http_port = await start_http(running, server, nursery)
-            running.port = await server.listen(cfg.server.host, cfg.server.port, broker.default)
-            if cfg.tls.enabled:
-                running.tls_port = await server.listen(cfg.server.host, cfg.tls.port, broker.default, tls=True)
-            nursery.start_soon(run_broker_timer, broker)
-            server.ready = True
+            api: ManagementApi | None = None
+            http_port: int | None = None
+            if cfg.http.port is not None:  # first: /healthz answers, /readyz says 503 until the broker is ready
+                api, http_port = await start_http(cfg, login, nursery)
             try:
-                yield running
-            finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(2.0):
-                    await server.shutdown()
+                state = await recover(journal, api)
+            except JournalError as exc:  # re-raised below, once the HTTP listener is closed
+                failed = exc
                 nursery.cancel_scope.cancel()
-                if writer is not None:
-                    wake_writers(broker)
+            else:
+                if state is not None:
+                    assert journal is not None
+                    restored = broker.restore(state, trio.current_time())
+                    log.info("recovered %d durable messages from %s", restored, cfg.data_dir)
+                    writer = JournalWriter(journal, broker)
+                    nursery.start_soon(writer.run)
+                warn_if_exposed(cfg)
+                if api is not None:
+                    api.phase = "starting"
+                server = _Server(cfg, broker, nursery, login, journal)
+                running = RunningBroker(server, cfg.server.host, 0, http_port=http_port)
+                running.port = await server.listen(cfg.server.host, cfg.server.port, broker.default)
+                if cfg.tls.enabled:
+                    running.tls_port = await server.listen(cfg.server.host, cfg.tls.port, broker.default, tls=True)
+                nursery.start_soon(run_broker_timer, broker)
+                server.ready = True
+                if api is not None:
+                    api.attach(running)
+                try:
+                    yield running
+                finally:
+                    if api is not None:
+                        api.phase = "stopping"
+                    with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+                        await server.shutdown()
+                    nursery.cancel_scope.cancel()
+                    if writer is not None:
+                        wake_writers(broker)
+        if failed is not None:
+            raise failed
     finally:
         if writer is not None:
             writer.close()
         elif journal is not None:
-            journal.close()
+            journal.close()  # after a failed recovery: nothing to close, the data dir already released
 
 
-async def start_http(running: RunningBroker, server: _Server, nursery: trio.Nursery) -> int:
-    """Serve the management API on ``[http] host:port``; return the bound port."""
+async def recover(journal: Journal | None, api: ManagementApi | None) -> DurableState | None:
+    """The journal's durable state (None without one), read in a worker thread: the event loop, and the management
+    API with it, go on meanwhile. Raises ``JournalError`` (``DataDirError``, ``JournalCorrupt``) when the data dir
+    cannot be used as it is."""
+    if journal is None:
+        return None
+    if api is not None:
+        api.phase = "recovering"
+    return await trio.to_thread.run_sync(journal.recover)
+
+
+async def start_http(config: Config, login: LoginChecker, nursery: trio.Nursery) -> tuple[ManagementApi, int]:
+    """Serve the management API on ``[http] host:port``, without a broker until ``attach``; return it and the
+    bound port."""
     from minibroker.http.api import ManagementApi  # h11 and the API are loaded only when the listener is on
     from minibroker.http.server import HttpServer
 
-    http = running.config.http
+    http = config.http
 
     async def verify(user: str, password: str, peer: str | None) -> tuple[bool, float]:
         # the same checker as SASL PLAIN: hashing off the loop, failures counted per address (IPv6: per /64)
-        return await server.login.verify(user, password, throttle_address(peer))
+        return await login.verify(user, password, throttle_address(peer))
 
-    api = ManagementApi(
-        running,
-        users=bool(running.config.auth.users),
-        verify=verify,
-        permissions=running.config.auth.permissions,
-    )
+    api = ManagementApi(None, users=bool(config.auth.users), verify=verify, permissions=config.auth.permissions)
     listener = HttpServer(
         api,
         max_body_size=http.max_body_size,
@@ -622,7 +662,13 @@ async def start_http(running: RunningBroker, server: _Server, nursery: trio.Nurs
         max_connections=http.max_connections,
     )
     assert http.port is not None
-    return await listener.listen(http.host, http.port, nursery)
+    port = await listener.listen(http.host, http.port, nursery)
+    # stdout keeps its lines for when the broker is ready (the AMQP URL first): this is how a supervisor learns
+    # early where to ask /readyz, with a port of 0
+    log.info(
+        "management API on %s (/readyz answers 503 until the broker is ready)", format_url(http.host, port, "http")
+    )
+    return api, port
 
 
 def warn_if_exposed(config: Config) -> None:

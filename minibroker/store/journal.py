@@ -58,6 +58,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from minibroker.store import records
+from minibroker.store.crash import hold_point
 from minibroker.store.records import (
     HEADER,
     MAGIC,
@@ -407,6 +408,7 @@ class Journal:
         """
         self._take_directory()
         try:
+            hold_point("recovery")  # tests only: MINIBROKER_HOLD_AT (store/crash.py)
             return self._recover()
         except BaseException:
             self._release_directory()
