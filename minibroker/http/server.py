@@ -186,6 +186,11 @@ class HttpServer:
                 # h11 bounds a head still arriving; one that came whole in a single read is measured here
                 if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > MAX_HEAD_SIZE:
                     raise _Refused(Response.error(431, f"request head larger than {MAX_HEAD_SIZE} bytes"))
+                names = {name for name, _ in event.headers}
+                if b"content-length" in names and b"transfer-encoding" in names:
+                    # RFC 9112 §6.1: a server MAY reject such a request and MUST close the connection after it;
+                    # the two framings disagreeing is how requests are smuggled past a proxy
+                    raise _Refused(Response.error(400, "both Content-Length and Transfer-Encoding"))
                 head = event
                 length = _content_length(event)
                 if length is not None and length > self.max_body_size:
