@@ -15,14 +15,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Data, Header, MessageAnnotations, Properties
-from minibroker.amqp.types import Symbol
+from minibroker.amqp.types import EncodeError, Symbol
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
@@ -113,39 +115,65 @@ Handler = Callable[[Call], Awaitable[Response]]
 @dataclass(frozen=True)
 class Route:
     method: str
-    pattern: re.Pattern[str]
+    pattern: tuple[str, ...]
+    """The path's segments; ``{name}`` is a parameter."""
     handler: Handler
     public: bool
     """Answered without credentials (health probes)."""
 
 
 class Router:
-    """A routing table: ``add(method, "/api/queues/{name}", handler)``; ``{x}`` matches one path segment."""
+    """A routing table: ``add(method, "/api/queues/{name}", handler)``; ``{x}`` matches one path segment.
+
+    Routes match the path's segments after each is percent-decoded on its own, so that ``%2F`` stays inside its
+    segment: ``/api/queues/a%2Fb`` names the queue ``a/b`` and never reaches the route of ``/api/queues/a/b``.
+    """
 
     def __init__(self) -> None:
         self.routes: list[Route] = []
 
     def add(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
-        segments = []
-        for segment in path.split("/"):
-            param = re.fullmatch(r"\{(\w+)\}", segment)
-            segments.append(f"(?P<{param[1]}>[^/]+)" if param else re.escape(segment))
-        regex = "/".join(segments)
-        self.routes.append(Route(method, re.compile(f"^{regex}$"), handler, public))
+        self.routes.append(Route(method, tuple(path.split("/")), handler, public))
 
-    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
-        """The route for ``method`` and ``path`` and its parameters; HttpError 404 or 405 when there is none."""
+    def match(self, method: str, segments: list[str]) -> tuple[Route, dict[str, str]]:
+        """The route for ``method`` and the decoded path ``segments`` and its parameters; HttpError 404 or 405
+        when there is none. HEAD is answered as GET (RFC 9110 §9.3.2), the server leaving the body out."""
         allowed = []
         for route in self.routes:
-            found = route.pattern.match(path)
-            if found is None:
+            params = _match_segments(route.pattern, segments)
+            if params is None:
                 continue
-            if route.method == method:
-                return route, found.groupdict()
+            if route.method == method or (method == "HEAD" and route.method == "GET"):
+                return route, params
             allowed.append(route.method)
         if allowed:
+            if "GET" in allowed:
+                allowed.insert(allowed.index("GET") + 1, "HEAD")
             raise _MethodNotAllowed(allowed)
-        raise HttpError(404, f"no such resource: {path}")
+        raise HttpError(404, f"no such resource: {'/'.join(segments)}")
+
+
+def _match_segments(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | None:
+    if len(pattern) != len(segments):
+        return None
+    params = {}
+    for expected, segment in zip(pattern, segments, strict=True):
+        if expected.startswith("{") and expected.endswith("}"):
+            if not segment:
+                return None
+            params[expected[1:-1]] = segment
+        elif expected != segment:
+            return None
+    return params
+
+
+def _segments(request: Request) -> list[str]:
+    """The request path split at its slashes, each segment percent-decoded (400 when one is not UTF-8)."""
+    raw_path = urlsplit(request.target).path
+    try:
+        return [unquote(segment, errors="strict") for segment in raw_path.split("/")]
+    except UnicodeDecodeError:
+        raise HttpError(400, "the path is not percent-encoded UTF-8") from None
 
 
 class _MethodNotAllowed(HttpError):
@@ -154,7 +182,6 @@ class _MethodNotAllowed(HttpError):
         self.allowed = allowed
 
 
-_NAMESPACED = re.compile(r"^/api/namespaces/(?P<ns>[^/]+)(?P<rest>/.+)$")
 _CONDITION = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -207,13 +234,13 @@ class ManagementApi:
             return Response.error(exc.status, exc.message)
 
     async def _route(self, request: Request) -> Response:
-        path = request.path
+        segments = _segments(request)
         namespace = None
-        namespaced = _NAMESPACED.match(path)
-        if namespaced is not None and namespaced["rest"] != "/":
-            path = "/api" + namespaced["rest"]
-            namespace = namespaced["ns"]
-        route, params = self.router.match(request.method, path)
+        # /api/namespaces/{ns}/... is /api/... in the namespace ns (but /api/namespaces/{ns}/ is its console)
+        if len(segments) > 4 and segments[1:3] == ["api", "namespaces"] and segments[3] and segments[4:] != [""]:
+            namespace = segments[3]
+            segments = ["", "api", *segments[4:]]
+        route, params = self.router.match(request.method, segments)
         if not route.public and self.users:
             # before the namespace is looked up: which namespaces exist is not told to strangers
             refusal = await authorize(request, self.verify, self.permissions)
@@ -436,7 +463,7 @@ async def list_connections(call: Call) -> Response:
 
 async def close_connection(call: Call) -> Response:
     text = call.params["id"]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise HttpError(400, f"{text!r} is not a connection id")
     condition = call.request.query.get("condition", "amqp:connection:forced")
     if not _CONDITION.match(condition):
@@ -540,6 +567,8 @@ _VIEW_NAMES = {
 
 def jsonable(value: Any) -> Any:
     """An AMQP value as JSON can carry it: bytes as base64 text, map keys as text, other types as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value).replace("nan", "NaN").replace("inf", "Infinity")  # RFC 8259 JSON has no such numbers
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, bytes | bytearray | memoryview):
@@ -669,7 +698,7 @@ def encode_message(spec: Any) -> bytes:
         sections.append(AmqpValue(body))
     try:
         return b"".join(codec.encode(section) for section in sections)
-    except (ValueError, TypeError, OverflowError) as exc:
+    except (EncodeError, ValueError, TypeError, OverflowError) as exc:  # a number out of AMQP's range
         raise HttpError(400, f"message cannot be encoded: {exc}") from None
 
 
