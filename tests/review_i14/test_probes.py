@@ -196,3 +196,13 @@ def test_bogus_close_condition_is_400(broker: ThreadedBroker) -> None:
         assert call(broker, "DELETE", "/api/connections/%C2%B2").status == 400
     finally:
         conn.close()
+
+
+def test_the_remote_handle_reaches_a_queue_whose_name_has_a_slash(broker: ThreadedBroker) -> None:
+    import minibroker
+
+    assert broker.http_url is not None
+    send_amqp(broker, "c/d", Message(body="y"))
+    remote = minibroker.connect(broker.http_url)
+    assert remote.queue("c/d").depth == 1
+    assert [view.body for view in remote.queue("c/d").peek()] == ["y"]
