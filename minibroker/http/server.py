@@ -140,7 +140,7 @@ class HttpServer:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_SIZE)
         peer = _peer(stream)
         while True:
-            started: list[bool] = []  # set once a byte of this request arrived
+            started: list[bool] = [True] if conn.trailing_data[0] else []  # a byte of this request arrived
             try:
                 with trio.move_on_after(self.request_timeout) as scope:
                     request = await self._read(conn, stream, peer, started)
@@ -153,15 +153,43 @@ class HttpServer:
                 return
             if request is None:
                 return  # the client closed the connection between requests
-            try:
-                response = await self.app(request)
-            except Exception:
-                log.exception("HTTP %s %s failed", request.method, request.path)
-                response = Response.error(500, "internal error (logged)")
+            response = await self._answer(conn, stream, request)
+            if response is None:
+                return  # the client went away while a safe request (a long-poll, say) was being answered
             await self._send(conn, stream, response, close=False, head_only=request.method == "HEAD")
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return  # h11 says this connection cannot carry another request (Connection: close, HTTP/1.0)
             conn.start_next_cycle()
+
+    async def _answer(self, conn: h11.Connection, stream: trio.abc.Stream, request: Request) -> Response | None:
+        """The app's response to ``request``; None when the client closed the connection before it was ready.
+
+        While a GET or HEAD is answered the connection is watched, so that a long-poll whose client is gone
+        gives its connection slot back at once rather than after its timeout. Only these safe methods (RFC 9110
+        §9.2.1) are given up on: a change the client asked for is always carried through.
+        """
+        result: list[Response] = []
+        async with trio.open_nursery() as nursery:
+
+            async def run_app() -> None:
+                try:
+                    result.append(await self.app(request))
+                except Exception:
+                    log.exception("HTTP %s %s failed", request.method, request.path)
+                    result.append(Response.error(500, "internal error (logged)"))
+                nursery.cancel_scope.cancel()
+
+            async def watch() -> None:
+                data = await stream.receive_some(65536)  # trio: a cancelled receive consumes nothing
+                if data:
+                    conn.receive_data(bytes(data))  # a pipelined request, kept for the next cycle
+                    await trio.sleep_forever()
+                nursery.cancel_scope.cancel()  # EOF: nobody is left to answer
+
+            nursery.start_soon(run_app)
+            if request.method in ("GET", "HEAD"):
+                nursery.start_soon(watch)
+        return result[0] if result else None
 
     async def _read(
         self, conn: h11.Connection, stream: trio.abc.Stream, peer: str | None, started: list[bool]
