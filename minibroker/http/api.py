@@ -36,6 +36,9 @@ from minibroker.http.server import Request, Response
 
 MAX_PEEK = 1000
 """Most messages ``GET /api/queues/{name}/messages`` returns (``limit`` defaults to 100)."""
+MAX_PEEK_BYTES = 4 * 1024 * 1024
+"""Message bytes a peek answers at most (but always one message): the page is built in the broker's own event
+loop, so a thousand large messages at once would stall every connection."""
 MAX_WAIT = 300.0
 """Longest ``timeout`` of ``GET /api/wait``, in seconds."""
 
@@ -328,7 +331,14 @@ async def delete_queue(call: Call) -> Response:
 async def peek_messages(call: Call) -> Response:
     handle = _existing_queue(call)
     limit = min(call.int_arg("limit", 100) or 0, MAX_PEEK)
-    return Response.json(200, [message_json(view) for view in handle.peek(limit)])
+    page: list[dict[str, Any]] = []
+    total = 0
+    for view in handle.peek(limit):
+        if page and total + view.size > MAX_PEEK_BYTES:
+            break
+        page.append(message_json(view))
+        total += view.size
+    return Response.json(200, page)
 
 
 async def post_message(call: Call) -> Response:
