@@ -121,15 +121,16 @@ def test_an_oversized_head_is_431(broker: ThreadedBroker, whole: bool) -> None:
         assert status_of(read_all(sock)) == 431
 
 
-def test_connections_beyond_the_limit_are_closed(broker: ThreadedBroker) -> None:
+def test_a_connection_beyond_the_limit_takes_the_place_of_the_longest_idle(broker: ThreadedBroker) -> None:
     held = [raw_socket(broker) for _ in range(4)]
     try:
         for sock in held:
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             sock.recv(65536)  # served: the connection counts
         with raw_socket(broker) as extra:
-            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert read_all(extra) == b""
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert status_of(read_all(extra)) == 200
+        assert read_all(held[0]) == b""  # the oldest idle one was closed quietly
     finally:
         for sock in held:
             sock.close()
