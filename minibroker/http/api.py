@@ -539,16 +539,23 @@ async def wait(call: Call) -> Response:
     if not 0 <= timeout <= MAX_WAIT:
         raise HttpError(400, f"timeout: must be between 0 and {MAX_WAIT:g} seconds")
     handle = broker.queue(queue) if queue is not None else None
+    gone: list[bool] = []
 
     def holds() -> bool:
-        if handle is not None and handle.depth != depth:
-            return False
-        return transactions is None or len(broker.transactions) == transactions
+        try:
+            if handle is not None and handle.depth != depth:
+                return False
+            return transactions is None or len(broker.transactions) == transactions
+        except LookupError:  # the namespace was deleted during the wait: nothing more to wait for
+            gone.append(True)
+            return True
 
     try:
         await broker.wait_for(holds, timeout)
     except TimeoutError:
         return Response.error(408, f"condition not met within {timeout:g} s")
+    if gone:
+        raise HttpError(404, f"namespace {broker.namespace_name!r} was deleted during the wait")
     return Response.json(200, {"ok": True})
 
 
