@@ -31,7 +31,7 @@ from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
 from minibroker.handles import PostRefused, QueueHandle, TopicHandle
 from minibroker.http import console, metrics
-from minibroker.http.auth import Verify, authorize
+from minibroker.http.auth import MUTATING, Verify, authorize
 from minibroker.http.server import Request, Response
 
 MAX_PEEK = 1000
@@ -185,6 +185,8 @@ class _MethodNotAllowed(HttpError):
         self.allowed = allowed
 
 
+_NOT_FRAMED = (("x-frame-options", "DENY"), ("content-security-policy", "frame-ancestors 'none'"))
+"""The console has buttons that purge and reset: no other site may frame it (clickjacking)."""
 _CONDITION = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -244,6 +246,10 @@ class ManagementApi:
             namespace = segments[3]
             segments = ["", "api", *segments[4:]]
         route, params = self.router.match(request.method, segments)
+        if request.method in MUTATING and not _same_origin(request):
+            # a page on another site posting through an operator's browser (CSRF): a form POST needs no CORS
+            # preflight, and the browser adds its cached Basic credentials; scripts and CLIs send no Origin
+            raise HttpError(403, "cross-origin request refused")
         if not route.public and self.users:
             # before the namespace is looked up: which namespaces exist is not told to strangers
             refusal = await authorize(request, self.verify, self.permissions)
@@ -256,6 +262,14 @@ class ManagementApi:
             except LookupError:
                 raise HttpError(404, f"no namespace {namespace!r}") from None
         return await route.handler(Call(request, params, broker))
+
+
+def _same_origin(request: Request) -> bool:
+    """Whether the request's ``Origin`` (sent by browsers, RFC 6454) names this server, or there is none."""
+    origin = request.header("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc.lower() == (request.header("host") or "").lower()
 
 
 # -- health -------------------------------------------------------------------------------------------
@@ -277,7 +291,7 @@ async def console_page(call: Call) -> Response:
             call.broker.namespace_view(name)
         except LookupError:
             raise HttpError(404, f"no namespace {name!r}") from None
-    return Response(200, console.page(), (("content-type", console.CONTENT_TYPE),))
+    return Response(200, console.page(), (("content-type", console.CONTENT_TYPE), *_NOT_FRAMED))
 
 
 async def metrics_page(call: Call) -> Response:
