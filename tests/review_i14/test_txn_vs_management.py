@@ -75,3 +75,29 @@ def test_commit_after_the_staging_queue_was_removed_is_not_a_success(broker: Thr
     # whatever the broker decided, the message must not have come to life in a queue the operator removed
     queue = call(broker, "GET", "/api/queues/staging")
     assert queue.status == 404 or queue.json["depth"] == 0
+
+
+def _counters(broker: ThreadedBroker) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = call(broker, "GET", "/metrics").body.decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.type == "counter"
+        for sample in family.samples
+    }
+
+
+def test_broker_wide_counters_never_decrease_across_a_reset(broker: ThreadedBroker) -> None:
+    host, port = broker.url.removeprefix("amqp://").rsplit(":", 1)
+    with ScriptedPeer.connect(host, int(port)) as peer:
+        _stage(peer)
+        before = _counters(broker)
+        assert call(broker, "POST", "/api/reset").status == 200
+        peer.expect(Close)
+    broker.wait_for(lambda: not broker.transactions)
+    after = _counters(broker)
+    for key, value in before.items():
+        if not any(label == "namespace" for label, _ in key[1]):  # broker-wide: one series for the process
+            assert after[key] >= value, key
