@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import ipaddress
 import json
 import math
 import re
@@ -200,8 +202,11 @@ class ManagementApi:
         users: bool = False,
         verify: Verify | None = None,
         permissions: Mapping[str, Permissions] | None = None,
+        loopback: bool = False,
     ) -> None:
         self.broker = broker
+        self.loopback = loopback
+        """Listening on a loopback address only: a request must name a loopback host (DNS rebinding)."""
         self.users = users
         self.verify = verify
         self.permissions = dict(permissions or {})
@@ -239,6 +244,10 @@ class ManagementApi:
             return Response.error(exc.status, exc.message)
 
     async def _route(self, request: Request) -> Response:
+        if self.loopback and not is_loopback_host(request.header("host")):
+            # a page whose DNS name was re-pointed at 127.0.0.1 is same-origin for the browser: only the Host
+            # header it sends tells it apart (RFC 9110 §15.5.20: not a target this server answers for)
+            raise HttpError(421, "this API answers only loopback host names (127.0.0.1, localhost, [::1])")
         segments = _segments(request)
         namespace = None
         # /api/namespaces/{ns}/... is /api/... in the namespace ns (but /api/namespaces/{ns}/ is its console)
@@ -262,6 +271,27 @@ class ManagementApi:
             except LookupError:
                 raise HttpError(404, f"no namespace {namespace!r}") from None
         return await route.handler(Call(request, params, broker))
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """Whether a ``Host`` header (or a listener's address) names this machine's loopback; True when absent
+    (HTTP/1.0 without one: not a browser)."""
+    if host is None:
+        return True
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback  # a listener's address, IPv6 without brackets
+    try:
+        name = urlsplit(f"//{host}").hostname
+    except ValueError:
+        return False
+    if name is None:
+        return False
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def _same_origin(request: Request) -> bool:

@@ -34,7 +34,7 @@ from minibroker.config import Config, TlsConfig
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import NamespaceView
-from minibroker.http.api import ManagementApi
+from minibroker.http.api import ManagementApi, is_loopback_host
 from minibroker.http.metrics import exposition
 from minibroker.http.server import HttpServer
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
@@ -612,6 +612,7 @@ async def start_http(running: RunningBroker, server: _Server, nursery: trio.Nurs
         users=bool(running.config.auth.users),
         verify=verify,
         permissions=running.config.auth.permissions,
+        loopback=is_loopback_host(http.host),
     )
     listener = HttpServer(
         api,

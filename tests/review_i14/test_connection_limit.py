@@ -39,7 +39,7 @@ def read_all(sock: socket.socket) -> bytes:
 def test_idle_connections_give_way_to_a_real_client(broker: ThreadedBroker) -> None:
     idle = [open_socket(broker) for _ in range(3)]
     try:
-        idle[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        idle[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert idle[0].recv(65536).startswith(b"HTTP/1.1 200")  # served, then idle between requests
         for _ in range(3):  # well before the 30 s request time-out
             assert call(broker, "GET", "/healthz").status == 200
@@ -52,10 +52,10 @@ def test_when_every_connection_is_busy_a_new_one_gets_503(broker: ThreadedBroker
     busy = [open_socket(broker) for _ in range(3)]
     try:
         for sock in busy:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a head that never ends (slowloris)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")  # a head that never ends (slowloris)
         time.sleep(0.3)  # the broker has read them: these connections are busy, not idle
         with open_socket(broker) as extra:
-            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             reply = read_all(extra)
         assert reply.startswith(b"HTTP/1.1 503"), reply
         assert b"retry-after" in reply.lower()

@@ -24,7 +24,7 @@ def test_abandoned_waits_free_their_connections(broker: ThreadedBroker) -> None:
     parts = urlsplit(broker.http_url)
     for _ in range(3):
         with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
-            sock.sendall(b"GET /api/wait?queue=q&depth=5&timeout=300 HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /api/wait?queue=q&depth=5&timeout=300 HTTP/1.1\r\nHost: localhost\r\n\r\n")
             time.sleep(0.1)  # the wait has begun
     deadline = time.monotonic() + 5
     while True:  # each slot is freed as soon as its client is seen gone: well within the 300 s wait
@@ -42,8 +42,8 @@ def test_a_wait_answers_a_client_that_pipelined_another_request(broker: Threaded
     parts = urlsplit(broker.http_url)
     with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
         sock.sendall(
-            b"GET /api/wait?queue=q&depth=1&timeout=0.5 HTTP/1.1\r\nHost: x\r\n\r\n"
-            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            b"GET /api/wait?queue=q&depth=1&timeout=0.5 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
         )
         reply = b""
         while chunk := sock.recv(65536):

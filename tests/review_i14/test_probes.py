@@ -66,7 +66,7 @@ def test_a_queue_whose_name_has_a_slash_is_reachable(broker: ThreadedBroker) -> 
 
 def test_head_is_answered_like_get_without_a_body(broker: ThreadedBroker) -> None:
     # RFC 9110 §9.3.2: HEAD is GET without content; a server MUST support GET and HEAD (§9.1)
-    reply = raw(broker, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    reply = raw(broker, b"HEAD /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 200"), reply
     head, _, body = reply.partition(b"\r\n\r\n")
     assert body == b""
@@ -153,11 +153,11 @@ def test_bad_message_fields_are_400(broker: ThreadedBroker, body: Any) -> None:
 @pytest.mark.parametrize(
     "request_bytes",
     [
-        b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        b"POST /api/queues/q/messages HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
-        b"POST /api/queues/q/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-        b"POST /api/queues/q/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-        b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"POST /api/queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: -1\r\n\r\n",
+        b"POST /api/queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"POST /api/queues/q/messages HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"GET /\x00 HTTP/1.1\r\nHost: localhost\r\n\r\n",
         b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(5000)) + b"\r\n",
     ],
 )
@@ -168,8 +168,8 @@ def test_malformed_http_is_a_4xx_and_a_close(broker: ThreadedBroker, request_byt
 
 
 def test_pipelined_and_byte_by_byte_requests(broker: ThreadedBroker) -> None:
-    one = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-    last = b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    one = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    last = b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     reply = raw(broker, one * 3 + last)
     assert reply.count(b"HTTP/1.1 200") == 4
     assert broker.http_url is not None
@@ -183,7 +183,7 @@ def test_pipelined_and_byte_by_byte_requests(broker: ThreadedBroker) -> None:
 
 def test_non_utf8_and_odd_paths_are_4xx(broker: ThreadedBroker) -> None:
     for target in (b"/api/queues/%ff%fe", b"/api/queues/%00", b"/api/queues/..", b"*", b"/api/queues/%F0%9F%98%80"):
-        reply = raw(broker, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = raw(broker, b"GET " + target + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         assert reply.startswith(b"HTTP/1.1 4"), (target, reply[:200])
 
 
