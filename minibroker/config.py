@@ -107,7 +107,7 @@ class HttpConfig:
     request_timeout: float = 10.0
     """Seconds a client has to send a whole request (head and body); a slower one is answered 408 and closed."""
     max_connections: int = 64
-    """HTTP connections served at once; one more is closed at once."""
+    """HTTP connections served at once; one more takes the place of the one idle longest, or gets 503."""
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,16 @@ def _property(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 24 * 3600:  # also false for nan
+        raise argparse.ArgumentTypeError(f"{text!r}: expected more than 0 and at most 86400 seconds")
+    return value
+
+
 def _send(broker: RemoteBroker, args: argparse.Namespace) -> tuple[Any, str]:
     message: dict[str, Any] = {"body": args.body}
     if args.property:
@@ -146,7 +156,7 @@ def build_parser(command: str, environ: Mapping[str, str]) -> argparse.ArgumentP
         "--password", default=environ.get(PASSWORD_ENV), help=f"HTTP Basic auth password (default ${PASSWORD_ENV})"
     )
     parser.add_argument("--namespace", help="the namespace to act in (default: the broker's default one)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
+    parser.add_argument("--timeout", type=_seconds, default=10.0, help="seconds to wait for the answer (default 10)")
     parser.add_argument("--json", action="store_true", help="print the API's answer as JSON instead of a table")
     if command in ("peek", "purge", "send"):
         parser.add_argument("queue", metavar="QUEUE")
@@ -178,7 +188,7 @@ def main(command: str, argv: Sequence[str], environ: Mapping[str, str] | None = 
         broker = broker.namespace(args.namespace)
     try:
         answer, text = _RUN[command](broker, args)
-    except RemoteError as exc:
+    except (RemoteError, LookupError) as exc:  # LookupError: no such namespace
         print(f"minibroker {command}: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(answer, indent=2, sort_keys=True) if args.json else text)

@@ -147,13 +147,29 @@ class _Api:
         finally:
             conn.close()
         try:
-            answer = json.loads(raw) if raw else None
+            answer = json.loads(raw)
         except ValueError:
-            answer = raw.decode("utf-8", "replace")
-        if status >= 400 and status not in ok:
+            answer = None
+        if not isinstance(answer, dict | list):
+            # every answer of the API is a JSON object or array: this is some other server (a proxy's error page,
+            # a web server's welcome page); a redirect is not followed, as it may lead anywhere
+            raise RemoteError(
+                f"{method} {path}: HTTP {status} {response.reason}: not an answer of minibroker's management API"
+                f" at {self.http_url} (it sent {_snippet(raw)})",
+                status,
+            )
+        if not 200 <= status < 300 and status not in ok:
             detail = answer.get("error", answer) if isinstance(answer, dict) else answer
-            raise RemoteError(f"{method} {path}: HTTP {status}: {detail or response.reason}", status)
+            raise RemoteError(f"{method} {path}: HTTP {status}: {_snippet(str(detail).encode())}", status)
         return status, answer
+
+
+def _snippet(raw: bytes, limit: int = 200) -> str:
+    """The start of an answer, for an error message."""
+    if not raw:
+        return "nothing"
+    text = raw[:limit].decode("utf-8", "replace")
+    return repr(text) + (f" and {len(raw) - limit} more bytes" if len(raw) > limit else "")
 
 
 def _quoted(name: str) -> str:

@@ -18,26 +18,33 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import ipaddress
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Data, Header, MessageAnnotations, Properties
-from minibroker.amqp.types import Symbol
+from minibroker.amqp.types import EncodeError, Symbol
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
 from minibroker.handles import PostRefused, QueueHandle, TopicHandle
 from minibroker.http import console, metrics
-from minibroker.http.auth import Verify, authorize
+from minibroker.http.auth import MUTATING, Verify, authorize
 from minibroker.http.server import Request, Response
 
 MAX_PEEK = 1000
 """Most messages ``GET /api/queues/{name}/messages`` returns (``limit`` defaults to 100)."""
+MAX_PEEK_BYTES = 4 * 1024 * 1024
+"""Message bytes a peek answers at most (but always one message): the page is built in the broker's own event
+loop, so a thousand large messages at once would stall every connection."""
 MAX_WAIT = 300.0
 """Longest ``timeout`` of ``GET /api/wait``, in seconds."""
 
@@ -125,39 +132,65 @@ Handler = Callable[[Call], Awaitable[Response]]
 @dataclass(frozen=True)
 class Route:
     method: str
-    pattern: re.Pattern[str]
+    pattern: tuple[str, ...]
+    """The path's segments; ``{name}`` is a parameter."""
     handler: Handler
     public: bool
     """Answered without credentials (health probes)."""
 
 
 class Router:
-    """A routing table: ``add(method, "/api/queues/{name}", handler)``; ``{x}`` matches one path segment."""
+    """A routing table: ``add(method, "/api/queues/{name}", handler)``; ``{x}`` matches one path segment.
+
+    Routes match the path's segments after each is percent-decoded on its own, so that ``%2F`` stays inside its
+    segment: ``/api/queues/a%2Fb`` names the queue ``a/b`` and never reaches the route of ``/api/queues/a/b``.
+    """
 
     def __init__(self) -> None:
         self.routes: list[Route] = []
 
     def add(self, method: str, path: str, handler: Handler, *, public: bool = False) -> None:
-        segments = []
-        for segment in path.split("/"):
-            param = re.fullmatch(r"\{(\w+)\}", segment)
-            segments.append(f"(?P<{param[1]}>[^/]+)" if param else re.escape(segment))
-        regex = "/".join(segments)
-        self.routes.append(Route(method, re.compile(f"^{regex}$"), handler, public))
+        self.routes.append(Route(method, tuple(path.split("/")), handler, public))
 
-    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
-        """The route for ``method`` and ``path`` and its parameters; HttpError 404 or 405 when there is none."""
+    def match(self, method: str, segments: list[str]) -> tuple[Route, dict[str, str]]:
+        """The route for ``method`` and the decoded path ``segments`` and its parameters; HttpError 404 or 405
+        when there is none. HEAD is answered as GET (RFC 9110 §9.3.2), the server leaving the body out."""
         allowed = []
         for route in self.routes:
-            found = route.pattern.match(path)
-            if found is None:
+            params = _match_segments(route.pattern, segments)
+            if params is None:
                 continue
-            if route.method == method:
-                return route, found.groupdict()
+            if route.method == method or (method == "HEAD" and route.method == "GET"):
+                return route, params
             allowed.append(route.method)
         if allowed:
+            if "GET" in allowed:
+                allowed.insert(allowed.index("GET") + 1, "HEAD")
             raise _MethodNotAllowed(allowed)
-        raise HttpError(404, f"no such resource: {path}")
+        raise HttpError(404, f"no such resource: {'/'.join(segments)}")
+
+
+def _match_segments(pattern: tuple[str, ...], segments: list[str]) -> dict[str, str] | None:
+    if len(pattern) != len(segments):
+        return None
+    params = {}
+    for expected, segment in zip(pattern, segments, strict=True):
+        if expected.startswith("{") and expected.endswith("}"):
+            if not segment:
+                return None
+            params[expected[1:-1]] = segment
+        elif expected != segment:
+            return None
+    return params
+
+
+def _segments(request: Request) -> list[str]:
+    """The request path split at its slashes, each segment percent-decoded (400 when one is not UTF-8)."""
+    raw_path = urlsplit(request.target).path
+    try:
+        return [unquote(segment, errors="strict") for segment in raw_path.split("/")]
+    except UnicodeDecodeError:
+        raise HttpError(400, "the path is not percent-encoded UTF-8") from None
 
 
 class _MethodNotAllowed(HttpError):
@@ -166,7 +199,8 @@ class _MethodNotAllowed(HttpError):
         self.allowed = allowed
 
 
-_NAMESPACED = re.compile(r"^/api/namespaces/(?P<ns>[^/]+)(?P<rest>/.+)$")
+_NOT_FRAMED = (("x-frame-options", "DENY"), ("content-security-policy", "frame-ancestors 'none'"))
+"""The console has buttons that purge and reset: no other site may frame it (clickjacking)."""
 _CONDITION = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -180,12 +214,15 @@ class ManagementApi:
         users: bool = False,
         verify: Verify | None = None,
         permissions: Mapping[str, Permissions] | None = None,
+        loopback: bool = False,
     ) -> None:
         """``broker`` None: it does not exist yet (its journal is being recovered); see ``attach``."""
         self.broker = broker
         self.phase = "starting"
         """What ``/readyz`` says while the broker is not ready: ``starting`` (not attached yet, or its listeners
         not bound), ``recovering`` (its journal being read), ``stopping`` (once shutdown began)."""
+        self.loopback = loopback
+        """Listening on a loopback address only: a request must name a loopback host (DNS rebinding)."""
         self.users = users
         self.verify = verify
         self.permissions = dict(permissions or {})
@@ -236,13 +273,21 @@ class ManagementApi:
             return Response.error(exc.status, exc.message)
 
     async def _route(self, request: Request) -> Response:
-        path = request.path
+        if self.loopback and not is_loopback_host(request.header("host")):
+            # a page whose DNS name was re-pointed at 127.0.0.1 is same-origin for the browser: only the Host
+            # header it sends tells it apart (RFC 9110 §15.5.20: not a target this server answers for)
+            raise HttpError(421, "this API answers only loopback host names (127.0.0.1, localhost, [::1])")
+        segments = _segments(request)
         namespace = None
-        namespaced = _NAMESPACED.match(path)
-        if namespaced is not None and namespaced["rest"] != "/":
-            path = "/api" + namespaced["rest"]
-            namespace = namespaced["ns"]
-        route, params = self.router.match(request.method, path)
+        # /api/namespaces/{ns}/... is /api/... in the namespace ns (but /api/namespaces/{ns}/ is its console)
+        if len(segments) > 4 and segments[1:3] == ["api", "namespaces"] and segments[3] and segments[4:] != [""]:
+            namespace = segments[3]
+            segments = ["", "api", *segments[4:]]
+        route, params = self.router.match(request.method, segments)
+        if request.method in MUTATING and not _same_origin(request):
+            # a page on another site posting through an operator's browser (CSRF): a form POST needs no CORS
+            # preflight, and the browser adds its cached Basic credentials; scripts and CLIs send no Origin
+            raise HttpError(403, "cross-origin request refused")
         if not route.public and self.users:
             # before the namespace is looked up: which namespaces exist is not told to strangers
             refusal = await authorize(request, self.verify, self.permissions)
@@ -260,6 +305,35 @@ class ManagementApi:
         return await route.handler(Call(request, params, broker))
 
 
+def is_loopback_host(host: str | None) -> bool:
+    """Whether a ``Host`` header (or a listener's address) names this machine's loopback; True when absent
+    (HTTP/1.0 without one: not a browser)."""
+    if host is None:
+        return True
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback  # a listener's address, IPv6 without brackets
+    try:
+        name = urlsplit(f"//{host}").hostname
+    except ValueError:
+        return False
+    if name is None:
+        return False
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _same_origin(request: Request) -> bool:
+    """Whether the request's ``Origin`` (sent by browsers, RFC 6454) names this server, or there is none."""
+    origin = request.header("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc.lower() == (request.header("host") or "").lower()
+
+
 # -- health -------------------------------------------------------------------------------------------
 async def healthz(call: Call) -> Response:
     return Response.json(200, {"status": "ok"})
@@ -273,7 +347,7 @@ async def console_page(call: Call) -> Response:
             call.broker.namespace_view(name)
         except LookupError:
             raise HttpError(404, f"no namespace {name!r}") from None
-    return Response(200, console.page(), (("content-type", console.CONTENT_TYPE),))
+    return Response(200, console.page(), (("content-type", console.CONTENT_TYPE), *_NOT_FRAMED))
 
 
 async def metrics_page(call: Call) -> Response:
@@ -327,7 +401,14 @@ async def delete_queue(call: Call) -> Response:
 async def peek_messages(call: Call) -> Response:
     handle = _existing_queue(call)
     limit = min(call.int_arg("limit", 100) or 0, MAX_PEEK)
-    return Response.json(200, [message_json(view) for view in handle.peek(limit)])
+    page: list[dict[str, Any]] = []
+    total = 0
+    for view in handle.peek(limit):
+        if page and total + view.size > MAX_PEEK_BYTES:
+            break
+        page.append(message_json(view))
+        total += view.size
+    return Response.json(200, page)
 
 
 async def post_message(call: Call) -> Response:
@@ -462,7 +543,7 @@ async def list_connections(call: Call) -> Response:
 
 async def close_connection(call: Call) -> Response:
     text = call.params["id"]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise HttpError(400, f"{text!r} is not a connection id")
     condition = call.request.query.get("condition", "amqp:connection:forced")
     if not _CONDITION.match(condition):
@@ -528,16 +609,23 @@ async def wait(call: Call) -> Response:
     if not 0 <= timeout <= MAX_WAIT:
         raise HttpError(400, f"timeout: must be between 0 and {MAX_WAIT:g} seconds")
     handle = broker.queue(queue) if queue is not None else None
+    gone: list[bool] = []
 
     def holds() -> bool:
-        if handle is not None and handle.depth != depth:
-            return False
-        return transactions is None or len(broker.transactions) == transactions
+        try:
+            if handle is not None and handle.depth != depth:
+                return False
+            return transactions is None or len(broker.transactions) == transactions
+        except LookupError:  # the namespace was deleted during the wait: nothing more to wait for
+            gone.append(True)
+            return True
 
     try:
         await broker.wait_for(holds, timeout)
     except TimeoutError:
         return Response.error(408, f"condition not met within {timeout:g} s")
+    if gone:
+        raise HttpError(404, f"namespace {broker.namespace_name!r} was deleted during the wait")
     return Response.json(200, {"ok": True})
 
 
@@ -566,6 +654,8 @@ _VIEW_NAMES = {
 
 def jsonable(value: Any) -> Any:
     """An AMQP value as JSON can carry it: bytes as base64 text, map keys as text, other types as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value).replace("nan", "NaN").replace("inf", "Infinity")  # RFC 8259 JSON has no such numbers
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, bytes | bytearray | memoryview):
@@ -695,7 +785,7 @@ def encode_message(spec: Any) -> bytes:
         sections.append(AmqpValue(body))
     try:
         return b"".join(codec.encode(section) for section in sections)
-    except (ValueError, TypeError, OverflowError) as exc:
+    except (EncodeError, ValueError, TypeError, OverflowError) as exc:  # a number out of AMQP's range
         raise HttpError(400, f"message cannot be encoded: {exc}") from None
 
 

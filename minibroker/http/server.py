@@ -13,13 +13,17 @@ Bounds, so that no client can hold more than its share:
 - a body larger than ``max_body_size`` gets 413 (at once when its Content-Length says so) and a close;
 - a head larger than h11's limit gets 431, malformed HTTP gets 400 (h11's ``RemoteProtocolError``), each
   followed by a close; an app that raises gets 500 (logged), and the connection goes on;
-- at most ``max_connections`` connections are served at once; one more is closed at once.
+- at most ``max_connections`` connections are served at once. One more takes the place of the connection idle
+  longest (one with no byte of a request yet: a fresh one, or a keep-alive one between requests), which is
+  closed quietly, so idle connections never lock a real client out; when none is idle, it is answered 503 with
+  ``Retry-After`` and closed.
 
 A connection's failure never reaches the listener: every error is answered or ends that connection only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -109,6 +113,8 @@ class HttpServer:
         self.request_timeout = request_timeout
         self.max_connections = max_connections
         self.connections = 0
+        self._idle: dict[object, trio.CancelScope] = {}
+        """The connections waiting for the first byte of a request, oldest first: each one's wait, to cancel."""
 
     async def listen(self, host: str, port: int, nursery: trio.Nursery) -> int:
         """Accept connections on ``host:port`` in ``nursery``; return the bound port."""
@@ -123,8 +129,11 @@ class HttpServer:
     async def serve_connection(self, stream: trio.abc.Stream) -> None:
         """Serve requests on ``stream`` until either side closes it (never raises but for cancellation)."""
         if self.connections >= self.max_connections:
-            await trio.aclose_forcefully(stream)
-            return
+            if not self._idle:
+                await self._refuse_busy(stream)
+                return
+            oldest = next(iter(self._idle))
+            self._idle.pop(oldest).cancel()  # it closes quietly, as on its idle time-out
         self.connections += 1
         try:
             await self._serve(stream)
@@ -139,11 +148,17 @@ class HttpServer:
     async def _serve(self, stream: trio.abc.Stream) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_SIZE)
         peer = _peer(stream)
+        token = object()
         while True:
-            started: list[bool] = []  # set once a byte of this request arrived
+            started: list[bool] = [True] if conn.trailing_data[0] else []  # a byte of this request arrived
             try:
                 with trio.move_on_after(self.request_timeout) as scope:
-                    request = await self._read(conn, stream, peer, started)
+                    if not started:
+                        self._idle[token] = scope
+                    try:
+                        request = await self._read(conn, stream, peer, started, lambda: self._idle.pop(token, None))
+                    finally:
+                        self._idle.pop(token, None)
                 if scope.cancelled_caught:
                     if not started:
                         return  # an idle keep-alive connection: closed quietly
@@ -153,18 +168,51 @@ class HttpServer:
                 return
             if request is None:
                 return  # the client closed the connection between requests
-            try:
-                response = await self.app(request)
-            except Exception:
-                log.exception("HTTP %s %s failed", request.method, request.path)
-                response = Response.error(500, "internal error (logged)")
+            response = await self._answer(conn, stream, request)
+            if response is None:
+                return  # the client went away while a safe request (a long-poll, say) was being answered
             await self._send(conn, stream, response, close=False, head_only=request.method == "HEAD")
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return  # h11 says this connection cannot carry another request (Connection: close, HTTP/1.0)
             conn.start_next_cycle()
 
+    async def _answer(self, conn: h11.Connection, stream: trio.abc.Stream, request: Request) -> Response | None:
+        """The app's response to ``request``; None when the client closed the connection before it was ready.
+
+        While a GET or HEAD is answered the connection is watched, so that a long-poll whose client is gone
+        gives its connection slot back at once rather than after its timeout. Only these safe methods (RFC 9110
+        §9.2.1) are given up on: a change the client asked for is always carried through.
+        """
+        result: list[Response] = []
+        async with trio.open_nursery() as nursery:
+
+            async def run_app() -> None:
+                try:
+                    result.append(await self.app(request))
+                except Exception:
+                    log.exception("HTTP %s %s failed", request.method, request.path)
+                    result.append(Response.error(500, "internal error (logged)"))
+                nursery.cancel_scope.cancel()
+
+            async def watch() -> None:
+                data = await stream.receive_some(65536)  # trio: a cancelled receive consumes nothing
+                if data:
+                    conn.receive_data(bytes(data))  # a pipelined request, kept for the next cycle
+                    await trio.sleep_forever()
+                nursery.cancel_scope.cancel()  # EOF: nobody is left to answer
+
+            nursery.start_soon(run_app)
+            if request.method in ("GET", "HEAD"):
+                nursery.start_soon(watch)
+        return result[0] if result else None
+
     async def _read(
-        self, conn: h11.Connection, stream: trio.abc.Stream, peer: str | None, started: list[bool]
+        self,
+        conn: h11.Connection,
+        stream: trio.abc.Stream,
+        peer: str | None,
+        started: list[bool],
+        busy: Callable[[], object],
     ) -> Request | None:
         """The next whole request, or None when the client closed the connection before sending one."""
         head: h11.Request | None = None
@@ -181,11 +229,17 @@ class HttpServer:
                 data = await stream.receive_some(65536)
                 if data:
                     started.append(True)
+                    busy()  # no longer idle: it may not be evicted now
                 conn.receive_data(bytes(data))  # b"": the client closed its side
             elif isinstance(event, h11.Request):
                 # h11 bounds a head still arriving; one that came whole in a single read is measured here
                 if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > MAX_HEAD_SIZE:
                     raise _Refused(Response.error(431, f"request head larger than {MAX_HEAD_SIZE} bytes"))
+                names = {name for name, _ in event.headers}
+                if b"content-length" in names and b"transfer-encoding" in names:
+                    # RFC 9112 §6.1: a server MAY reject such a request and MUST close the connection after it;
+                    # the two framings disagreeing is how requests are smuggled past a proxy
+                    raise _Refused(Response.error(400, "both Content-Length and Transfer-Encoding"))
                 head = event
                 length = _content_length(event)
                 if length is not None and length > self.max_body_size:
@@ -199,6 +253,17 @@ class HttpServer:
                 return _request(head, bytes(body), peer)
             elif isinstance(event, h11.ConnectionClosed):
                 return None
+
+    async def _refuse_busy(self, stream: trio.abc.Stream) -> None:
+        """Answer a connection beyond the limit 503 (before reading its request, as RFC 9110 §15.6.4 allows)."""
+        body = b'{"error":"too many HTTP connections; retry later"}'
+        head = (
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(body)
+        )
+        with trio.move_on_after(1), contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(head + body)
+        await trio.aclose_forcefully(stream)
 
     def _too_large(self) -> Response:
         return Response.error(413, f"request body larger than {self.max_body_size} bytes")
@@ -262,6 +327,7 @@ _REASONS = {
     408: "Request Timeout",
     409: "Conflict",
     413: "Content Too Large",
+    421: "Misdirected Request",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",

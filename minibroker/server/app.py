@@ -645,7 +645,7 @@ async def recover(journal: Journal | None, api: ManagementApi | None) -> Durable
 async def start_http(config: Config, login: LoginChecker, nursery: trio.Nursery) -> tuple[ManagementApi, int]:
     """Serve the management API on ``[http] host:port``, without a broker until ``attach``; return it and the
     bound port."""
-    from minibroker.http.api import ManagementApi  # h11 and the API are loaded only when the listener is on
+    from minibroker.http.api import ManagementApi, is_loopback_host  # loaded only when the listener is on
     from minibroker.http.server import HttpServer
 
     http = config.http
@@ -654,7 +654,13 @@ async def start_http(config: Config, login: LoginChecker, nursery: trio.Nursery)
         # the same checker as SASL PLAIN: hashing off the loop, failures counted per address (IPv6: per /64)
         return await login.verify(user, password, throttle_address(peer))
 
-    api = ManagementApi(None, users=bool(config.auth.users), verify=verify, permissions=config.auth.permissions)
+    api = ManagementApi(
+        None,
+        users=bool(config.auth.users),
+        verify=verify,
+        permissions=config.auth.permissions,
+        loopback=is_loopback_host(http.host),
+    )
     listener = HttpServer(
         api,
         max_body_size=http.max_body_size,

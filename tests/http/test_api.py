@@ -262,7 +262,11 @@ def test_keep_alive_serves_many_requests_on_one_connection(broker: ThreadedBroke
 
 @pytest.mark.parametrize(
     ("method", "path", "allow"),
-    [("PUT", "/api/queues", "GET"), ("POST", "/api/queues/x", "GET, DELETE"), ("GET", "/api/reset", "POST")],
+    [
+        ("PUT", "/api/queues", "GET, HEAD"),
+        ("POST", "/api/queues/x", "GET, HEAD, DELETE"),
+        ("GET", "/api/reset", "POST"),
+    ],
 )
 def test_wrong_method_is_405_with_allow(broker: ThreadedBroker, method: str, path: str, allow: str) -> None:
     answer = call(broker, method, path)

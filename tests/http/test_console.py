@@ -200,7 +200,7 @@ def confirm(driver: WebDriver) -> str:
 
 
 def test_console_shows_queues_transactions_and_connections_and_purges_and_resets(browser: WebDriver) -> None:
-    with run_in_thread({"http": {"port": 0}}) as broker:
+    with run_in_thread({"server": {"port": 0}, "http": {"port": 0}}) as broker:
         post_orders(broker, 3)
         peer = open_transaction(broker)
         try:
@@ -240,7 +240,7 @@ def test_console_shows_queues_transactions_and_connections_and_purges_and_resets
 
 
 def test_console_of_a_namespace_shows_that_namespace(browser: WebDriver) -> None:
-    with run_in_thread({"http": {"port": 0}}) as broker:
+    with run_in_thread({"server": {"port": 0}, "http": {"port": 0}}) as broker:
         post_orders(broker, 2)
         tenant = broker.create_namespace("tenant")
         post_orders(tenant, 1, "invoices")
@@ -253,7 +253,7 @@ def test_console_of_a_namespace_shows_that_namespace(browser: WebDriver) -> None
 
 def test_console_with_users_shows_what_the_api_refuses(browser: WebDriver) -> None:
     auth = {"failure_delay": 0.0, "users": {"viewer": "v1ew"}, "permissions": {"viewer": {}}}
-    with run_in_thread({"http": {"port": 0}, "auth": auth}) as broker:
+    with run_in_thread({"server": {"port": 0}, "http": {"port": 0}, "auth": auth}) as broker:
         post_orders_as(broker, "viewer", "v1ew")
         # what the browser sends once its user typed credentials into the Basic prompt
         credentials = base64.b64encode(b"viewer:v1ew").decode()
