@@ -32,7 +32,15 @@ from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import ConnectionInfo, MessageView, QueueReads, QueueStats, SubscriptionStats, view_message
+from minibroker.broker.views import (
+    ConnectionInfo,
+    MessageView,
+    NodeCounts,
+    QueueReads,
+    QueueStats,
+    SubscriptionStats,
+    view_message,
+)
 
 T = TypeVar("T")
 
@@ -67,13 +75,14 @@ def _namespace(broker: Broker, name: str) -> Namespace:
 def _counts(broker: Broker, queue: Queue | None) -> dict[str, int]:
     """The ``NodeCounts`` of ``queue`` (a subscription is one too), zeros when there is none."""
     if queue is None:
-        return dict.fromkeys(("ready", "acquired", "staged", "consumers", "enqueued_total", "scheduled"), 0)
+        return NodeCounts.counts_from_json({})
     return {
         "ready": queue.depth,
         "acquired": queue.acquired,
         "staged": queue.staged,
         "consumers": broker.dispatcher.consumer_count(queue),
         "enqueued_total": queue.enqueued_total,
+        "dequeued_total": queue.dequeued_total,
         "scheduled": queue.scheduled,
     }
 

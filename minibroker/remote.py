@@ -54,15 +54,7 @@ class BrokerUnreachable(RemoteError):
 
 
 def _queue_stats(name: str, item: Mapping[str, Any]) -> QueueStats:
-    return QueueStats(
-        name=item.get("name", name),
-        ready=int(item.get("depth", 0)),
-        acquired=int(item.get("acquired", 0)),
-        staged=int(item.get("staged", 0)),
-        consumers=int(item.get("consumers", 0)),
-        enqueued_total=int(item.get("enqueued_total", 0)),
-        scheduled=int(item.get("scheduled", 0)),
-    )
+    return QueueStats(name=item.get("name", name), **QueueStats.counts_from_json(item))
 
 
 def message_view(item: Mapping[str, Any]) -> MessageView:
@@ -284,12 +276,7 @@ class RemoteTopic:
                 durable=bool(item["durable"]),
                 shared=bool(item["shared"]),
                 held_bytes=int(item["held_bytes"]),
-                ready=int(item["depth"]),
-                acquired=int(item["acquired"]),
-                staged=int(item["staged"]),
-                consumers=int(item["consumers"]),
-                enqueued_total=int(item["enqueued_total"]),
-                scheduled=int(item["scheduled"]),
+                **SubscriptionStats.counts_from_json(item),
             )
             for item in ([] if answer is None else answer["subscriptions"])
         ]

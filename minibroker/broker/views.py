@@ -8,7 +8,8 @@ seconds. Decoding happens only here, on request, never on the hot path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +143,9 @@ class NodeCounts:
     """Messages posted in open transactions, invisible until commit."""
     consumers: int
     enqueued_total: int
+    """Messages that became ready (a message back from a redelivery delay counts again)."""
+    dequeued_total: int
+    """Messages that left for good: consumed, dead-lettered, expired, purged."""
     scheduled: int
     """Messages held back until their delivery time (``x-opt-delivery-delay`` / ``-time``)."""
 
@@ -149,6 +153,19 @@ class NodeCounts:
     def depth(self) -> int:
         """Messages ready for delivery (the same as ``ready``)."""
         return self.ready
+
+    def counts_json(self) -> dict[str, int]:
+        """The counts as the management API names them (``depth`` for ``ready``)."""
+        return {"depth": self.ready, **{name: getattr(self, name) for name in _COUNTS[1:]}}
+
+    @staticmethod
+    def counts_from_json(item: Mapping[str, Any]) -> dict[str, int]:
+        """``counts_json`` read back: the keyword arguments of a ``NodeCounts`` (0 for what an older broker lacks)."""
+        return {"ready": int(item.get("depth", 0)), **{name: int(item.get(name, 0)) for name in _COUNTS[1:]}}
+
+
+_COUNTS = ("ready", "acquired", "staged", "consumers", "enqueued_total", "dequeued_total", "scheduled")
+"""The fields of ``NodeCounts``, ``ready`` first."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,11 +175,12 @@ class QueueStats(NodeCounts):
     name: str
 
 
-class QueueReads:
+class QueueReads(ABC):
     """The one-figure reads of a queue handle, each from a fresh ``stats()`` (embedded and remote alike)."""
 
+    @abstractmethod
     def stats(self) -> QueueStats:
-        raise NotImplementedError
+        """Every count of the queue at one instant."""
 
     @property
     def depth(self) -> int:

@@ -362,16 +362,7 @@ async def info(call: Call) -> Response:
 
 # -- queues -------------------------------------------------------------------------------------------
 def _queue_json(stats: QueueStats, kind: str | None) -> dict[str, Any]:
-    return {
-        "name": stats.name,
-        "depth": stats.ready,
-        "acquired": stats.acquired,
-        "staged": stats.staged,
-        "consumers": stats.consumers,
-        "scheduled": stats.scheduled,
-        "enqueued_total": stats.enqueued_total,
-        "kind": kind,
-    }
+    return {"name": stats.name, **stats.counts_json(), "kind": kind}
 
 
 def _existing_queue(call: Call) -> QueueHandle:
@@ -434,12 +425,7 @@ def _subscription_json(s: SubscriptionStats) -> dict[str, Any]:
         "name": s.name,
         "durable": s.durable,
         "shared": s.shared,
-        "depth": s.ready,
-        "acquired": s.acquired,
-        "staged": s.staged,
-        "consumers": s.consumers,
-        "scheduled": s.scheduled,
-        "enqueued_total": s.enqueued_total,
+        **s.counts_json(),
         "held_bytes": s.held_bytes,
     }
 
@@ -511,6 +497,7 @@ async def stats(call: Call) -> Response:
             },
             "messages": {
                 "in": sum(q.enqueued_total for q in queues),
+                "out": sum(q.dequeued_total for q in queues),
                 "ready": sum(q.ready for q in queues),
                 "acquired": sum(q.acquired for q in queues),
             },

@@ -122,6 +122,7 @@ def test_queues_list_one_and_delete_detaching_consumers(broker: ThreadedBroker) 
             "consumers": 0,
             "scheduled": 0,
             "enqueued_total": 1,
+            "dequeued_total": 0,
             "kind": "auto",
         }
         assert listed["b"]["consumers"] == 1
@@ -181,6 +182,7 @@ def test_transactions_stats_and_connections(broker: ThreadedBroker) -> None:
         assert txn["failed"] is None
         assert call(broker, "GET", "/api/queues/staging").json["staged"] == 1
         stats = call(broker, "GET", "/api/stats").json
+        assert stats["messages"] == {"in": 0, "out": 0, "ready": 0, "acquired": 0}
         assert stats["transactions"]["declared"] == 1
         assert stats["transactions"]["open"] == 1
         assert stats["connections"] == 1
@@ -382,3 +384,15 @@ def test_wait_is_woken_by_purge_reset_and_delete(broker: ThreadedBroker, change:
     changer.join()
     assert answer.status == 200
     assert time.monotonic() - started < 10
+
+
+def test_stats_count_messages_in_and_out(broker: ThreadedBroker) -> None:
+    """Messages in are those that became ready, out those that left for good (here: purged)."""
+    for body in ("x", "y", "z"):
+        assert call(broker, "POST", "/api/queues/counted/messages", {"body": body}).status == 201
+    assert call(broker, "DELETE", "/api/queues/counted/messages").json == {"purged": 3}
+    queue = call(broker, "GET", "/api/queues/counted").json
+    assert (queue["enqueued_total"], queue["dequeued_total"], queue["depth"]) == (3, 3, 0)
+    messages = call(broker, "GET", "/api/stats").json["messages"]
+    assert (messages["in"], messages["out"]) == (3, 3)
+    assert broker.queue("counted").stats().dequeued_total == 3
