@@ -53,8 +53,9 @@ def test_a_wrong_password_costs_a_known_user_as_much_as_an_unknown_one() -> None
         assert not book.check(user, "wrong")
         return time.perf_counter() - started
 
-    known = min(cost("old") for _ in range(3))
-    unknown = min(cost("nobody") for _ in range(3))
+    samples = [(cost("old"), cost("nobody")) for _ in range(5)]  # alternated: load only ever adds time
+    known = min(k for k, _ in samples)
+    unknown = min(u for _, u in samples)
     assert known > unknown * 0.7, f"a known user fails in {known:.3f} s, an unknown one in {unknown:.3f} s"
 
 

@@ -159,8 +159,9 @@ def test_plain_passwords_beside_hashed_ones_cost_a_hash_too() -> None:
         book.check(user, password)
         return time.perf_counter() - started
 
-    plain = min(cost("plain") for _ in range(3))
-    unknown = min(cost("nobody") for _ in range(3))
+    samples = [(cost("plain"), cost("nobody")) for _ in range(5)]  # alternated: load only ever adds time
+    plain = min(p for p, _ in samples)
+    unknown = min(u for _, u in samples)
     assert plain > 0.7 * unknown, (plain, unknown)
     assert book.check("plain", "right")
     only_plain = minibroker.auth.PasswordBook({"plain": "right"})
