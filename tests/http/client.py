@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from minibroker.amqp.definitions import AmqpValue, Coordinator, Declare, Disposition, Flow, Source, TransactionalState
+from minibroker.amqp.types import Symbol
+from minibroker.testing import frames
+from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
 
 CONFIG: dict[str, Any] = {"server": {"port": 0}, "http": {"port": 0}}
@@ -68,3 +72,20 @@ def call(
     finally:
         if conn is not broker:
             conn.close()
+
+
+def open_transaction(peer: ScriptedPeer) -> bytes:
+    """Open, begin, declare a transaction and stage one post to ``staging`` under it; its id."""
+    peer.open()
+    peer.begin()
+    peer.attach_sender(
+        None, 0, name="txn", source=Source(), target=Coordinator(capabilities=[Symbol("amqp:local-transactions")])
+    )
+    peer.expect(Flow)
+    peer.transfer(0, 0, frames.message(AmqpValue(Declare())))
+    txn_id: bytes = peer.expect(Disposition).state.txn_id
+    peer.attach_sender("staging", 1, name="p")
+    peer.expect(Flow)
+    peer.transfer(1, 1, frames.message("staged"), state=TransactionalState(txn_id=txn_id))
+    peer.expect(Disposition)
+    return txn_id

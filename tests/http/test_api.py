@@ -13,20 +13,11 @@ from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
 
 from minibroker.amqp.definitions import (
-    AmqpValue,
     Close,
-    Coordinator,
-    Declare,
-    Disposition,
-    Flow,
-    Source,
-    TransactionalState,
 )
-from minibroker.amqp.types import Symbol
-from minibroker.testing import frames
 from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker
-from tests.http.client import call, connect, http_broker
+from tests.http.client import call, connect, http_broker, open_transaction
 
 
 @pytest.fixture
@@ -152,26 +143,10 @@ def test_topics_and_their_subscriptions(broker: ThreadedBroker) -> None:
     assert call(broker, "GET", "/api/topics/nope").status == 404
 
 
-def _open_transaction(peer: ScriptedPeer) -> bytes:
-    peer.open()
-    peer.begin()
-    peer.attach_sender(
-        None, 0, name="txn", source=Source(), target=Coordinator(capabilities=[Symbol("amqp:local-transactions")])
-    )
-    peer.expect(Flow)
-    peer.transfer(0, 0, frames.message(AmqpValue(Declare())))
-    txn_id: bytes = peer.expect(Disposition).state.txn_id
-    peer.attach_sender("staging", 1, name="p")
-    peer.expect(Flow)
-    peer.transfer(1, 1, frames.message("staged"), state=TransactionalState(txn_id=txn_id))
-    peer.expect(Disposition)
-    return txn_id
-
-
 def test_transactions_stats_and_connections(broker: ThreadedBroker) -> None:
     host, port = broker.url.removeprefix("amqp://").rsplit(":", 1)
     with ScriptedPeer.connect(host, int(port)) as peer:
-        txn_id = _open_transaction(peer)
+        txn_id = open_transaction(peer)
         (txn,) = call(broker, "GET", "/api/transactions").json
         assert txn["id"] == txn_id.hex()
         assert txn["posts"] == 1

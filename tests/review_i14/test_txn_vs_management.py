@@ -11,20 +11,14 @@ from minibroker.amqp.definitions import (
     Accepted,
     AmqpValue,
     Close,
-    Coordinator,
-    Declare,
     Detach,
     Discharge,
     Disposition,
-    Flow,
-    Source,
-    TransactionalState,
 )
-from minibroker.amqp.types import Symbol
 from minibroker.testing import frames
 from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker
-from tests.http.client import call, http_broker
+from tests.http.client import call, http_broker, open_transaction
 
 
 @pytest.fixture
@@ -33,27 +27,11 @@ def broker() -> Iterator[ThreadedBroker]:
         yield running
 
 
-def _stage(peer: ScriptedPeer) -> bytes:
-    peer.open()
-    peer.begin()
-    peer.attach_sender(
-        None, 0, name="txn", source=Source(), target=Coordinator(capabilities=[Symbol("amqp:local-transactions")])
-    )
-    peer.expect(Flow)
-    peer.transfer(0, 0, frames.message(AmqpValue(Declare())))
-    txn_id: bytes = peer.expect(Disposition).state.txn_id
-    peer.attach_sender("staging", 1, name="p")
-    peer.expect(Flow)
-    peer.transfer(1, 1, frames.message("staged"), state=TransactionalState(txn_id=txn_id))
-    peer.expect(Disposition)
-    return txn_id
-
-
 @pytest.mark.parametrize("change", ["delete", "reset"])
 def test_commit_after_the_staging_queue_was_removed_is_not_a_success(broker: ThreadedBroker, change: str) -> None:
     host, port = broker.url.removeprefix("amqp://").rsplit(":", 1)
     with ScriptedPeer.connect(host, int(port)) as peer:
-        txn_id = _stage(peer)
+        txn_id = open_transaction(peer)
         if change == "delete":
             assert call(broker, "DELETE", "/api/queues/staging").status == 200
         else:
@@ -92,7 +70,7 @@ def _counters(broker: ThreadedBroker) -> dict[tuple[str, frozenset[tuple[str, st
 def test_broker_wide_counters_never_decrease_across_a_reset(broker: ThreadedBroker) -> None:
     host, port = broker.url.removeprefix("amqp://").rsplit(":", 1)
     with ScriptedPeer.connect(host, int(port)) as peer:
-        _stage(peer)
+        open_transaction(peer)
         before = _counters(broker)
         assert call(broker, "POST", "/api/reset").status == 200
         peer.expect(Close)
