@@ -91,7 +91,7 @@ def count_checks(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
 
 
 # -- item 3: hashing off the event loop, the same cost for unknown users --------------------------------------
-def test_bad_logins_with_hashed_passwords_do_not_stall_other_connections() -> None:
+def test_bad_logins_with_hashed_passwords_do_not_stall_other_connections(count_checks: Callable[[], int]) -> None:
     """Four clients guess a hashed password (600k PBKDF2 rounds, ~0.25 s of CPU each) without pause; a bystander
     sending messages meanwhile keeps its round trips short. On the loop, each guess stalled everyone."""
     auth = {**NO_LIMITS, "users": {"alice": "plain", "bob": hash_password("right")}}
@@ -113,7 +113,10 @@ def test_bad_logins_with_hashed_passwords_do_not_stall_other_connections() -> No
 
         with ThreadPoolExecutor(4) as pool:
             guessers = [pool.submit(guess) for _ in range(4)]
-            time.sleep(0.3)  # the guesses are under way
+            deadline = time.monotonic() + 20.0
+            while count_checks() < 2:  # the guesses are under way: hashes running in the worker threads
+                assert time.monotonic() < deadline, "no password check started"
+                time.sleep(0.005)
             round_trips = []
             started = time.monotonic()
             delivery = 0
