@@ -848,7 +848,12 @@ class ServerConnection:
         session = link.session
         # §2.6.7: delivery-count counts the deliveries sent; ours held back by the peer's session window (§2.5.6)
         # are not sent yet: they are reported as credit still to use, so this flow never overtakes them
-        held = len({id(d) for d, _ in session.pending if d.link is link and not d.begun}) if session.pending else 0
+        # (only a link where we send has deliveries there: a receiver link's flow, a credit top-up, skips the scan)
+        held = (
+            len({id(d) for d, _ in session.pending if d.link is link and not d.begun})
+            if session.pending and link.role == SENDER
+            else 0
+        )
         self._send(
             session.channel,
             Flow(

@@ -108,13 +108,6 @@ class MemoryPeer:
         self.conn.send(performative, channel, payload, frame_type)
         await self._flush()
 
-    def receive_nowait(self) -> Frame | None:
-        """The next non-heartbeat frame already received, or None."""
-        while isinstance(event := self._next_nowait(), Frame):
-            if not event.is_heartbeat:
-                return event
-        return None
-
     async def receive(self) -> Frame:
         """The next frame that is not a heartbeat (waits at most ``timeout`` for each read)."""
         while True:
