@@ -33,7 +33,14 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import ConnectionInfo, MessageView, QueueReads, QueueStats, SubscriptionStats
+from minibroker.broker.views import (
+    PROPERTY_FIELDS,
+    ConnectionInfo,
+    MessageView,
+    QueueReads,
+    QueueStats,
+    SubscriptionStats,
+)
 
 DEFAULT_HTTP_URL = "http://127.0.0.1:8672"
 DEFAULT_TIMEOUT = 10.0
@@ -66,7 +73,7 @@ def message_view(item: Mapping[str, Any]) -> MessageView:
     properties = dict(item.get("properties") or {})
     if isinstance(properties.get("user_id"), str):
         properties["user_id"] = base64.b64decode(properties["user_id"])
-    for api_name, name in _PROPERTY_NAMES.items():
+    for api_name, name in PROPERTY_FIELDS.items():
         if properties.get(api_name) is not None:
             fields[name] = properties[api_name]
     header = item.get("header") or {}
@@ -76,24 +83,6 @@ def message_view(item: Mapping[str, Any]) -> MessageView:
     fields["properties"] = dict(item.get("application_properties") or {})
     fields["annotations"] = dict(item.get("annotations") or {})
     return MessageView(**fields)
-
-
-_PROPERTY_NAMES = {
-    "message_id": "id",
-    "user_id": "user_id",
-    "to": "address",
-    "subject": "subject",
-    "reply_to": "reply_to",
-    "correlation_id": "correlation_id",
-    "content_type": "content_type",
-    "content_encoding": "content_encoding",
-    "absolute_expiry_time": "expiry_time",
-    "creation_time": "creation_time",
-    "group_id": "group_id",
-    "group_sequence": "group_sequence",
-    "reply_to_group_id": "reply_to_group_id",
-}
-"""The API's name of each field of the properties section (§3.2.4), and ``MessageView``'s."""
 
 
 class _Api:

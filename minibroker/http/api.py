@@ -34,7 +34,7 @@ from minibroker.amqp.types import EncodeError, Symbol
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
+from minibroker.broker.views import PROPERTY_FIELDS, ConnectionInfo, MessageView, QueueStats, SubscriptionStats
 from minibroker.handles import PostRefused, QueueHandle, TopicHandle
 from minibroker.http import console, metrics
 from minibroker.http.auth import MUTATING, Verify, authorize
@@ -617,28 +617,6 @@ async def wait(call: Call) -> Response:
 
 
 # -- messages as JSON -----------------------------------------------------------------------------------
-_PROPERTY_FIELDS = (
-    "message_id",
-    "user_id",
-    "to",
-    "subject",
-    "reply_to",
-    "correlation_id",
-    "content_type",
-    "content_encoding",
-    "absolute_expiry_time",
-    "creation_time",
-    "group_id",
-    "group_sequence",
-    "reply_to_group_id",
-)
-_VIEW_NAMES = {
-    "message_id": "id",
-    "to": "address",
-    "absolute_expiry_time": "expiry_time",
-}
-
-
 def jsonable(value: Any) -> Any:
     """An AMQP value as JSON can carry it: bytes as base64 text, map keys as text, other types as text."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -657,8 +635,8 @@ def jsonable(value: Any) -> Any:
 def message_json(view: MessageView) -> dict[str, Any]:
     """A message as ``GET .../messages`` shows it (times in seconds, as ``MessageView`` has them)."""
     properties = {}
-    for name in _PROPERTY_FIELDS:
-        value = getattr(view, _VIEW_NAMES.get(name, name))
+    for name, attribute in PROPERTY_FIELDS.items():
+        value = getattr(view, attribute)
         if value is not None:
             properties[name] = jsonable(value)
     result: dict[str, Any] = {
@@ -724,7 +702,7 @@ def encode_message(spec: Any) -> bytes:
         sections.append(MessageAnnotations({Symbol(k): _scalar(v, f"annotations.{k}") for k, v in annotations.items()}))
     properties = _object(spec.get("properties"), "properties")
     if properties:
-        extra = set(properties) - set(_PROPERTY_FIELDS)
+        extra = set(properties) - set(PROPERTY_FIELDS)
         if extra:
             raise HttpError(400, f"properties: unknown keys: {', '.join(sorted(extra))}")
         fields: dict[str, Any] = {}
