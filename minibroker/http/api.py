@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from minibroker.amqp import codec
@@ -365,12 +365,20 @@ def _queue_json(stats: QueueStats, kind: str | None) -> dict[str, Any]:
     return {"name": stats.name, **stats.counts_json(), "kind": kind}
 
 
-def _existing_queue(call: Call) -> QueueHandle:
+_Node = TypeVar("_Node", QueueHandle, TopicHandle)
+
+
+def _existing(lookup: Callable[[str], _Node], call: Call, kind: str) -> _Node:
+    """The queue or topic the path's ``{name}`` names (404 when it does not exist)."""
     name = call.params["name"]
-    handle = call.broker.queue(name)
+    handle = lookup(name)
     if not handle.exists:
-        raise HttpError(404, f"no queue {name!r}")
+        raise HttpError(404, f"no {kind} {name!r}")
     return handle
+
+
+def _existing_queue(call: Call) -> QueueHandle:
+    return _existing(call.broker.queue, call, "queue")
 
 
 async def list_queues(call: Call) -> Response:
@@ -443,11 +451,7 @@ async def list_topics(call: Call) -> Response:
 
 
 def _existing_topic(call: Call) -> TopicHandle:
-    name = call.params["name"]
-    handle = call.broker.topic(name)
-    if not handle.exists:
-        raise HttpError(404, f"no topic {name!r}")
-    return handle
+    return _existing(call.broker.topic, call, "topic")
 
 
 async def get_topic(call: Call) -> Response:
