@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,6 +73,14 @@ def call(
     finally:
         if conn is not broker:
             conn.close()
+
+
+def wait_until_polled(broker: ThreadedBroker, timeout: float = 10.0) -> None:
+    """Return once a long-poll (``GET /api/wait``) waits in the broker; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while broker.call(lambda running: running._server.waiters) == 0:
+        assert time.monotonic() < deadline, f"no long-poll began within {timeout} s"
+        time.sleep(0.01)
 
 
 def open_transaction(peer: ScriptedPeer) -> bytes:
