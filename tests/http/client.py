@@ -75,11 +75,11 @@ def call(
             conn.close()
 
 
-def wait_until_polled(broker: ThreadedBroker, timeout: float = 10.0) -> None:
-    """Return once a long-poll (``GET /api/wait``) waits in the broker; fail after ``timeout`` seconds."""
+def wait_until_polled(broker: ThreadedBroker, count: int = 1, timeout: float = 10.0) -> None:
+    """Return once ``count`` long-polls (``GET /api/wait``) wait in the broker; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while broker.call(lambda running: running._server.waiters) == 0:
-        assert time.monotonic() < deadline, f"no long-poll began within {timeout} s"
+    while broker.call(lambda running: running._server.waiters) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} long-polls began within {timeout} s"
         time.sleep(0.01)
 
 
