@@ -298,11 +298,16 @@ class ManagementApi:
             if not route.public:
                 raise HttpError(503, f"not ready ({self.phase}): see /readyz")
         elif namespace is not None:
-            try:
-                broker = broker.namespace_view(namespace)
-            except LookupError:
-                raise HttpError(404, f"no namespace {namespace!r}") from None
+            broker = _namespace(broker, namespace)
         return await route.handler(Call(request, params, broker))
+
+
+def _namespace(broker: ManagedBroker, name: str) -> ManagedBroker:
+    """The namespace called ``name`` (404 when there is none: the remote handle reads "no namespace" as gone)."""
+    try:
+        return broker.namespace_view(name)
+    except LookupError:
+        raise HttpError(404, f"no namespace {name!r}") from None
 
 
 def is_loopback_host(host: str | None) -> bool:
@@ -343,10 +348,7 @@ async def healthz(call: Call) -> Response:
 async def console_page(call: Call) -> Response:
     name = call.params.get("name")
     if name is not None:
-        try:
-            call.broker.namespace_view(name)
-        except LookupError:
-            raise HttpError(404, f"no namespace {name!r}") from None
+        _namespace(call.broker, name)
     return Response(200, console.page(), (("content-type", console.CONTENT_TYPE), *_NOT_FRAMED))
 
 
@@ -573,11 +575,7 @@ async def drop_namespace(call: Call) -> Response:
     name = call.params["name"]
     if name == DEFAULT_NAMESPACE:
         raise HttpError(400, "the default namespace cannot be deleted; POST /api/reset empties it")
-    try:
-        view = call.broker.namespace_view(name)
-    except LookupError:
-        raise HttpError(404, f"no namespace {name!r}") from None
-    view.drop_namespace()
+    _namespace(call.broker, name).drop_namespace()
     return Response.json(200, {"deleted": name})
 
 
