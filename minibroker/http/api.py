@@ -694,9 +694,7 @@ def encode_message(spec: Any) -> bytes:
         priority = header.get("priority")
         if durable is not None and not isinstance(durable, bool):
             raise HttpError(400, "header.durable: expected true or false")
-        if priority is not None and (
-            not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 255
-        ):
+        if priority is not None and not (_is_int(priority) and 0 <= priority <= 255):
             raise HttpError(400, "header.priority: expected an integer 0-255")
         sections.append(Header(durable=durable, priority=priority, ttl=_seconds_to_ms(header.get("ttl"), "header.ttl")))
     annotations = _object(spec.get("annotations"), "annotations")
@@ -720,11 +718,7 @@ def encode_message(spec: Any) -> bytes:
                     raise HttpError(400, "properties.group_sequence: expected an unsigned integer")
                 fields[name] = value
             elif name in ("message_id", "correlation_id"):
-                if (
-                    not isinstance(value, str | int)
-                    or isinstance(value, bool)
-                    or (isinstance(value, int) and value < 0)
-                ):
+                if not (isinstance(value, str) or (_is_int(value) and value >= 0)):
                     raise HttpError(400, f"properties.{name}: expected a string or an unsigned integer")
                 fields[name] = value
             else:
