@@ -74,17 +74,7 @@ def _namespace(broker: Broker, name: str) -> Namespace:
 
 def _counts(broker: Broker, queue: Queue | None) -> dict[str, int]:
     """The ``NodeCounts`` of ``queue`` (a subscription is one too), zeros when there is none."""
-    if queue is None:
-        return NodeCounts.counts_from_json({})
-    return {
-        "ready": queue.depth,
-        "acquired": queue.acquired,
-        "staged": queue.staged,
-        "consumers": broker.dispatcher.consumer_count(queue),
-        "enqueued_total": queue.enqueued_total,
-        "dequeued_total": queue.dequeued_total,
-        "scheduled": queue.scheduled,
-    }
+    return NodeCounts.counts_from_json({}) if queue is None else broker.node_counts(queue)
 
 
 def _ready(queue: Queue | None, limit: int | None) -> list[tuple[bytes, int]]:

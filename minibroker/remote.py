@@ -33,7 +33,14 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import ConnectionInfo, MessageView, QueueReads, QueueStats, SubscriptionStats
+from minibroker.broker.views import (
+    PROPERTY_FIELDS,
+    ConnectionInfo,
+    MessageView,
+    QueueReads,
+    QueueStats,
+    SubscriptionStats,
+)
 
 DEFAULT_HTTP_URL = "http://127.0.0.1:8672"
 DEFAULT_TIMEOUT = 10.0
@@ -66,7 +73,7 @@ def message_view(item: Mapping[str, Any]) -> MessageView:
     properties = dict(item.get("properties") or {})
     if isinstance(properties.get("user_id"), str):
         properties["user_id"] = base64.b64decode(properties["user_id"])
-    for api_name, name in _PROPERTY_NAMES.items():
+    for api_name, name in PROPERTY_FIELDS.items():
         if properties.get(api_name) is not None:
             fields[name] = properties[api_name]
     header = item.get("header") or {}
@@ -76,24 +83,6 @@ def message_view(item: Mapping[str, Any]) -> MessageView:
     fields["properties"] = dict(item.get("application_properties") or {})
     fields["annotations"] = dict(item.get("annotations") or {})
     return MessageView(**fields)
-
-
-_PROPERTY_NAMES = {
-    "message_id": "id",
-    "user_id": "user_id",
-    "to": "address",
-    "subject": "subject",
-    "reply_to": "reply_to",
-    "correlation_id": "correlation_id",
-    "content_type": "content_type",
-    "content_encoding": "content_encoding",
-    "absolute_expiry_time": "expiry_time",
-    "creation_time": "creation_time",
-    "group_id": "group_id",
-    "group_sequence": "group_sequence",
-    "reply_to_group_id": "reply_to_group_id",
-}
-"""The API's name of each field of the properties section (§3.2.4), and ``MessageView``'s."""
 
 
 class _Api:
@@ -168,8 +157,11 @@ def _quoted(name: str) -> str:
     return quote(name, safe="")
 
 
-class RemoteQueue(QueueReads):
-    """A queue by name, read through the API; every property is a fresh request (zeros when it does not exist)."""
+class _RemoteNode:
+    """A queue or topic by name in one namespace, and the requests about it."""
+
+    _collection = ""
+    """The API's path of this kind of node (``/queues``)."""
 
     def __init__(self, owner: RemoteBroker, name: str) -> None:
         self._owner = owner
@@ -178,11 +170,20 @@ class RemoteQueue(QueueReads):
 
     @property
     def _path(self) -> str:
-        return f"/queues/{_quoted(self.name)}"
+        return f"{self._collection}/{_quoted(self.name)}"
 
     def _request(self, method: str, path: str = "", body: Any = None) -> Any:
-        """The answer of ``method`` on this queue's ``path``; None when the queue does not exist (404)."""
+        """The answer of ``method`` on this node's ``path``; None when the node does not exist (404)."""
         return self._owner._request(method, f"{self._path}{path}", body, missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, namespace={self.namespace!r})"
+
+
+class RemoteQueue(_RemoteNode, QueueReads):
+    """A queue by name, read through the API; every property is a fresh request (zeros when it does not exist)."""
+
+    _collection = "/queues"
 
     def stats(self) -> QueueStats:
         """Ready, acquired, staged and scheduled counts at one instant (zeros when the queue does not exist)."""
@@ -237,23 +238,17 @@ class RemoteQueue(QueueReads):
             message["application_properties"] = dict(application_properties)
         self._owner._request("POST", f"{self._path}/messages", message)
 
-    def __repr__(self) -> str:
-        return f"RemoteQueue({self.name!r}, namespace={self.namespace!r})"
 
-
-class RemoteTopic:
+class RemoteTopic(_RemoteNode):
     """A topic by name, read through the API; every call is a fresh request (nothing when it does not exist).
 
     No ``peek`` of a subscription: the API does not show a subscription's messages.
     """
 
-    def __init__(self, owner: RemoteBroker, name: str) -> None:
-        self._owner = owner
-        self.namespace = owner.namespace_name
-        self.name = name
+    _collection = "/topics"
 
     def _read(self) -> Any:
-        return self._owner._request("GET", f"/topics/{_quoted(self.name)}", missing_ok=True)
+        return self._request("GET")
 
     @property
     def exists(self) -> bool:
@@ -283,10 +278,7 @@ class RemoteTopic:
 
     def delete(self) -> bool:
         """Delete the topic with its subscriptions (their links are detached); whether it existed."""
-        return self._owner._request("DELETE", f"/topics/{_quoted(self.name)}", missing_ok=True) is not None
-
-    def __repr__(self) -> str:
-        return f"RemoteTopic({self.name!r}, namespace={self.namespace!r})"
+        return self._request("DELETE") is not None
 
 
 class RemoteBroker:

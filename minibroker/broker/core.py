@@ -443,6 +443,18 @@ class Broker:
         """``transactions`` with ages computed at ``now`` (only those of ``conns`` when given)."""
         return self.coordinator.infos(now, conns)
 
+    def node_counts(self, queue: Queue) -> dict[str, int]:
+        """The counts of ``queue`` (a subscription is one too) now, by the names of ``views.NodeCounts``."""
+        return {
+            "ready": queue.depth,
+            "acquired": queue.acquired,
+            "staged": queue.staged,
+            "consumers": self.dispatcher.consumer_count(queue),
+            "enqueued_total": queue.enqueued_total,
+            "dequeued_total": queue.dequeued_total,
+            "scheduled": queue.scheduled,
+        }
+
     def connection_infos(self, namespace: Namespace | None = None) -> list[ConnectionInfo]:
         """The open connections (of ``namespace`` when given), in the order they came."""
         conns = self.nodes.connections if namespace is None else namespace.connections

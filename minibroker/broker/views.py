@@ -62,6 +62,25 @@ class MessageView:
     """Bytes of the encoded message."""
 
 
+PROPERTY_FIELDS: Mapping[str, str] = {
+    "message_id": "id",
+    "user_id": "user_id",
+    "to": "address",
+    "subject": "subject",
+    "reply_to": "reply_to",
+    "correlation_id": "correlation_id",
+    "content_type": "content_type",
+    "content_encoding": "content_encoding",
+    "absolute_expiry_time": "expiry_time",
+    "creation_time": "creation_time",
+    "group_id": "group_id",
+    "group_sequence": "group_sequence",
+    "reply_to_group_id": "reply_to_group_id",
+}
+"""Each field of the properties section (§3.2.4) by its AMQP name (the management API's), and ``MessageView``'s
+name of it."""
+
+
 def _seconds(ms: int | None) -> float | None:
     return None if ms is None else ms / 1000
 

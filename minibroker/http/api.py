@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from minibroker.amqp import codec
@@ -34,7 +34,7 @@ from minibroker.amqp.types import EncodeError, Symbol
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import ConnectionInfo, MessageView, QueueStats, SubscriptionStats
+from minibroker.broker.views import PROPERTY_FIELDS, ConnectionInfo, MessageView, QueueStats, SubscriptionStats
 from minibroker.handles import PostRefused, QueueHandle, TopicHandle
 from minibroker.http import console, metrics
 from minibroker.http.auth import MUTATING, Verify, authorize
@@ -298,11 +298,16 @@ class ManagementApi:
             if not route.public:
                 raise HttpError(503, f"not ready ({self.phase}): see /readyz")
         elif namespace is not None:
-            try:
-                broker = broker.namespace_view(namespace)
-            except LookupError:
-                raise HttpError(404, f"no namespace {namespace!r}") from None
+            broker = _namespace(broker, namespace)
         return await route.handler(Call(request, params, broker))
+
+
+def _namespace(broker: ManagedBroker, name: str) -> ManagedBroker:
+    """The namespace called ``name`` (404 when there is none: the remote handle reads "no namespace" as gone)."""
+    try:
+        return broker.namespace_view(name)
+    except LookupError:
+        raise HttpError(404, f"no namespace {name!r}") from None
 
 
 def is_loopback_host(host: str | None) -> bool:
@@ -343,10 +348,7 @@ async def healthz(call: Call) -> Response:
 async def console_page(call: Call) -> Response:
     name = call.params.get("name")
     if name is not None:
-        try:
-            call.broker.namespace_view(name)
-        except LookupError:
-            raise HttpError(404, f"no namespace {name!r}") from None
+        _namespace(call.broker, name)
     return Response(200, console.page(), (("content-type", console.CONTENT_TYPE), *_NOT_FRAMED))
 
 
@@ -365,12 +367,20 @@ def _queue_json(stats: QueueStats, kind: str | None) -> dict[str, Any]:
     return {"name": stats.name, **stats.counts_json(), "kind": kind}
 
 
-def _existing_queue(call: Call) -> QueueHandle:
+_Node = TypeVar("_Node", QueueHandle, TopicHandle)
+
+
+def _existing(lookup: Callable[[str], _Node], call: Call, kind: str) -> _Node:
+    """The queue or topic the path's ``{name}`` names (404 when it does not exist)."""
     name = call.params["name"]
-    handle = call.broker.queue(name)
+    handle = lookup(name)
     if not handle.exists:
-        raise HttpError(404, f"no queue {name!r}")
+        raise HttpError(404, f"no {kind} {name!r}")
     return handle
+
+
+def _existing_queue(call: Call) -> QueueHandle:
+    return _existing(call.broker.queue, call, "queue")
 
 
 async def list_queues(call: Call) -> Response:
@@ -443,11 +453,7 @@ async def list_topics(call: Call) -> Response:
 
 
 def _existing_topic(call: Call) -> TopicHandle:
-    name = call.params["name"]
-    handle = call.broker.topic(name)
-    if not handle.exists:
-        raise HttpError(404, f"no topic {name!r}")
-    return handle
+    return _existing(call.broker.topic, call, "topic")
 
 
 async def get_topic(call: Call) -> Response:
@@ -569,11 +575,7 @@ async def drop_namespace(call: Call) -> Response:
     name = call.params["name"]
     if name == DEFAULT_NAMESPACE:
         raise HttpError(400, "the default namespace cannot be deleted; POST /api/reset empties it")
-    try:
-        view = call.broker.namespace_view(name)
-    except LookupError:
-        raise HttpError(404, f"no namespace {name!r}") from None
-    view.drop_namespace()
+    _namespace(call.broker, name).drop_namespace()
     return Response.json(200, {"deleted": name})
 
 
@@ -617,28 +619,6 @@ async def wait(call: Call) -> Response:
 
 
 # -- messages as JSON -----------------------------------------------------------------------------------
-_PROPERTY_FIELDS = (
-    "message_id",
-    "user_id",
-    "to",
-    "subject",
-    "reply_to",
-    "correlation_id",
-    "content_type",
-    "content_encoding",
-    "absolute_expiry_time",
-    "creation_time",
-    "group_id",
-    "group_sequence",
-    "reply_to_group_id",
-)
-_VIEW_NAMES = {
-    "message_id": "id",
-    "to": "address",
-    "absolute_expiry_time": "expiry_time",
-}
-
-
 def jsonable(value: Any) -> Any:
     """An AMQP value as JSON can carry it: bytes as base64 text, map keys as text, other types as text."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -657,8 +637,8 @@ def jsonable(value: Any) -> Any:
 def message_json(view: MessageView) -> dict[str, Any]:
     """A message as ``GET .../messages`` shows it (times in seconds, as ``MessageView`` has them)."""
     properties = {}
-    for name in _PROPERTY_FIELDS:
-        value = getattr(view, _VIEW_NAMES.get(name, name))
+    for name, attribute in PROPERTY_FIELDS.items():
+        value = getattr(view, attribute)
         if value is not None:
             properties[name] = jsonable(value)
     result: dict[str, Any] = {
@@ -714,9 +694,7 @@ def encode_message(spec: Any) -> bytes:
         priority = header.get("priority")
         if durable is not None and not isinstance(durable, bool):
             raise HttpError(400, "header.durable: expected true or false")
-        if priority is not None and (
-            not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 255
-        ):
+        if priority is not None and not (_is_int(priority) and 0 <= priority <= 255):
             raise HttpError(400, "header.priority: expected an integer 0-255")
         sections.append(Header(durable=durable, priority=priority, ttl=_seconds_to_ms(header.get("ttl"), "header.ttl")))
     annotations = _object(spec.get("annotations"), "annotations")
@@ -724,7 +702,7 @@ def encode_message(spec: Any) -> bytes:
         sections.append(MessageAnnotations({Symbol(k): _scalar(v, f"annotations.{k}") for k, v in annotations.items()}))
     properties = _object(spec.get("properties"), "properties")
     if properties:
-        extra = set(properties) - set(_PROPERTY_FIELDS)
+        extra = set(properties) - set(PROPERTY_FIELDS)
         if extra:
             raise HttpError(400, f"properties: unknown keys: {', '.join(sorted(extra))}")
         fields: dict[str, Any] = {}
@@ -740,11 +718,7 @@ def encode_message(spec: Any) -> bytes:
                     raise HttpError(400, "properties.group_sequence: expected an unsigned integer")
                 fields[name] = value
             elif name in ("message_id", "correlation_id"):
-                if (
-                    not isinstance(value, str | int)
-                    or isinstance(value, bool)
-                    or (isinstance(value, int) and value < 0)
-                ):
+                if not (isinstance(value, str) or (_is_int(value) and value >= 0)):
                     raise HttpError(400, f"properties.{name}: expected a string or an unsigned integer")
                 fields[name] = value
             else:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from minibroker.broker.core import Broker
-from minibroker.broker.queue import Queue
 from minibroker.store.journal import Journal
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -58,33 +57,26 @@ class _Page:
         return "\n".join(self.lines) + "\n"
 
 
-# (metric suffix, type, help) of the figures every queue and subscription has
-_NODE_FAMILIES: tuple[tuple[str, str, str], ...] = (
-    ("depth", "gauge", "Messages ready for delivery."),
-    ("acquired", "gauge", "Messages delivered to a consumer and not yet settled."),
-    ("staged", "gauge", "Messages posted in open transactions, invisible until commit."),
-    ("scheduled", "gauge", "Messages not yet visible: a delivery time or a redelivery delay."),
-    ("consumers", "gauge", "Links consuming from it."),
-    ("messages_in_total", "counter", "Messages that became ready on it (a message back from a delay counts again)."),
+# (metric suffix, type, help, ``NodeCounts`` field) of the figures every queue and subscription has
+_NODE_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
+    ("depth", "gauge", "Messages ready for delivery.", "ready"),
+    ("acquired", "gauge", "Messages delivered to a consumer and not yet settled.", "acquired"),
+    ("staged", "gauge", "Messages posted in open transactions, invisible until commit.", "staged"),
+    ("scheduled", "gauge", "Messages not yet visible: a delivery time or a redelivery delay.", "scheduled"),
+    ("consumers", "gauge", "Links consuming from it.", "consumers"),
+    (
+        "messages_in_total",
+        "counter",
+        "Messages that became ready on it (a message back from a delay counts again).",
+        "enqueued_total",
+    ),
     (
         "messages_out_total",
         "counter",
         "Messages that left it for good: consumed, dead-lettered, expired, dropped or purged.",
+        "dequeued_total",
     ),
 )
-
-
-def _node_values(broker: Broker, queue: Queue) -> tuple[int, ...]:
-    """The figures of ``_NODE_FAMILIES``, in their order."""
-    return (
-        queue.depth,
-        queue.acquired,
-        queue.staged,
-        queue.scheduled,
-        broker.dispatcher.consumer_count(queue),
-        queue.enqueued_total,
-        queue.dequeued_total,
-    )
 
 
 def exposition(broker: Broker, journal: Journal | None = None) -> str:
@@ -93,12 +85,12 @@ def exposition(broker: Broker, journal: Journal | None = None) -> str:
     page = _Page()
     namespaces = sorted(broker.namespaces.values(), key=lambda ns: ns.name)
 
-    queues: list[tuple[Labels, tuple[int, ...]]] = []
-    subscriptions: list[tuple[Labels, tuple[int, ...]]] = []
+    queues: list[tuple[Labels, dict[str, int]]] = []
+    subscriptions: list[tuple[Labels, dict[str, int]]] = []
     topics: list[tuple[Labels, tuple[int, int, int]]] = []  # staged, published, subscriptions
     for ns in namespaces:
         queues.extend(
-            ((("namespace", ns.name), ("queue", name)), _node_values(broker, ns.queues[name]))
+            ((("namespace", ns.name), ("queue", name)), broker.node_counts(ns.queues[name]))
             for name in sorted(ns.queues)
         )
         for name in sorted(ns.topics):
@@ -107,16 +99,16 @@ def exposition(broker: Broker, journal: Journal | None = None) -> str:
             topics.append((topic_labels, (topic.staged, topic.published_total, len(topic.subscriptions))))
             for key in sorted(topic.subscriptions):
                 labels = (*topic_labels, ("container", key[0]), ("subscription", key[1]))
-                subscriptions.append((labels, _node_values(broker, topic.subscriptions[key])))
+                subscriptions.append((labels, broker.node_counts(topic.subscriptions[key])))
 
-    for index, (suffix, kind, help_text) in enumerate(_NODE_FAMILIES):
-        page.family(f"minibroker_queue_{suffix}", kind, help_text, ((lbl, v[index]) for lbl, v in queues))
-    for index, (suffix, kind, help_text) in enumerate(_NODE_FAMILIES):
+    for suffix, kind, help_text, count in _NODE_FAMILIES:
+        page.family(f"minibroker_queue_{suffix}", kind, help_text, ((lbl, v[count]) for lbl, v in queues))
+    for suffix, kind, help_text, count in _NODE_FAMILIES:
         page.family(
             f"minibroker_subscription_{suffix}",
             kind,
             f"Topic subscriptions: {help_text[0].lower()}{help_text[1:]}",
-            ((lbl, v[index]) for lbl, v in subscriptions),
+            ((lbl, v[count]) for lbl, v in subscriptions),
         )
     page.family(
         "minibroker_topic_staged",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,6 +73,14 @@ def call(
     finally:
         if conn is not broker:
             conn.close()
+
+
+def wait_until_polled(broker: ThreadedBroker, count: int = 1, timeout: float = 10.0) -> None:
+    """Return once ``count`` long-polls (``GET /api/wait``) wait in the broker; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while broker.call(lambda running: running._server.waiters) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} long-polls began within {timeout} s"
+        time.sleep(0.01)
 
 
 def open_transaction(peer: ScriptedPeer) -> bytes:

@@ -17,7 +17,7 @@ from minibroker.amqp.definitions import (
 )
 from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker
-from tests.http.client import call, connect, http_broker, open_transaction
+from tests.http.client import call, connect, http_broker, open_transaction, wait_until_polled
 
 
 @pytest.fixture
@@ -210,7 +210,7 @@ def test_namespaces_create_use_and_delete(broker: ThreadedBroker) -> None:
 
 def test_wait_is_woken_by_broker_state(broker: ThreadedBroker) -> None:
     def post_later() -> None:
-        time.sleep(0.3)
+        wait_until_polled(broker)
         call(broker, "POST", "/api/queues/w/messages", {"body": "late"})
 
     poster = threading.Thread(target=post_later)
@@ -348,7 +348,7 @@ def test_wait_is_woken_by_purge_reset_and_delete(broker: ThreadedBroker, change:
     call(broker, "POST", "/api/queues/w/messages", {"body": "x"})
 
     def change_later() -> None:
-        time.sleep(0.3)
+        wait_until_polled(broker)
         method, path = change.split()
         assert call(broker, method, path).status == 200
 

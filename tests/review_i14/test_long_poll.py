@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from minibroker.testing.thread import ThreadedBroker
-from tests.http.client import call, http_broker
+from tests.http.client import call, http_broker, wait_until_polled
 
 
 @pytest.fixture
@@ -22,10 +22,14 @@ def broker() -> Iterator[ThreadedBroker]:
 def test_abandoned_waits_free_their_connections(broker: ThreadedBroker) -> None:
     assert broker.http_url is not None
     parts = urlsplit(broker.http_url)
-    for _ in range(3):
-        with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
+    polls = [socket.create_connection((parts.hostname, parts.port), timeout=5) for _ in range(3)]
+    try:
+        for sock in polls:
             sock.sendall(b"GET /api/wait?queue=q&depth=5&timeout=300 HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            time.sleep(0.1)  # the wait has begun
+        wait_until_polled(broker, 3)  # every slot is held by a waiting long-poll
+    finally:
+        for sock in polls:
+            sock.close()
     deadline = time.monotonic() + 5
     while True:  # each slot is freed as soon as its client is seen gone: well within the 300 s wait
         try:

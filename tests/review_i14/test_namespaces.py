@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -12,7 +11,7 @@ from proton import ConnectionException
 from proton.utils import BlockingConnection
 
 from minibroker.testing.thread import ThreadedBroker
-from tests.http.client import call, http_broker
+from tests.http.client import call, http_broker, wait_until_polled
 
 
 @pytest.fixture
@@ -41,7 +40,7 @@ def test_deleting_a_namespace_in_use(broker: ThreadedBroker) -> None:
         path = "/api/namespaces/tmp/wait?queue=q&depth=5&timeout=5"
         waiter = threading.Thread(target=lambda: waiting.append(call(broker, "GET", path).status))
         waiter.start()
-        time.sleep(0.3)  # the wait has begun
+        wait_until_polled(broker)
         assert call(broker, "DELETE", "/api/namespaces/tmp").status == 200
         waiter.join(10)
         assert not waiter.is_alive()
