@@ -451,6 +451,11 @@ class RunningBroker(NamespaceView):
         """Whether the listeners are bound and recovery is done (and shutdown has not begun)."""
         return self._server.ready
 
+    @property
+    def waiting(self) -> int:
+        """How many ``wait_for`` calls (long-polls of ``GET /api/wait`` among them) are waiting now."""
+        return self._server.waiters
+
     def connection_peers(self) -> dict[int, str]:
         """The ``HOST:PORT`` each socket connection (by id) comes from."""
         peers = {}

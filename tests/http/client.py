@@ -78,7 +78,7 @@ def call(
 def wait_until_polled(broker: ThreadedBroker, count: int = 1, timeout: float = 10.0) -> None:
     """Return once ``count`` long-polls (``GET /api/wait``) wait in the broker; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while broker.call(lambda running: running._server.waiters) < count:
+    while broker.call(lambda running: running.waiting) < count:
         assert time.monotonic() < deadline, f"fewer than {count} long-polls began within {timeout} s"
         time.sleep(0.01)
 
