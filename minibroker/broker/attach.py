@@ -22,9 +22,9 @@ from minibroker.amqp.types import Described, Symbol
 from minibroker.broker.links import RELEASED
 from minibroker.broker.namespace import parse_address
 from minibroker.broker.nodes import SubscriptionSpec
+from minibroker.broker.personality import TXN_CAPABILITIES
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import shared_subscription_name
-from minibroker.broker.transactions import TXN_CAPABILITIES
 from minibroker.engine.endpoints import Link
 
 if TYPE_CHECKING:

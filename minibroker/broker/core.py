@@ -46,6 +46,7 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
+from minibroker.broker.personality import Personality
 from minibroker.broker.queue import Queue
 from minibroker.broker.recorder import Action, JournalEntry, Recorder
 from minibroker.broker.recovery import restore
@@ -346,9 +347,10 @@ class Broker:
         """Return the queue called ``name`` (in the default namespace unless told), creating it if needed."""
         return self.nodes.queue(name, namespace)
 
-    def namespace(self, name: str) -> Namespace:
-        """The namespace called ``name``, created (with the configured nodes) if needed."""
-        return self.nodes.namespace(name)
+    def namespace(self, name: str, personality: Personality | None = None) -> Namespace:
+        """The namespace called ``name``, created (with the configured nodes and ``personality``, by default the
+        broker's) if needed."""
+        return self.nodes.namespace(name, personality)
 
     def namespace_of(self, conn: ServerConnection) -> Namespace:
         """The namespace ``conn`` works in."""

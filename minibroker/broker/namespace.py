@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from minibroker.broker.personality import MINIBROKER, Personality
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Topic
 from minibroker.engine.connection import ServerConnection
@@ -40,8 +41,10 @@ def parse_address(address: str, capabilities: Iterable[str] | None = None) -> tu
 class Namespace:
     """One isolated set of nodes, and the connections working in it."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, personality: Personality = MINIBROKER) -> None:
         self.name = name
+        self.personality = personality
+        """Whose behaviour its connections meet (``personality.py``)."""
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.connections: set[ServerConnection] = set()

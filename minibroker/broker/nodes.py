@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, QUEUE, TOPIC, Namespace, Node, parse_address
+from minibroker.broker.personality import Personality
 from minibroker.broker.queue import Queue
 from minibroker.broker.recorder import Recorder
 from minibroker.broker.settings import BrokerSettings
@@ -63,13 +64,18 @@ class Nodes:
         self.default = self.namespace(DEFAULT_NAMESPACE)
 
     # -- namespaces -----------------------------------------------------------------------------------
-    def namespace(self, name: str) -> Namespace:
-        """The namespace called ``name``, created (with the configured nodes) if needed."""
+    def namespace(self, name: str, personality: Personality | None = None) -> Namespace:
+        """The namespace called ``name``, created (with the configured nodes and ``personality``, by default the
+        broker's) if needed; an existing one keeps its personality."""
         namespace = self.namespaces.get(name)
         if namespace is None:
-            namespace = self.namespaces[name] = Namespace(name)
+            namespace = self.namespaces[name] = Namespace(name, personality or self.settings.personality)
             self.populate(namespace)
         return namespace
+
+    def personality_of(self, conn: ServerConnection) -> Personality:
+        """The personality of the namespace ``conn`` works in."""
+        return self.namespace_of(conn).personality
 
     def populate(self, namespace: Namespace) -> None:
         """Create the configured nodes in ``namespace`` (a name configured as both is a topic: ``policy_for``)."""

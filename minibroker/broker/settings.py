@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from minibroker.broker.permissions import Permissions
+from minibroker.broker.personality import MINIBROKER, Personality
 from minibroker.broker.policy import NodePolicy
 
 
@@ -13,6 +14,8 @@ from minibroker.broker.policy import NodePolicy
 class BrokerSettings:
     """Policies of the broker core."""
 
+    personality: Personality = MINIBROKER
+    """How the broker behaves where deployed brokers differ (``personality.py``), in namespaces not given one."""
     auto_create: bool = True
     """Create a node for an unknown address on attach (else refuse with amqp:not-found)."""
     link_credit: int = 1000

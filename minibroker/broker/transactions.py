@@ -35,7 +35,6 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import Namespace, Node
 from minibroker.engine.connection import ServerConnection
 
-TXN_CAPABILITIES = ("amqp:local-transactions", "amqp:multi-txns-per-ssn", "amqp:multi-ssns-per-txn")
 MAX_TXN_ID = 32  # DESIGN §4: txn-ids are short opaque binaries, at most 32 bytes
 
 

@@ -43,7 +43,8 @@ from minibroker.amqp.definitions import (
 from minibroker.amqp.errors import Condition
 from minibroker.amqp.types import Symbol, UInt
 from minibroker.broker.core import BrokerSettings
-from minibroker.broker.transactions import MAX_TXN_ID, TXN_CAPABILITIES
+from minibroker.broker.personality import TXN_CAPABILITIES
+from minibroker.broker.transactions import MAX_TXN_ID
 from minibroker.testing import frames
 from minibroker.testing.client import Frame
 from minibroker.testing.memory import MemoryBroker, MemoryPeer, memory_broker
