@@ -12,7 +12,7 @@ topic), the applier refuses: an unknown address with auto-create off gets ``amqp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp.definitions import Accepted, Coordinator, Error, Modified, Rejected, Released, Source, Target
@@ -20,9 +20,9 @@ from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome
 from minibroker.amqp.types import Described, Symbol
 from minibroker.broker.links import RELEASED
-from minibroker.broker.namespace import parse_address
+from minibroker.broker.namespace import QUEUE, parse_address
 from minibroker.broker.nodes import SubscriptionSpec
-from minibroker.broker.personality import TXN_CAPABILITIES
+from minibroker.broker.personality import ECHO, MINIBROKER, Personality, rabbitmq_address, wire_error
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import shared_subscription_name
 from minibroker.engine.endpoints import Link
@@ -37,6 +37,50 @@ _REJECTED_LIST = "amqp:rejected:list"
 _NO_LOCAL = {Symbol("apache.org:no-local-filter:list"), 0x0000468C00000003}
 _DURABLE_NONE = 0  # terminus-durability none (§3.5.5)
 _SND_SETTLED = 1  # snd-settle-mode settled (§2.8.2)
+_RCV_FIRST, _RCV_SECOND = 0, 1  # rcv-settle-mode (§2.8.3)
+
+
+def fields_error(fields: Any, what: str) -> Error | None:
+    """Part 2 §2.8.13: the keys of a ``fields`` map are symbols; ``amqp:invalid-field`` naming one that is not."""
+    if not isinstance(fields, dict):
+        return None
+    for key in fields:
+        if not isinstance(key, Symbol):
+            return error(
+                Condition.INVALID_FIELD,
+                f"strict (AMQP 1.0 part 2 §2.8.13): {what} has a key that is no symbol: {key!r}",
+            )
+    return None
+
+
+def _rcv_settle_answer(link: Link, personality: Personality) -> int | None:
+    """The rcv-settle-mode a personality answers a consumer's or producer's attach with (None: the peer's)."""
+    if link.rcv_settle_mode != _RCV_SECOND:
+        return None
+    if personality.rcv_settle_first or personality.refuse_rcv_second is not None:
+        return _RCV_FIRST  # (a link asking second and not sending settled was refused by ``decide``)
+    return None
+
+
+def _resolve(
+    address: str, capabilities: Any, personality: Personality, *, source: bool
+) -> tuple[str, str | None, str | None] | Error:
+    """The node an address names, the kind it asks for, and the routing key when it names an exchange."""
+    if personality.addresses == "rabbitmq":
+        found = rabbitmq_address(address, source=source)
+        if isinstance(found, Error):
+            return found
+        name, through_exchange = found
+        return name, QUEUE, name if through_exchange else None
+    name, kind = parse_address(address, capabilities)
+    return name, kind, None
+
+
+def _missing(personality: Personality, name: str) -> Error | None:
+    """The refusal of an attach to a node that does not exist, when the personality never creates one."""
+    if personality.addresses == "rabbitmq":
+        return error(Condition.NOT_FOUND, f"no queue {name!r} in vhost '/'")
+    return None
 
 
 @dataclass(frozen=True)
@@ -49,6 +93,8 @@ class AttachContext:
     container_id: str
     """The peer's container-id (from its open)."""
     conn_id: int
+    personality: Personality = MINIBROKER
+    """The personality of the connection's namespace."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +123,10 @@ class AttachConsumer:
     """distribution-mode copy: read without acquiring (queues only)."""
     subscription: SubscriptionSpec
     """The subscription this link takes when the node turns out to be a topic."""
+    rcv_settle_mode: int | None = None
+    """The rcv-settle-mode we answer with and follow (None: the peer's)."""
+    missing: Error | None = None
+    """When set, a node that does not exist is not created: the attach is refused with this error."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +144,14 @@ class AttachProducer:
     name: str | None
     kind: str | None
     dynamic: bool
+    rcv_settle_mode: int | None = None
+    """The rcv-settle-mode we answer with and follow (None: the peer's)."""
+    settle_at_once: bool = False
+    """Echo the peer's rcv-settle-mode, but settle every outcome at once."""
+    missing: Error | None = None
+    """When set, a node that does not exist is not created: the attach is refused with this error."""
+    route: str | None = None
+    """Route each message to the node of this name (an exchange's routing key) instead of attaching to a node."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +170,17 @@ AttachDecision = Refuse | AttachConsumer | ResumeSubscription | AttachProducer |
 
 def decide(link: Link, context: AttachContext) -> AttachDecision:
     """The broker's answer to the peer's attach of ``link``."""
+    personality = context.personality
+    if personality.strict:
+        refusal = fields_error(link.attach.properties, "the attach's properties")
+        if refusal is not None:
+            return Refuse(refusal)
+    if (
+        personality.refuse_rcv_second is not None
+        and link.rcv_settle_mode == _RCV_SECOND
+        and link.snd_settle_mode != _SND_SETTLED
+    ):
+        return Refuse(wire_error(*personality.refuse_rcv_second))
     if link.is_sender:
         return decide_consumer(link, context)
     if isinstance(link.target, Coordinator):
@@ -123,7 +192,10 @@ def denied(context: AttachContext, action: str, address: Any, capabilities: Any 
     """``amqp:unauthorized-access`` when the connection's user may not ``action`` on ``address``."""
     if not context.settings.permissions or not isinstance(address, str):
         return None
-    name, _kind = parse_address(address, capabilities)
+    resolved = _resolve(address, capabilities, context.personality, source=action == "receive")
+    if isinstance(resolved, Error):
+        return None  # (refused for its format by the caller)
+    name = resolved[0]
     if context.settings.permits(context.user, action, name):
         return None
     return error(Condition.UNAUTHORIZED_ACCESS, f"{context.user!r} may not {action} on {name!r}")
@@ -143,7 +215,10 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
             return Refuse(refusal)
         if not source.address or not isinstance(source.address, str):
             return Refuse(error(Condition.NOT_FOUND, f"no node at address {source.address!r}"))
-        name, kind = parse_address(source.address, source.capabilities)
+        resolved = _resolve(source.address, source.capabilities, context.personality, source=True)
+        if isinstance(resolved, Error):
+            return Refuse(resolved)
+        name, kind, _ = resolved
     selector = None
     filters: dict[Any, Any] = {}
     if source.filter:
@@ -177,6 +252,8 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
         no_local=no_local is not None,
         browse=source.distribution_mode == "copy",
         subscription=_subscription(link, source, context),
+        rcv_settle_mode=_rcv_settle_answer(link, context.personality),
+        missing=_missing(context.personality, name) if name is not None else None,
     )
 
 
@@ -207,6 +284,17 @@ def _subscription(link: Link, source: Source, context: AttachContext) -> Subscri
 
 
 def decide_producer(link: Link, context: AttachContext) -> AttachDecision:
+    decision = _producer(link, context)
+    if isinstance(decision, Refuse):
+        return decision
+    return replace(
+        decision,
+        rcv_settle_mode=_rcv_settle_answer(link, context.personality),
+        settle_at_once=context.personality.settle_second_at_once and link.rcv_settle_mode == _RCV_SECOND,
+    )
+
+
+def _producer(link: Link, context: AttachContext) -> AttachProducer | Refuse:
     target = link.target
     if isinstance(target, Target) and target.dynamic:
         # the permission is checked against the generated address, when the node is made (endpoints.py)
@@ -218,22 +306,51 @@ def decide_producer(link: Link, context: AttachContext) -> AttachDecision:
             return Refuse(refusal)
         if not isinstance(target.address, str) or not target.address:
             return Refuse(error(Condition.NOT_FOUND, f"no node at address {target.address!r}"))
-        name, kind = parse_address(target.address, target.capabilities)
-        return AttachProducer(target, name, kind, dynamic=False)
+        resolved = _resolve(target.address, target.capabilities, context.personality, source=False)
+        if isinstance(resolved, Error):
+            return Refuse(resolved)
+        name, kind, route = resolved
+        if route is not None:  # an exchange: each message is routed by the key, the attach names no node
+            return AttachProducer(target, None, kind, dynamic=False, route=route)
+        return AttachProducer(target, name, kind, dynamic=False, missing=_missing(context.personality, name))
     # a null target address: the anonymous relay routes each message by its ``to``
     return AttachProducer(target, None, None, dynamic=False)
 
 
 def decide_coordinator(link: Link, context: AttachContext) -> AttachDecision:
+    personality = context.personality
+    if not personality.transactions:
+        return Refuse(wire_error(*personality.no_transactions))
     if not context.settings.permits(context.user, "transactions", ""):
         return Refuse(error(Condition.UNAUTHORIZED_ACCESS, f"{context.user!r} may not use transactions"))
     if link.snd_settle_mode == _SND_SETTLED:
         # §4.3: declare and discharge "MUST NOT be sent settled"; a controller that can only send settled
         # could never learn a txn-id, so it is refused at once
-        return Refuse(error(Condition.NOT_ALLOWED, "a transaction controller must not send settled"))
+        return Refuse(
+            error(
+                Condition.NOT_ALLOWED, f"{_strict(personality, '§4.3')}a transaction controller must not send settled"
+            )
+        )
     source = link.source
     outcomes = source.outcomes if isinstance(source, Source) else None
-    # §4.3 / DESIGN §4: errors travel as rejected when the controller offers it, or lists no outcomes
-    rejects = not outcomes or _REJECTED_LIST in outcomes
-    reply = Coordinator(capabilities=[Symbol(c) for c in TXN_CAPABILITIES])
+    if personality.strict and not outcomes:
+        err = error(
+            Condition.INVALID_FIELD,
+            "strict (AMQP 1.0 part 4 §4.3): the controller's source lists no outcomes, so a discharge error could "
+            "only be sent by detaching the link; list amqp:rejected:list (and amqp:accepted:list)",
+        )
+        return Refuse(err)
+    # §4.3 / DESIGN §4: errors travel as rejected when the controller offers it (or, leniently, lists no outcomes)
+    offered = outcomes is not None and _REJECTED_LIST in outcomes
+    rejects = {"exact": offered, "lenient": offered or not outcomes, "always": True}[personality.errors]
+    capabilities = personality.coordinator_capabilities
+    if capabilities == ECHO:
+        reply = link.target if isinstance(link.target, Coordinator) else Coordinator()
+    else:
+        reply = Coordinator(capabilities=[Symbol(c) for c in capabilities] or None)
     return AttachCoordinator(source=source, target=reply, rejects_errors=rejects)
+
+
+def _strict(personality: Personality, section: str) -> str:
+    """The prefix of an error description naming the specification's section, under ``strict``."""
+    return f"strict (AMQP 1.0 part 4 {section}): " if personality.strict else ""

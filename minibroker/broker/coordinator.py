@@ -27,7 +27,10 @@ What is deliberately not here: routing and consumer order (``dispatch.py``), and
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 from minibroker.amqp.definitions import (
@@ -46,9 +49,10 @@ from minibroker.broker.clock import BrokerClock
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher
 from minibroker.broker.links import RELEASED, Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import TOPIC, Node
+from minibroker.broker.namespace import TOPIC, Namespace, Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
+from minibroker.broker.personality import MINIBROKER, Personality, wire_error
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue
 from minibroker.broker.recorder import Recorder, journal_full_error
@@ -64,10 +68,10 @@ from minibroker.broker.transactions import (
     info,
 )
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import IncomingDelivery, OutgoingDelivery
+from minibroker.engine.endpoints import IncomingDelivery, LinkState, OutgoingDelivery
 from minibroker.engine.events import DeliveryUpdated, TransferReceived
 
-CONTROLLER_CREDIT = 100
+CONTROLLER_CREDIT = MINIBROKER.controller_credit
 Contain = Callable[[str, Callable[[], None]], bool]
 """Runs a step on its own: an error in it is logged and goes no further (``core.contain``)."""
 TXN_ID = Symbol("txn-id")
@@ -131,7 +135,16 @@ class Coordinator:
         self.counters = TransactionCounters()
         self._txn_ids = txn_ids
         self._new_deadline = new_deadline
-        self._open: dict[bytes, Transaction] = {}  # every open transaction, oldest first
+        self._open: dict[Transaction, None] = {}  # every open transaction, in the order declared
+        self._serial = 0  # transactions declared so far (a personality's txn-ids may number them)
+        self._deadlines: list[tuple[float, int, Transaction]] = []
+        """A heap of (when, tie-break, transaction) time-outs; entries of ended or re-timed transactions are stale
+        and skipped (``_due``)."""
+        self._ties = itertools.count()
+        self._shared: dict[Namespace, dict[bytes, Transaction]] = {}
+        """The ids of transactions valid on every connection of their namespace (``txn_scope`` "namespace")."""
+        self.close_connection: Callable[[ServerConnection, Error], None] = self._close
+        """Closes a connection with an error (the core replaces it so that the close is handled at once)."""
         self.staged_bytes = 0
         """Bytes posted in every open transaction together (bounded by ``max_total_staged_bytes``)."""
         self._by_conn: dict[ServerConnection, _Held] = {}
@@ -158,6 +171,8 @@ class Coordinator:
     # -- the control link (§4.2, §4.3) ------------------------------------------------------------------
     def control(self, conn: ServerConnection, controller: Controller, event: TransferReceived) -> None:
         """A declare or discharge arrived on a coordinator link."""
+        personality = controller.personality
+        unsettled = _unsettled_of_session(controller) if personality.strict else 0
         # §4.4.1: the provisional outcomes of posts go out before any declare or discharge is answered
         self.outbox.flush(conn)
         self.replenish(conn, controller)
@@ -165,7 +180,8 @@ class Coordinator:
         if delivery.settled:
             # §4.3: declare and discharge "MUST NOT be sent settled", the controller needs their outcome;
             # a coordinator receiving one settled detaches
-            self._detach(controller, error(Condition.NOT_ALLOWED, "declare and discharge must not be sent settled"))
+            text = f"{_strict(personality, '§4.3')}declare and discharge must not be sent settled"
+            self._detach(controller, error(Condition.NOT_ALLOWED, text))
             return
         if named_transactions(delivery):
             # §4 intro: "No transactional work is allowed on the control link"
@@ -177,7 +193,15 @@ class Coordinator:
         except DecodeError as exc:
             self._control_error(conn, controller, delivery, error(Condition.DECODE_ERROR, str(exc)))
             return
-        if isinstance(body, Declare):
+        if isinstance(body, Declare) and unsettled:
+            # Qpid Proton's rule (cpp/src/session.cpp, session::transaction_declare), which its tx_tester expects
+            err = error(
+                Condition.ILLEGAL_STATE,
+                f"strict (Qpid Proton's transaction rules): declared while this session had {unsettled} unsettled "
+                "transfer(s) of its own; settle them first",
+            )
+            self._control_error(conn, controller, delivery, err)
+        elif isinstance(body, Declare):
             self._declare(conn, controller, delivery, body)
         elif isinstance(body, Discharge):
             self._discharge(conn, controller, delivery, body)
@@ -185,15 +209,31 @@ class Coordinator:
             err = error(Condition.DECODE_ERROR, "a coordinator message must carry declare or discharge")
             self._control_error(conn, controller, delivery, err)
 
-    def replenish(self, conn: ServerConnection, controller: Controller) -> None:
-        """Keep the controller's credit topped up, so declares and discharges can be pipelined."""
+    def replenish(self, conn: ServerConnection, controller: Controller, *, answered: bool = False) -> None:
+        """Keep the controller's credit topped up, so declares and discharges can be pipelined; or, for a
+        personality that keeps a window, give one back per answer (``answered``) up to its credit."""
         link = controller.link
-        if link.credit < CONTROLLER_CREDIT // 2:
-            conn.grant_credit(link, CONTROLLER_CREDIT)
+        personality = controller.personality
+        credit = personality.controller_credit
+        if personality.controller_window:
+            if answered and link.credit < credit:
+                conn.grant_credit(link, link.credit + 1)
+                self.outbox.touch(conn)
+        elif link.credit < credit // 2:
+            conn.grant_credit(link, credit)
             self.outbox.touch(conn)
 
+    def _reply(self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, state: Any) -> None:
+        """Answer a declare or discharge."""
+        self.outbox.answer_now(conn, delivery, state)
+        if controller.personality.controller_window and controller.link.state is LinkState.ATTACHED:
+            self.replenish(conn, controller, answered=True)
+
     def controller_gone(self, controller: Controller) -> None:
-        """§4 intro: a control link that closes rolls back the transactions it created."""
+        """§4 intro: a control link that closes rolls back the transactions it created (unless the personality
+        leaves that to the end of the connection)."""
+        if not controller.personality.controller_detach_rolls_back:
+            return
         held = self._by_conn.get(controller.conn)
         if held is not None:  # O(transactions of its connection)
             self._rollback_all([t for t in held.open.values() if t.controller is controller], stop=True)
@@ -201,7 +241,8 @@ class Coordinator:
     def _declare(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Declare
     ) -> None:
-        if body.global_id is not None:
+        personality = controller.personality
+        if body.global_id is not None and personality.global_id == "refuse":
             err = error(Condition.NOT_IMPLEMENTED, "distributed transactions (global-id) are not supported")
             self._control_error(conn, controller, delivery, err)
             return
@@ -214,34 +255,53 @@ class Coordinator:
             err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} transactions per connection ({counts})")
             self._control_error(conn, controller, delivery, err)
             return
-        txn_id = next(self._txn_ids)
-        assert len(txn_id) <= MAX_TXN_ID, "txn-id generator gave an id longer than 32 bytes"
-        assert txn_id not in self._open, "txn-id generator repeated an id"
+        self._serial += 1
+        make = personality.txn_id
+        if make is None:
+            txn_id = next(self._txn_ids)
+            assert len(txn_id) <= MAX_TXN_ID, "txn-id generator gave an id longer than 32 bytes"
+        else:
+            txn_id = make(self._serial, conn.conn_id, {*held.open, *held.timed_out})
+        assert txn_id not in held.open, "txn-id generator repeated an id"
         txn = Transaction(txn_id, conn, controller, self.clock.now)
-        self._open[txn_id] = txn
+        self._open[txn] = None
         held.open[txn_id] = txn
+        if personality.txn_scope == "namespace":
+            self._shared.setdefault(self.nodes.namespace_of(conn), {})[txn_id] = txn
         self.counters.declared += 1
-        if len(self._open) == 1:
-            self._new_deadline()
-        self.outbox.answer_now(conn, delivery, Declared(txn_id=txn_id))
+        if personality.timeout_from == "declare":
+            self._time(txn)
+        self._reply(conn, controller, delivery, Declared(txn_id=txn_id))
 
     def _discharge(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Discharge
     ) -> None:
+        personality = controller.personality
         txn = self._live(conn, body.txn_id)
         if txn is None:
             held_back = self._forget_timed_out(conn, body.txn_id)
             if held_back is not None and body.fail:
                 # §4.3: "the coordinator MUST always be able to complete a discharge where the fail flag is set
                 # to true": the rollback the controller asks for happened at the time-out
-                self._after(held_back, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+                self._after(held_back, lambda: self._reply(conn, controller, delivery, ACCEPTED))
                 return
-            err = self._timeout_error() if held_back is not None else self._unknown_id_error(body.txn_id)
+            err = (
+                self._timeout_error(personality)
+                if held_back is not None
+                else self._unknown_id_error(body.txn_id, personality, discharge=True)
+            )
             self._after(held_back or [], lambda: self._control_error(conn, controller, delivery, err))
             return
         if body.fail:
             self._rollback_all([txn])
-            self._after(_held_back(txn), lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+            self._after(_held_back(txn), lambda: self._reply(conn, controller, delivery, ACCEPTED))
+            return
+        if personality.timeout_mode == "lazy" and txn.deadline is not None and self.clock.now >= txn.deadline:
+            # a lazy time-out: the commit is the first to notice it
+            self.counters.timed_out += 1
+            self._rollback_all([txn])
+            err = self._timeout_error(personality)
+            self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
         if conn.has_incomplete_transfers and any(
             txn.id in named_transactions(partial) for partial in conn.incomplete_transfers()
@@ -260,14 +320,14 @@ class Coordinator:
             work = []
             failure = txn.failed or self._commit(txn)
         if failure is not None:
-            if txn.id in self._open:
+            if txn in self._open:
                 self._rollback_all([txn])
             self.counters.failed_commits += 1
-            err = error(Condition.TRANSACTION_ROLLBACK, f"transaction rolled back: {failure.description}")
+            err = _commit_failure(personality, failure, refused_post=failure is txn.failed)
             self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
         # one journal record for all the durable work; ``accepted`` once it is on disk
-        self.recorder.record_then(work, lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+        self.recorder.record_then(work, lambda: self._reply(conn, controller, delivery, ACCEPTED))
 
     def _journal_refusal(self, txn: Transaction) -> Error | None:
         """While the journal cannot write (disk full), a commit with durable work fails; so does one whose record
@@ -325,7 +385,7 @@ class Coordinator:
     ) -> None:
         """§4.3: report a declare/discharge error as rejected, or by detaching the coordinator link."""
         if controller.rejects_errors:
-            self.outbox.answer_now(conn, delivery, Rejected(error=err))
+            self._reply(conn, controller, delivery, Rejected(error=err))
         else:
             self._detach(controller, err)
 
@@ -334,11 +394,22 @@ class Coordinator:
         controller.conn.detach(controller.link, err)
         self.outbox.touch(controller.conn)
 
+    def _close(self, conn: ServerConnection, err: Error) -> None:
+        conn.close(err)
+        self.outbox.touch(conn)
+
     # -- ids ------------------------------------------------------------------------------------------
     def _live(self, conn: ServerConnection, txn_id: Any) -> Transaction | None:
-        """The open transaction ``txn_id`` of ``conn`` (another connection's id is unknown here)."""
-        txn = self._open.get(txn_id) if isinstance(txn_id, bytes) else None
-        return txn if txn is not None and txn.conn is conn else None
+        """The open transaction ``txn_id`` of ``conn`` (another connection's id is unknown here, unless the
+        personality shares ids across the namespace)."""
+        if not isinstance(txn_id, bytes):
+            return None
+        held = self._by_conn.get(conn)
+        txn = held.open.get(txn_id) if held is not None else None
+        if txn is None and self._shared:
+            shared = self._shared.get(self.nodes.namespace_of(conn))
+            txn = shared.get(txn_id) if shared is not None else None
+        return txn
 
     def _timed_out(self, conn: ServerConnection, txn_id: Any) -> bool:
         held = self._by_conn.get(conn)
@@ -346,16 +417,33 @@ class Coordinator:
 
     def unknown_error(self, conn: ServerConnection, txn_id: Any) -> Error:
         """What a use of a txn-id that names no open transaction of ``conn`` is answered with."""
-        return self._timeout_error() if self._timed_out(conn, txn_id) else self._unknown_id_error(txn_id)
+        personality = self.nodes.personality_of(conn)
+        if self._timed_out(conn, txn_id):
+            return self._timeout_error(personality)
+        return self._unknown_id_error(txn_id, personality)
 
     @staticmethod
-    def _timeout_error() -> Error:
-        return error(Condition.TRANSACTION_TIMEOUT, "the transaction timed out and was rolled back")
+    def _timeout_error(personality: Personality) -> Error:
+        return error(Condition.TRANSACTION_TIMEOUT, personality.timeout_text)
 
     @staticmethod
-    def _unknown_id_error(txn_id: Any) -> Error:
+    def _unknown_id_error(txn_id: Any, personality: Personality, *, discharge: bool = False) -> Error:
+        if personality.strict and isinstance(txn_id, bytes) and len(txn_id) > MAX_TXN_ID:
+            text = f"strict (AMQP 1.0 part 4 §4.5.4): a txn-id is at most 32 octets; this one has {len(txn_id)}"
+            return error(Condition.INVALID_FIELD, text)
+        if discharge and personality.unknown_discharge is not None:
+            return wire_error(*personality.unknown_discharge, txn_id=txn_id)
         shown = txn_id.hex() if isinstance(txn_id, bytes) else repr(txn_id)
         return error(Condition.UNKNOWN_TXN_ID, f"unknown transaction id {shown}")
+
+    def _unknown_closes(self, conn: ServerConnection, txn_id: Any, prefix: str = "") -> bool:
+        """Close ``conn`` when its personality answers a use of an unknown txn-id so; whether it did."""
+        closes = self.nodes.personality_of(conn).unknown_txn_closes
+        if closes is None or self._timed_out(conn, txn_id):
+            return False
+        condition, description = closes
+        self.close_connection(conn, wire_error(condition, prefix + description, txn_id=txn_id))
+        return True
 
     def _forget_timed_out(self, conn: ServerConnection, txn_id: Any) -> list[OutgoingDelivery] | None:
         """The controller discharged a timed-out id: forget it, and let the links stopped on it go on (§4.4.3:
@@ -389,8 +477,12 @@ class Coordinator:
             return
         txn = self._live(conn, named[0])
         if txn is None:
-            self.outbox.answer_now(conn, delivery, Rejected(error=self.unknown_error(conn, named[0])))
+            if not self._unknown_closes(conn, named[0]):
+                self.outbox.answer_now(conn, delivery, Rejected(error=self.unknown_error(conn, named[0])))
             return
+        personality = txn.controller.personality
+        if txn.deadline is None and personality.timeout_from == "first-operation":
+            self._time(txn)
         err: Error | None
         if refusal is not None:
             err = refusal
@@ -413,14 +505,23 @@ class Coordinator:
         if err is not None or target is None:
             # it cannot take the message: a rejected provisional outcome, and the commit will fail
             txn.failed = txn.failed or err
-            self.outbox.answer_now(conn, delivery, TransactionalState(txn_id=txn.id, outcome=Rejected(error=err)))
+            rejected = Rejected(error=err)
+            wrapped = personality.post_refusal_wrapped
+            self.outbox.answer_now(
+                conn, delivery, TransactionalState(txn_id=txn.id, outcome=rejected) if wrapped else rejected
+            )
             return
         txn.posts.append(Post(target, message))
         txn.staged_bytes += message.size
         self.staged_bytes += message.size
         if not isinstance(target, Deferred):
             target.staged += 1
-        self.outbox.answer(conn, delivery, txn.accepted_state)
+        provisional = personality.provisional
+        if provisional == "transactional":
+            self.outbox.answer(conn, delivery, txn.accepted_state)
+        else:
+            state = txn.accepted_state if provisional == "settled" else ACCEPTED
+            self.outbox.answer(conn, delivery, state, settle=True)
 
     # -- acquiring (§4.4.3) and retiring (§4.4.2) --------------------------------------------------------
     def flow(self, conn: ServerConnection, consumer: Consumer, properties: dict[Any, Any]) -> Error | None:
@@ -434,11 +535,18 @@ class Coordinator:
             # §4.4.3: "If the link endpoint does not support transactional acquisition, the link MUST be
             # terminated with a not-implemented error": a browser acquires nothing
             err = error(Condition.NOT_IMPLEMENTED, "a browsing link (distribution-mode copy) acquires nothing")
+        elif txn_id is not None and (acquisition := self.nodes.personality_of(conn).transactional_acquisition) != "yes":
+            # §4.4.3: "If the link endpoint does not support transactional acquisition, the link MUST be
+            # terminated with a not-implemented error" (or, as some brokers do, the txn-id is ignored)
+            if acquisition == "refuse":
+                err = error(Condition.NOT_IMPLEMENTED, "transactional acquisition is not supported")
         elif txn_id is not None:
             txn = self._live(conn, txn_id)
             if txn is None:
                 err = self.unknown_error(conn, txn_id)
             else:
+                if txn.deadline is None and txn.controller.personality.timeout_from == "first-operation":
+                    self._time(txn)
                 self._acquiring[consumer] = txn
                 txn.consumers.add(consumer)
                 if txn.state is None:
@@ -532,6 +640,8 @@ class Coordinator:
         """§4.4.2: a disposition carrying transactional-state."""
         txn = self._live(conn, state.txn_id)
         consumer = dispatched.consumer
+        if txn is None and self._unknown_closes(conn, state.txn_id, "Unrecoverable error: "):
+            return
         if txn is None:
             if holder is None:
                 # the outcome names no open transaction, so it cannot be applied: the message goes back to its
@@ -541,12 +651,17 @@ class Coordinator:
                     self.outbox.settle(conn, [dispatched.delivery], RELEASED)
                 touched.add(consumer.queue)
             return  # held: its own transaction decides
+        personality = txn.controller.personality
+        if personality.retire_accepted_only and not isinstance(state.outcome, Accepted):
+            return  # ignored: no disposition, the delivery stays as it was
+        if txn.deadline is None and personality.timeout_from == "first-operation":
+            self._time(txn)
         if holder is not None and holder is not txn:
-            if dispatched in holder.acquired:
+            if dispatched in holder.acquired or (personality.strict and dispatched in holder.outcomes):
                 # §4.4.2: "the delivery MUST NOT be associated with a different non discharged transaction than the
                 # outcome. If this happens then the control link MUST be terminated with transaction-rollback"
-                err = error(Condition.TRANSACTION_ROLLBACK, "a delivery and its outcome named two transactions")
-                self._conflict([holder, txn], err)
+                text = f"{_strict(personality, '§4.4.2')}a delivery and its outcome named two transactions"
+                self._conflict([holder, txn], error(Condition.TRANSACTION_ROLLBACK, text))
                 return
             if not is_outcome(state.outcome):
                 return  # its outcome is staged in another transaction, which decides
@@ -557,6 +672,9 @@ class Coordinator:
         if is_outcome(state.outcome):
             txn.outcomes[dispatched] = state.outcome
             self._holder[dispatched] = txn
+            if personality.retire_answered and not settled and dispatched.delivery.open:
+                conn.update([dispatched.delivery], TransactionalState(txn_id=txn.id, outcome=ACCEPTED))
+                self.outbox.touch(conn)
         elif settled and holder is None:
             # settled without an outcome, and no transaction holds it: the source's default outcome (§3.5.3)
             self.dispatcher.finish(dispatched, consumer.default_outcome)
@@ -565,7 +683,7 @@ class Coordinator:
 
     def _conflict(self, txns: list[Transaction], err: Error) -> None:
         """Roll back transactions that one piece of work named together, and detach their controllers."""
-        live = list(dict.fromkeys(t for t in txns if t.id in self._open))
+        live = list(dict.fromkeys(t for t in txns if t in self._open))
         self._rollback_all(live, stop=True)
         for txn in live:
             self._detach(txn.controller, err)
@@ -672,10 +790,8 @@ class Coordinator:
 
     def _forget(self, txn: Transaction) -> None:
         """Take a transaction whose rollback failed out of the registries all the same."""
-        self._open.pop(txn.id, None)
-        held = self._by_conn.get(txn.conn)
-        if held is not None:
-            held.open.pop(txn.id, None)
+        self._open.pop(txn, None)
+        self._unregister(txn)
         self.staged_bytes -= txn.staged_bytes
         txn.staged_bytes = 0
         for dispatched in [d for d, t in self._holder.items() if t is txn]:
@@ -714,10 +830,8 @@ class Coordinator:
     def _end(self, txn: Transaction) -> list[Consumer]:
         """Take ``txn`` out of every registry; return the links that were acquiring under it (their txn-id is
         cleared, §4.4.3)."""
-        del self._open[txn.id]
-        held = self._by_conn.get(txn.conn)
-        if held is not None:
-            held.open.pop(txn.id, None)
+        del self._open[txn]
+        self._unregister(txn)
         self.staged_bytes -= txn.staged_bytes
         txn.staged_bytes = 0
         if txn.acquired or txn.outcomes:
@@ -735,6 +849,18 @@ class Coordinator:
         txn.consumers.clear()
         return consumers
 
+    def _unregister(self, txn: Transaction) -> None:
+        """Forget ``txn``'s id on its connection (and in its namespace)."""
+        held = self._by_conn.get(txn.conn)
+        if held is not None:
+            held.open.pop(txn.id, None)
+        if self._shared:
+            for namespace, shared in list(self._shared.items()):
+                if shared.get(txn.id) is txn:
+                    del shared[txn.id]
+                    if not shared:
+                        del self._shared[namespace]
+
     # -- endings ------------------------------------------------------------------------------------------
     def connection_closed(self, conn: ServerConnection) -> None:
         """§4 intro / DESIGN §4: a connection that drops rolls back its open transactions."""
@@ -744,37 +870,96 @@ class Coordinator:
         for consumer in [c for c in self._stopped if c.conn is conn]:
             del self._stopped[consumer]
 
+    def _time(self, txn: Transaction) -> None:
+        """Start ``txn``'s time-out clock (at its declare or its first operation, as the personality says)."""
+        personality = txn.controller.personality
+        timeout = self.settings.transaction_timeout if personality.timeout is None else personality.timeout
+        if not timeout:
+            return
+        txn.deadline = self.clock.now + timeout
+        if personality.timeout_mode == "lazy":
+            return  # only a commit looks at it
+        first = not self._deadlines or txn.deadline < self._deadlines[0][0]
+        heapq.heappush(self._deadlines, (txn.deadline, next(self._ties), txn))
+        if first:
+            self._new_deadline()
+
+    def _due(self) -> tuple[float, int, Transaction] | None:
+        """The earliest time-out still standing (stale entries dropped)."""
+        heap = self._deadlines
+        while heap:
+            when, _, txn = heap[0]
+            if txn in self._open and txn.deadline == when:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
     def next_deadline(self) -> float | None:
-        """When the oldest open transaction times out."""
-        timeout = self.settings.transaction_timeout
-        oldest = next(iter(self._open.values()), None)
-        return oldest.created + timeout if timeout and oldest is not None else None
+        """When the next open transaction times out."""
+        due = self._due()
+        return due[0] if due is not None else None
 
     def handle_timeout(self, now: float, contain: Contain | None = None) -> None:
-        """Roll back every transaction older than ``transaction_timeout``; the links acquiring under one stop
-        (they send nothing, in a transaction or out of one, until the controller says what comes next).
+        """Roll back every transaction whose time is up; the links acquiring under one stop (they send nothing, in a
+        transaction or out of one, until the controller says what comes next). A personality that closes the
+        connection instead closes it (which rolls back its transactions).
 
         ``contain`` runs each rollback on its own (an error in one is logged, the others still run); a
         transaction whose rollback failed is forgotten all the same, so its time-out never comes round again."""
-        timeout = self.settings.transaction_timeout
-        if not timeout:
-            return
-        expired = []
-        for txn in self._open.values():  # oldest first: stop at the first that is still young
-            if now < txn.created + timeout:
-                break
-            expired.append(txn)
+        expired: list[Transaction] = []
+        closing: dict[ServerConnection, Personality] = {}
+        while (due := self._due()) is not None and due[0] <= now:
+            heapq.heappop(self._deadlines)
+            txn = due[2]
+            personality = txn.controller.personality
+            if personality.timeout_mode == "close":
+                closing[txn.conn] = personality
+            else:
+                expired.append(txn)
         self.counters.timed_out += len(expired)
         self._rollback_all(expired, stop=True, contain=contain)
         for txn in expired:
             held = self._by_conn.get(txn.conn)
             if held is not None:
                 held.timed_out[txn.id] = _held_back(txn)
+        for conn, personality in closing.items():
+            held = self._by_conn.get(conn)
+            self.counters.timed_out += len(held.open) if held is not None else 0
+            err = error(Condition.TRANSACTION_TIMEOUT, personality.timeout_text)
+            if contain is None:
+                self.close_connection(conn, err)
+            else:
+                contain(
+                    f"closing connection {conn.conn_id} on a transaction time-out",
+                    partial(self.close_connection, conn, err),
+                )
 
     # -- introspection ----------------------------------------------------------------------------------
     def infos(self, now: float, conns: set[ServerConnection] | None = None) -> list[TransactionInfo]:
         """The open transactions (of ``conns`` when given), oldest first, as of ``now``."""
-        return [info(txn, now) for txn in self._open.values() if conns is None or txn.conn in conns]
+        return [info(txn, now) for txn in self._open if conns is None or txn.conn in conns]
+
+
+def _strict(personality: Personality, section: str) -> str:
+    """The prefix of an error description naming the specification's section, under ``strict``."""
+    return f"strict (AMQP 1.0 part 4 {section}): " if personality.strict else ""
+
+
+def _unsettled_of_session(controller: Controller) -> int:
+    """Transfers the controller's session sent on its other links that the broker has not settled yet."""
+    link = controller.link
+    return sum(1 for d in link.session.incoming_unsettled.values() if d.link is not link)
+
+
+def _commit_failure(personality: Personality, cause: Error, *, refused_post: bool) -> Error:
+    """The error a commit that could not be applied is answered with (rolled back instead, §4.4.4)."""
+    if refused_post and personality.commit_failed_keeps_cause:
+        return Error(condition=cause.condition, description=cause.description)
+    condition, description = personality.commit_failed
+    if description is None:
+        prefix = "transaction rolled back: " if condition == Condition.TRANSACTION_ROLLBACK else ""
+        description = f"{prefix}{cause.description}"
+    return wire_error(condition, description)
 
 
 def _held_back(txn: Transaction) -> list[OutgoingDelivery]:

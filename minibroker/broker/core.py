@@ -137,6 +137,7 @@ class Broker:
             self.settings, self.nodes, self.dispatcher, self.coordinator, self.outbox, clock=self.clock
         )
         self.nodes.first_auto_node = self._deadline_moved  # the idle sweep has something to look at
+        self.coordinator.close_connection = self._close
         self.take_dirty = self.outbox.take_dirty
         """Engines that have bytes to write since the last call."""
         self._contain = _Contained()
@@ -165,6 +166,19 @@ class Broker:
         self._contain(what, lambda: self.coordinator.connection_closed(conn))
         self._contain(what, lambda: self.nodes.connection_closed(conn))
         self._contain(what, lambda: self.outbox.forget(conn))
+
+    def _close(self, conn: ServerConnection, err: Error) -> None:
+        """Close ``conn`` with ``err`` (a personality's answer to a time-out or an unknown txn-id); what the close
+        causes (its links detach, its transactions roll back) is handled with the step that closed it."""
+        conn.close(err)
+        self.outbox.dirty.add(conn)
+
+    def _handle_caused(self) -> None:
+        """Handle the events our own commands caused outside any read (a connection closed by a timer)."""
+        for conn in list(self.outbox.dirty):
+            caused = conn.take_events()
+            if caused:
+                self._apply_contained(conn, caused)
 
     def _deadline_moved(self) -> None:
         if self.on_new_deadline is not None:
@@ -288,6 +302,7 @@ class Broker:
         contain("the message timers", lambda: self.dispatcher.handle_timeout(now, contain))
         contain("the transaction time-outs", lambda: self.coordinator.handle_timeout(now, contain))
         contain("the idle-node sweep", lambda: self.endpoints.handle_timeout(now))
+        self._handle_caused()
         self._changed()
 
     def resume(self, conn: ServerConnection) -> None:

@@ -591,6 +591,10 @@ class Dispatcher:
                             queue, message, "max-delivery-attempts", f"delivery failed {message.delivery_count} times"
                         )
                     return
+                dropped_after = self.nodes.personality_of(consumer.conn).redelivery_limit
+                if dropped_after and message.delivery_count >= dropped_after:
+                    queue.retire(message)  # a personality's redelivery limit (Qpid Proton's example broker drops it)
+                    return
                 self.recorder.counted(queue, message)
         if message.expires_at is not None and message.expires_at <= self.clock.now:
             with self.recorder.together():

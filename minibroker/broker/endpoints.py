@@ -43,15 +43,17 @@ from minibroker.broker.attach import (
     ResumeSubscription,
     decide,
     denied,
+    fields_error,
 )
 from minibroker.broker.clock import BrokerClock
-from minibroker.broker.coordinator import CONTROLLER_CREDIT, Coordinator, named_transactions
+from minibroker.broker.coordinator import Coordinator, named_transactions
 from minibroker.broker.dispatch import Dispatcher
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import Node, parse_address
+from minibroker.broker.namespace import QUEUE, Node, parse_address
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
+from minibroker.broker.personality import rabbitmq_address
 from minibroker.broker.queue import Queue
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
@@ -101,7 +103,7 @@ class Endpoints:
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open
         container = str(remote.container_id if remote else "")
-        return AttachContext(self.settings, conn.user, container, conn.conn_id)
+        return AttachContext(self.settings, conn.user, container, conn.conn_id, self.nodes.personality_of(conn))
 
     # -- attach -----------------------------------------------------------------------------------------
     def attached(self, conn: ServerConnection, event: LinkAttached) -> None:
@@ -181,9 +183,9 @@ class Endpoints:
             if found is None:
                 return  # refused
         else:
-            found = self._lookup(conn, decision.name, decision.kind)
+            found = self._lookup(conn, decision.name, decision.kind, create=decision.missing is None)
         if found is None:
-            found = error(Condition.NOT_FOUND, f"no node at address {source.address!r}")
+            found = decision.missing or error(Condition.NOT_FOUND, f"no node at address {source.address!r}")
         if isinstance(found, Error):
             conn.refuse_attach(link, found)
             return
@@ -221,7 +223,9 @@ class Endpoints:
             outcomes=OUTCOMES,
             capabilities=source.capabilities,
         )
-        conn.accept_attach(link, source=reply, target=link.target, context=consumer)
+        conn.accept_attach(
+            link, source=reply, target=link.target, context=consumer, rcv_settle_mode=decision.rcv_settle_mode
+        )
         self.dispatcher.add_consumer(consumer)
         self.dispatcher.dispatch(consumer.queue)
 
@@ -280,28 +284,37 @@ class Endpoints:
                 capabilities=target.capabilities,
             )
         elif decision.name is not None:
-            found = self._lookup(conn, decision.name, decision.kind)
+            found = self._lookup(conn, decision.name, decision.kind, create=decision.missing is None)
             if found is None:
-                found = error(Condition.NOT_FOUND, f"no node at address {target.address!r}")
+                found = decision.missing or error(Condition.NOT_FOUND, f"no node at address {target.address!r}")
             if isinstance(found, Error):
                 conn.refuse_attach(link, found)
                 return
             node = found
-        producer = Producer(conn, link, node)
+        producer = Producer(conn, link, node, decision.route)
         if decision.dynamic:
             producer.owned_node = node
         # what a transfer naming at most one state makes the broker do (post or stage it, answer, top up credit)
         # never changes how the next frame reads: the engine may parse a read's run of them in one go (one whose
         # frames name two transactions detaches controllers, so it is handled before the next frame is read)
-        conn.accept_attach(link, source=link.source, target=reply, context=producer, read_ahead=True)
+        conn.accept_attach(
+            link,
+            source=link.source,
+            target=reply,
+            context=producer,
+            read_ahead=True,
+            rcv_settle_mode=decision.rcv_settle_mode,
+            settle_at_once=decision.settle_at_once,
+        )
         if node is not None:
             self._producers.setdefault(node, set()).add(producer)
         conn.grant_credit(link, self.settings.link_credit)
 
     def _attach_coordinator(self, conn: ServerConnection, link: Link, decision: AttachCoordinator) -> None:
-        controller = Controller(conn, link, decision.rejects_errors)
+        personality = self.nodes.personality_of(conn)
+        controller = Controller(conn, link, decision.rejects_errors, personality)
         conn.accept_attach(link, source=decision.source, target=decision.target, context=controller)
-        conn.grant_credit(link, CONTROLLER_CREDIT)
+        conn.grant_credit(link, personality.controller_credit)
 
     # -- detach -----------------------------------------------------------------------------------------
     def detached(self, conn: ServerConnection, event: LinkDetached) -> None:
@@ -361,6 +374,8 @@ class Endpoints:
             return
         if event.properties is not None:
             err = self.coordinator.flow(conn, consumer, event.properties)
+            if err is None and self.nodes.personality_of(conn).strict:
+                err = fields_error(event.properties, "the flow's properties")
             if err is not None:
                 conn.detach(consumer.link, err)
                 self.outbox.touch(conn)
@@ -406,8 +421,8 @@ class Endpoints:
             return
         self.dispatcher.arrive(message)
         target: Node | Deferred | None = context.node
-        if target is None:  # the anonymous relay routes by ``to``
-            to = message.to
+        if target is None:  # the anonymous relay routes by ``to`` (an exchange by its routing key)
+            to = message.to if context.route is None else context.route
             unreadable = message.undecodable_properties() if to is None else None
             if unreadable is not None:
                 # the address is in a properties section that does not decode (§2.8.15 decode-error), which is
@@ -416,7 +431,7 @@ class Endpoints:
                 self._refuse_post(conn, context.link, delivery, message, transactional, err)
                 return
             refusal = denied(self._context(conn), "send", to) if self.settings.permissions else None
-            routed = self._relay_target(conn, to, transactional) if refusal is None else None
+            routed = self._relay_target(conn, to, transactional, context.route is not None) if refusal is None else None
             if isinstance(routed, Error):  # no room for the node it would create
                 refusal = routed
             if refusal is not None:
@@ -426,6 +441,8 @@ class Endpoints:
             target = routed
         if transactional:
             self.coordinator.post(conn, delivery, target, message)
+        elif target is None and context.route is not None:
+            self.outbox.answer_now(conn, delivery, RELEASED)  # an exchange that cannot route releases the message
         elif target is None:
             refusal = error(Condition.NOT_FOUND, f"no node at address {message.to!r}")
             self.outbox.answer_now(conn, delivery, Rejected(error=refusal))
@@ -465,11 +482,19 @@ class Endpoints:
         elif isinstance(link.context, Controller):
             self.coordinator.replenish(conn, link.context)
 
-    def _relay_target(self, conn: ServerConnection, to: object, transactional: bool) -> Node | Deferred | Error | None:
-        """The node the anonymous relay routes ``to`` to; a transactional post to an address with no node
-        gets a ``Deferred`` one, created by the commit; an error when the node would pass ``max_nodes``."""
+    def _relay_target(
+        self, conn: ServerConnection, to: object, transactional: bool, keyed: bool = False
+    ) -> Node | Deferred | Error | None:
+        """The node the anonymous relay routes ``to`` to (``keyed``: ``to`` is an exchange's routing key, the name
+        of a queue); a transactional post to an address with no node gets a ``Deferred`` one, created by the
+        commit; an error when the node would pass ``max_nodes``."""
         if not to or not isinstance(to, str):
             return None
+        if keyed:
+            return self.nodes.lookup(conn, to, QUEUE, create=False)
+        if self.nodes.personality_of(conn).addresses == "rabbitmq":  # /queues/NAME or /exchanges/NAME/KEY
+            found = rabbitmq_address(to, source=False)
+            return None if isinstance(found, Error) else self.nodes.lookup(conn, found[0], QUEUE, create=False)
         name, kind = parse_address(to)
         node = self._lookup(conn, name, kind, create=not transactional)
         if node is None and transactional and self.nodes.creatable(name):

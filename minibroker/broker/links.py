@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from minibroker.amqp.definitions import Released
 from minibroker.amqp.states import Outcome
+from minibroker.broker.personality import MINIBROKER, Personality
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import Link, LinkState, OutgoingDelivery
 
@@ -143,13 +144,15 @@ class ConsumerGroup:
 class Producer:
     """A link on which the peer sends messages to ``node`` (None: the anonymous relay routes each by ``to``)."""
 
-    __slots__ = ("conn", "link", "node", "owned_node")
+    __slots__ = ("conn", "link", "node", "owned_node", "route")
 
-    def __init__(self, conn: ServerConnection, link: Link, node: Node | None) -> None:
+    def __init__(self, conn: ServerConnection, link: Link, node: Node | None, route: str | None = None) -> None:
         self.conn = conn
         self.link = link
         self.node = node
         self.owned_node: Node | None = None  # a dynamic node created for this link, deleted with it
+        self.route = route
+        """With no node: the name every message is routed to (an exchange's routing key), instead of its ``to``."""
 
     def __repr__(self) -> str:
         return f"Producer({self.link.name!r} to {self.node.name if self.node else None!r})"
@@ -158,13 +161,17 @@ class Producer:
 class Controller:
     """A coordinator link: the peer declares and discharges transactions on it (§4.2)."""
 
-    __slots__ = ("conn", "link", "rejects_errors")
+    __slots__ = ("conn", "link", "personality", "rejects_errors")
 
-    def __init__(self, conn: ServerConnection, link: Link, rejects_errors: bool) -> None:
+    def __init__(
+        self, conn: ServerConnection, link: Link, rejects_errors: bool, personality: Personality = MINIBROKER
+    ) -> None:
         self.conn = conn
         self.link = link
         self.rejects_errors = rejects_errors
         """True: errors travel as rejected outcomes; False: the link is detached with them (§4.3)."""
+        self.personality = personality
+        """The personality of its connection's namespace: how its transactions behave."""
 
     def __repr__(self) -> str:
         return f"Controller({self.link.name!r})"

@@ -41,15 +41,18 @@ class Outbox:
         dirty, self.dirty = self.dirty, set()
         return dirty
 
-    def answer(self, conn: ServerConnection, delivery: IncomingDelivery, state: DeliveryState) -> None:
+    def answer(
+        self, conn: ServerConnection, delivery: IncomingDelivery, state: DeliveryState, *, settle: bool = False
+    ) -> None:
         """Settle the peer's ``delivery`` with ``state`` at the end of this batch, merged into ranges.
 
         ``state`` should be one shared object per outcome: the batch groups deliveries by its identity. A
-        link in rcv-settle-mode second is answered at once (and left unsettled, see ``answer_now``).
+        link in rcv-settle-mode second is answered at once (and left unsettled, see ``answer_now``), unless
+        ``settle`` (a personality that settles regardless).
         """
         if delivery.settled:
             return
-        if delivery.link.rcv_settle_mode == _RCV_SETTLE_SECOND:
+        if delivery.link.rcv_settle_mode == _RCV_SETTLE_SECOND and not settle:
             self.answer_now(conn, delivery, state)
             return
         batch = self._answers.setdefault(conn, {})

@@ -21,13 +21,14 @@ from urllib.parse import unquote
 
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.types import Symbol
 
 TXN_CAPABILITIES = ("amqp:local-transactions", "amqp:multi-txns-per-ssn", "amqp:multi-ssns-per-txn")
-ECHO = "echo"
-"""``coordinator_capabilities``: answer with the capabilities the controller asked for."""
-TimeoutMode = Literal["timer", "close", "lazy"]
-ErrorTransport = Literal["lenient", "exact"]
-Provisional = Literal["transactional", "settled", "accepted"]
+ECHO: Literal["echo"] = "echo"
+"""``coordinator_capabilities``: answer with the controller's own coordinator target, capabilities and all."""
+FAILED = "failed"
+"""The bare (non-``amqp:``) condition Artemis and ActiveMQ give a discharge that failed."""
+TxnIds = Callable[[int, int, "set[bytes]"], bytes]
 
 
 @dataclass(frozen=True)
@@ -36,83 +37,100 @@ class Quirk:
 
     text: str
     source: str
-    """The broker's source file (repository and path, and the method) or issue that shows it."""
+    """The broker's source file (repository, path, method) or the issue or document that shows it."""
 
 
 @dataclass(frozen=True)
 class Personality:
-    """The policies of one personality; the defaults are ``minibroker``'s own (the specification, DESIGN §4)."""
+    """The policies of one personality; the defaults are ``minibroker``'s own (the specification, DESIGN §4).
+
+    Descriptions given as templates may name ``{xid}``: the txn-id as Java brokers print a binary (printable
+    ASCII as it is, other octets as ``\\xHH``).
+    """
 
     name: str
     summary: str
     quirks: tuple[Quirk, ...] = ()
 
-    # -- the coordinator's link (§4.2) ------------------------------------------------------------------
+    # -- the coordinator's link (§4.2, §4.3) --------------------------------------------------------------
     transactions: bool = True
     """Whether a coordinator can be attached at all (refused with ``no_transactions`` otherwise)."""
     no_transactions: tuple[str, str] = (Condition.NOT_IMPLEMENTED, "transactions are not supported")
     coordinator_capabilities: tuple[str, ...] | Literal["echo"] = TXN_CAPABILITIES
-    """The capabilities of the coordinator target we answer with (``ECHO``: those the controller asked for)."""
+    """The capabilities of the coordinator target we answer with (``ECHO``: the controller's target as sent)."""
     controller_credit: int = 100
-    """Credit first given to a controller link."""
-    controller_credit_step: int | None = None
-    """Grow the controller's credit by this much per declare or discharge (None: topped up to
-    ``controller_credit`` whenever half is used)."""
-    errors: ErrorTransport = "lenient"
+    """Credit given to a controller link, topped up when half is used."""
+    controller_window: bool = False
+    """Give a controller its credit back one by one, as each declare or discharge is answered (never more than
+    ``controller_credit`` outstanding), instead of topping it up."""
+    errors: Literal["lenient", "exact", "always"] = "lenient"
     """§4.3: a declare or discharge error travels as ``rejected`` when the controller's source offers
-    ``amqp:rejected:list`` ("exact"), or also when it lists no outcomes at all ("lenient": python-qpid-proton
-    lists none); otherwise the coordinator link is detached with it."""
+    ``amqp:rejected:list`` ("exact"), or also when it lists no outcomes at all ("lenient": python-qpid-proton lists
+    none), or always ("always"); otherwise the coordinator link is detached with it."""
+    global_id: Literal["refuse", "ignore"] = "refuse"
+    """A declare with a global-id: refused with amqp:not-implemented, or declared as if it had none."""
 
-    # -- ids and discharge (§4.2, §4.3) -------------------------------------------------------------------
-    txn_id: Callable[[int, int], bytes] | None = None
-    """The txn-id of the broker's ``serial``-th transaction, declared on connection ``conn_id``; None: the
-    broker's own generator (unique, 16 opaque bytes)."""
+    # -- ids and discharge ------------------------------------------------------------------------------------
+    txn_id: TxnIds | None = None
+    """The txn-id of the broker's ``serial``-th transaction, on connection ``conn_id``, not one of ``in_use`` (the
+    connection's ids); None: the broker's own generator (unique, 16 opaque bytes)."""
     txn_scope: Literal["connection", "namespace"] = "connection"
     """Where a txn-id is valid: on the connection that declared it, or on every connection of the namespace."""
     unknown_discharge: tuple[str, str] | None = None
-    """The condition and description answering a discharge of an unknown id (None: amqp:transaction:unknown-id)."""
-    commit_failed: str = Condition.TRANSACTION_ROLLBACK
-    """The condition of a commit that could not be applied (rolled back instead)."""
+    """Condition and description template of a discharge naming an unknown id (None: amqp:transaction:unknown-id)."""
+    commit_failed: tuple[str, str | None] = (Condition.TRANSACTION_ROLLBACK, None)
+    """Condition and description of a commit that could not be applied (None: the cause's own description)."""
+    commit_failed_keeps_cause: bool = False
+    """A commit that failed because a post was refused fails with that refusal's condition."""
     controller_detach_rolls_back: bool = True
-    """§4 intro: a controller link that closes rolls back the transactions it declared."""
+    """§4 intro: a controller link that closes rolls back the transactions it declared (else: only the end of
+    the connection does, and another controller of the connection may still discharge them)."""
 
-    # -- time-outs -------------------------------------------------------------------------------------
+    # -- time-outs ----------------------------------------------------------------------------------------------
     timeout: float | None = None
-    """Seconds a transaction may live (None: the broker's ``transaction_timeout``)."""
+    """Seconds a transaction may live (None: the broker's ``transaction_timeout``; 0: never times out)."""
     timeout_from: Literal["declare", "first-operation"] = "declare"
-    timeout_mode: TimeoutMode = "timer"
-    """"timer": rolled back when it expires, its id answered with amqp:transaction:timeout afterwards; "close":
-    its connection is closed with amqp:transaction:timeout; "lazy": only a commit notices it (rolled back then)."""
+    timeout_mode: Literal["timer", "close", "lazy"] = "timer"
+    """"timer": rolled back when it expires, its id answered with amqp:transaction:timeout afterwards; "close": its
+    connection is closed with amqp:transaction:timeout; "lazy": nothing happens until a commit, which fails."""
+    timeout_text: str = "the transaction timed out and was rolled back"
 
-    # -- posting (§4.4.1) ---------------------------------------------------------------------------------
-    provisional: Provisional = "transactional"
+    # -- posting (§4.4.1) -----------------------------------------------------------------------------------------
+    provisional: Literal["transactional", "settled", "accepted"] = "transactional"
     """The answer to an unsettled transactional transfer before the discharge: ``transactional-state(accepted)``
-    unsettled (in rcv-settle-mode second) or settled ("settled"), or a plain ``accepted`` ("accepted")."""
-    unknown_txn_post_closes: bool = False
-    """A transfer naming an unknown txn-id closes the connection with amqp:internal-error (else: rejected)."""
+    (left unsettled in rcv-settle-mode second), the same always settled ("settled"), or a plain ``accepted``."""
+    post_refusal_wrapped: bool = True
+    """A post the broker cannot take is answered ``transactional-state(rejected)`` (else a plain ``rejected``)."""
+    unknown_txn_closes: tuple[str, str] | None = None
+    """A transfer or disposition naming an unknown txn-id closes the connection with this condition and
+    description template (None: the transfer is rejected, the disposition's delivery released)."""
 
-    # -- acquiring and retiring (§4.4.2, §4.4.3) ----------------------------------------------------------
-    transactional_acquisition: bool = True
-    """Whether a flow's ``txn-id`` is honoured (else the link is detached with amqp:not-implemented)."""
+    # -- acquiring and retiring (§4.4.2, §4.4.3) ------------------------------------------------------------------
+    transactional_acquisition: Literal["yes", "ignore", "refuse"] = "yes"
+    """A flow's ``txn-id``: honoured, ignored (nothing sent is acquired under it), or refused (the link is detached
+    with amqp:not-implemented, §4.4.3)."""
     retire_accepted_only: bool = False
-    """A transactional retirement with an outcome other than ``accepted`` is ignored (the delivery stays as it
-    was: acquired, unsettled)."""
+    """A transactional retirement whose outcome is not ``accepted`` is ignored: no disposition, the delivery stays
+    acquired and unsettled."""
+    retire_answered: bool = False
+    """A transactional ``accepted`` of a delivery the client left unsettled is answered at once with an unsettled
+    ``transactional-state(accepted)`` (the broker's commit settles it)."""
     redelivery_limit: int = 0
-    """Deliveries after which a released or modified message is dropped (0: no limit beyond the queue's)."""
+    """Deliveries after which a message given ``modified(delivery-failed)`` is dropped (0: none)."""
 
-    # -- links and addresses --------------------------------------------------------------------------------
-    consumer_rcv_first: bool = False
-    """A receiving client's rcv-settle-mode second is answered (and treated) as first."""
-    refuse_rcv_second: bool = False
-    """A sending client asking rcv-settle-mode second (without sending settled) is refused."""
+    # -- links and addresses ----------------------------------------------------------------------------------------
+    rcv_settle_first: bool = False
+    """rcv-settle-mode second is answered (and followed) as first, on every link but the coordinator's."""
+    refuse_rcv_second: tuple[str, str] | None = None
+    """An attach asking rcv-settle-mode second without snd-settle-mode settled is refused with this error (one that
+    sends settled is answered first)."""
     settle_second_at_once: bool = False
-    """rcv-settle-mode second is echoed, but every outcome is sent settled (the peer need not settle first)."""
+    """A producer's rcv-settle-mode second is echoed, but every outcome is sent settled at once."""
     addresses: Literal["plain", "rabbitmq"] = "plain"
-    """How addresses name nodes: node names with optional ``queue://``/``topic://`` prefixes ("plain"), or
-    RabbitMQ 4's ``/queues/NAME`` and ``/exchanges/NAME/KEY`` ("rabbitmq": queues are never created by an
-    attach)."""
+    """How addresses name nodes: node names with optional ``queue://``/``topic://`` prefixes ("plain"), or RabbitMQ
+    4's ``/queues/NAME`` and ``/exchanges/NAME/KEY`` ("rabbitmq": an attach never creates a queue)."""
 
-    # -- strict ---------------------------------------------------------------------------------------------
+    # -- strict -----------------------------------------------------------------------------------------------------
     strict: bool = False
     """Client mistakes that ``minibroker`` tolerates are errors naming the specification's section."""
 
@@ -122,35 +140,82 @@ class Personality:
         lines += [f"  - {q.text}\n      ({q.source})" for q in self.quirks]
         return "\n".join(lines)
 
-    def resolve(self, address: str) -> tuple[str, str | None] | Error:
-        """The node a RabbitMQ 4 address names (``addresses == "rabbitmq"``), and its kind; or why it names none.
 
-        ``/queues/NAME`` is queue NAME; ``/exchanges/NAME/KEY`` routes by KEY to the queue of that name (the
-        default exchange's direct routing, all this personality models); names are percent-decoded.
-        """
-        parts = address.split("/")
-        if len(parts) == 3 and parts[:2] == ["", "queues"] and parts[2]:
-            return unquote(parts[2]), "queue"
-        if len(parts) == 4 and parts[:2] == ["", "exchanges"] and parts[3]:
-            return unquote(parts[3]), "queue"
-        return error(
-            Condition.INVALID_FIELD,
-            f"bad address {address!r}: expected /queues/NAME or /exchanges/NAME/KEY (RabbitMQ 4 address v2)",
-        )
+def wire_error(condition: str, description: str | None = None, txn_id: object = None) -> Error:
+    """An ``error`` with any condition symbol (brokers use some the specification does not define); ``{xid}`` in
+    ``description`` is the txn-id as Java brokers print it."""
+    if description is not None and txn_id is not None:
+        description = description.replace("{xid}", show_id(txn_id))
+    return Error(condition=Symbol(condition), description=description)
 
 
-def _fixed(width: int) -> Callable[[int, int], bytes]:
-    def txn_id(serial: int, conn_id: int) -> bytes:
+def show_id(txn_id: object) -> str:
+    """A txn-id as Java brokers print a binary: printable ASCII as it is, other octets as ``\\xHH``."""
+    if not isinstance(txn_id, bytes):
+        return repr(txn_id)
+    return "".join(chr(b) if 32 <= b < 127 and b != 0x5C else f"\\x{b:02x}" for b in txn_id)
+
+
+def rabbitmq_address(address: str, *, source: bool) -> tuple[str, bool] | Error:
+    """The queue a RabbitMQ 4 address (v2) names, and whether it names it through an exchange.
+
+    ``/queues/NAME`` is queue NAME; a target may also be ``/exchanges/NAME/KEY``, which routes by KEY to the queue
+    of that name (the direct routing this personality models). Segments are percent-decoded; anything else is
+    refused as RabbitMQ 4.3 does (the v1 formats are denied there by default).
+    """
+    parts = address.split("/")
+    if len(parts) == 3 and parts[:2] == ["", "queues"] and parts[2]:
+        return unquote(parts[2]), False
+    if not source and len(parts) == 4 and parts[:2] == ["", "exchanges"] and parts[3]:
+        exchange = unquote(parts[2])
+        if exchange and exchange != "amq.default":
+            return unquote(parts[3]), True
+    return error(Condition.INVALID_FIELD, f"Attach refused: bad address {address!r} (RabbitMQ 4 address v2)")
+
+
+def _counter(width: int) -> TxnIds:
+    """Ids from the broker-wide serial, ``width`` octets big-endian."""
+
+    def txn_id(serial: int, conn_id: int, in_use: set[bytes]) -> bytes:
         return (serial % (1 << (8 * width))).to_bytes(width, "big")
 
     return txn_id
 
 
-def _servicebus_txn_id(serial: int, conn_id: int) -> bytes:
-    return f"txn:{conn_id:032x}__G{conn_id}:{serial}_G{conn_id}".encode("ascii")
+def _lowest_free(width: int) -> TxnIds:
+    """The lowest number its connection does not use now, ``width`` octets big-endian (ids are reused)."""
+
+    def txn_id(serial: int, conn_id: int, in_use: set[bytes]) -> bytes:
+        number = 0
+        while (candidate := number.to_bytes(width, "big")) in in_use:
+            number += 1
+        return candidate
+
+    return txn_id
 
 
-_SPEC = "https://docs.oasis-open.org/amqp/core/v1.0/os/amqp-core-transactions-v1.0-os.html"
+def _uuid_text(serial: int, conn_id: int, in_use: set[bytes]) -> bytes:
+    """A hyphenated hex UUID in ASCII (36 octets)."""
+    hexed = f"{(conn_id << 64) | serial:032x}"[-32:]
+    return f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}".encode("ascii")
+
+
+def _servicebus(serial: int, conn_id: int, in_use: set[bytes]) -> bytes:
+    """``txn:<32 hex>__G<n>:<n>_G<n>`` in ASCII: 53 octets, longer than the specification's 32."""
+    gateway = 10 + conn_id % 90
+    return f"txn:{(conn_id << 64) | serial:032x}__G{gateway}:{1_000_000 + serial % 9_000_000}_G{gateway}".encode()
+
+
+_PART4 = "OASIS AMQP 1.0 part 4"
+_ARTEMIS = (
+    "apache/activemq-artemis: artemis-protocols/artemis-amqp-protocol/src/main/java/org/apache/activemq/artemis/"
+    "protocol/amqp/"
+)
+_ACTIVEMQ = "apache/activemq: activemq-amqp/src/main/java/org/apache/activemq/transport/amqp/protocol/"
+_BROKER_J = "apache/qpid-broker-j: broker-plugins/amqp-1-0-protocol/src/main/java/org/apache/qpid/server/protocol/v1_0/"
+_RABBITMQ = "rabbitmq/rabbitmq-server: deps/rabbit/src/rabbit_amqp_session.erl"
+_PROTON = "apache/qpid-proton: python/examples/broker.py"
+
 
 MINIBROKER = Personality(
     "minibroker",
@@ -159,31 +224,307 @@ MINIBROKER = Personality(
 
 STRICT = Personality(
     "strict",
-    "the specification, with client mistakes that minibroker tolerates answered as errors naming the section",
+    "the specification, with the client mistakes minibroker tolerates answered as errors naming the section",
     quirks=(
-        Quirk("a declare or discharge sent settled detaches the controller, naming §4.3", f"{_SPEC} §4.3"),
         Quirk(
-            "a declare while the connection still has unsettled transfers of its own is rejected "
-            "(Qpid Proton's transaction rules)",
-            "apache/qpid-proton: python/tests/integration/test_tx.py",
+            "a declare while the controller's session still has unsettled transfers of its own is refused "
+            "(amqp:illegal-state): Qpid Proton's rule, which its tx_tester expects an error for",
+            "apache/qpid-proton: cpp/src/session.cpp (session::transaction_declare); "
+            "tests/cpp/tx_tests/15_error_declare_unsettled_outgoing.tx_test",
         ),
         Quirk(
-            "a coordinator source that lists no outcomes is refused (§4.3 could only detach on an error)",
-            f"{_SPEC} §4.3",
+            "a coordinator source that lists no outcomes is refused (amqp:invalid-field): errors could only "
+            "travel by detaching; errors travel as rejected only when it lists amqp:rejected:list",
+            f"{_PART4} §4.3",
         ),
         Quirk(
-            "a retirement whose range holds deliveries of two transactions detaches the controller "
-            "with amqp:transaction:rollback",
-            f"{_SPEC} §4.4.2",
+            "a retirement naming one transaction for a delivery whose outcome another transaction holds rolls "
+            "both back and detaches their controllers (amqp:transaction:rollback)",
+            f"{_PART4} §4.4.2",
         ),
-        Quirk("a fields map with non-symbol keys is refused with amqp:invalid-field", "AMQP 1.0 part 2 §2.8.?"),
-        Quirk("a txn-id longer than 32 octets is refused with amqp:invalid-field", f"{_SPEC} §4.5.4"),
+        Quirk(
+            "a fields map (attach or flow properties) with a key that is not a symbol is refused (amqp:invalid-field)",
+            "OASIS AMQP 1.0 part 2 §2.8.13",
+        ),
+        Quirk("a txn-id longer than 32 octets is refused (amqp:invalid-field)", f"{_PART4} §4.5.4"),
+        Quirk(
+            "a declare or discharge sent settled detaches the controller (amqp:not-allowed, as minibroker), "
+            "the description naming §4.3",
+            f"{_PART4} §4.3",
+        ),
     ),
     errors="exact",
     strict=True,
 )
 
-PERSONALITIES: dict[str, Personality] = {p.name: p for p in (MINIBROKER, STRICT)}
+ARTEMIS = Personality(
+    "artemis",
+    "Apache ActiveMQ Artemis",
+    quirks=(
+        Quirk(
+            "a transactional retirement honours only accepted: released, rejected and modified are ignored (no "
+            "disposition; the message stays acquired by the consumer until its link closes)",
+            _ARTEMIS + "proton/ProtonServerSenderContext.java (handleExtendedDeliveryOutcomes)",
+        ),
+        Quirk(
+            "rcv-settle-mode second is answered as first, on consumer and producer links",
+            _ARTEMIS + "proton/DefaultSenderController.java (init); proton/ProtonServerReceiverContext.java "
+            "(initialize)",
+        ),
+        Quirk(
+            "a discharge of an unknown txn-id is rejected with amqp:illegal-state "
+            "'AMQ119014: Transaction not found: xid=...'",
+            _ARTEMIS + "proton/transaction/ProtonTransactionHandler.java (onMessage, txError); "
+            "broker/AMQPConnectionCallback.java (getTransaction)",
+        ),
+        Quirk(
+            "a commit that cannot be applied is rejected with the bare condition 'failed' (a refused post's own "
+            "condition when that was the cause)",
+            _ARTEMIS + "proton/transaction/ProtonTransactionHandler.java (txError)",
+        ),
+        Quirk(
+            "a transfer or disposition naming an unknown txn-id closes the connection with amqp:internal-error",
+            _ARTEMIS + "proton/ProtonAbstractReceiver.java (onMessageComplete); proton/handler/ProtonHandler.java",
+        ),
+        Quirk(
+            "detaching the coordinator rolls nothing back (only closing the connection does); another "
+            "coordinator of the connection may discharge the transaction",
+            _ARTEMIS + "proton/transaction/ProtonTransactionHandler.java (close); broker/AMQPConnectionCallback.java "
+            "(close)",
+        ),
+        Quirk(
+            "the provisional transactional-state(accepted) of a post is sent settled; a post it cannot take gets a "
+            "plain rejected",
+            _ARTEMIS + "broker/AMQPSessionCallback.java (inSessionSend); proton/ProtonAbstractReceiver.java "
+            "(deliveryFailed)",
+        ),
+        Quirk(
+            "a flow's txn-id is ignored: no transactional acquisition",
+            _ARTEMIS + "proton/AMQPConnectionContext.java (onFlow)",
+        ),
+        Quirk(
+            "a declare's global-id is ignored (declared as a local transaction)",
+            _ARTEMIS + "proton/transaction/ProtonTransactionHandler.java (onMessage)",
+        ),
+        Quirk(
+            "txn-ids are 36-octet ASCII UUIDs",
+            _ARTEMIS + "broker/AMQPConnectionCallback.java (newTransaction)",
+        ),
+        Quirk(
+            "a rollback leaves an accepted, unsettled delivery acquired by its consumer (as minibroker does); its "
+            "documentation allows one transaction per session, which the code does not enforce (neither does "
+            "this personality)",
+            _ARTEMIS + "proton/transaction/ProtonTransactionRefsOperation.java (rollbackRedelivery); "
+            "docs/user-manual/amqp.adoc",
+        ),
+    ),
+    txn_id=_uuid_text,
+    unknown_discharge=(Condition.ILLEGAL_STATE, "AMQ119014: Transaction not found: xid={xid}"),
+    commit_failed=(FAILED, None),
+    commit_failed_keeps_cause=True,
+    unknown_txn_closes=(Condition.INTERNAL_ERROR, "AMQ119014: Transaction not found: xid={xid}"),
+    controller_detach_rolls_back=False,
+    provisional="settled",
+    post_refusal_wrapped=False,
+    transactional_acquisition="ignore",
+    retire_accepted_only=True,
+    rcv_settle_first=True,
+    global_id="ignore",
+)
+
+ACTIVEMQ = Personality(
+    "activemq",
+    'Apache ActiveMQ 5.x "Classic"',
+    quirks=(
+        Quirk(
+            "txn-ids are 8-octet big-endian counters",
+            _ACTIVEMQ + "AmqpTransactionCoordinator.java (processDelivery); AmqpConnection.java (getNextTransactionId)",
+        ),
+        Quirk(
+            "the coordinator target is the controller's own, echoed: no capabilities of the broker's",
+            _ACTIVEMQ + "AmqpConnection.java (processLinkOpen); AmqpSession.java (createCoordinator)",
+        ),
+        Quirk(
+            "a commit that cannot be applied is rejected with the bare condition 'failed'",
+            _ACTIVEMQ + "AmqpTransactionCoordinator.java (processDelivery)",
+        ),
+        Quirk(
+            "a discharge of an unknown txn-id is rejected with 'failed' \"Transaction '...' has not been started.\"",
+            "apache/activemq: activemq-broker/src/main/java/org/apache/activemq/broker/TransactionBroker.java "
+            "(getTransaction)",
+        ),
+        Quirk(
+            "a transactional retirement honours only accepted, answered at once with an unsettled "
+            "transactional-state(accepted); other outcomes are ignored (the message stays acquired)",
+            _ACTIVEMQ + "AmqpSender.java (delivery)",
+        ),
+        Quirk(
+            "a flow's txn-id is ignored: no transactional acquisition",
+            _ACTIVEMQ + "AmqpSender.java",
+        ),
+    ),
+    txn_id=_counter(8),
+    coordinator_capabilities=ECHO,
+    unknown_discharge=(FAILED, "Transaction '{xid}' has not been started."),
+    commit_failed=(FAILED, None),
+    retire_accepted_only=True,
+    retire_answered=True,
+    transactional_acquisition="ignore",
+)
+
+BROKER_J = Personality(
+    "broker-j",
+    "Apache Qpid Broker-J",
+    quirks=(
+        Quirk(
+            "the coordinator gets credit 1, given back as each declare or discharge is answered: one at a time",
+            _BROKER_J + "TxnCoordinatorReceivingLinkEndpoint.java (start); AbstractReceivingLinkEndpoint.java "
+            "(updateDispositions)",
+        ),
+        Quirk(
+            "an open transaction that times out (counted from its first operation) closes the connection with "
+            "amqp:transaction:timeout 'Open transaction timed out' (Broker-J's own default is off: here the "
+            "broker's transaction_timeout)",
+            _BROKER_J + "TxnCoordinatorReceivingLinkEndpoint.java (doTimeoutAction); "
+            "apache/qpid-broker-j: broker-core/src/main/java/org/apache/qpid/server/virtualhost/"
+            "QueueManagingVirtualHost.java (storeTransactionOpenTimeoutClose)",
+        ),
+        Quirk(
+            "txn-ids are 4 octets: the lowest number the connection does not use, so ids are reused",
+            _BROKER_J + "Session_1_0.java (integerToTransactionId); AMQPConnection_1_0Impl.java "
+            "(createIdentifiedTransaction)",
+        ),
+        Quirk(
+            "errors travel as rejected only when the controller's source lists amqp:rejected:list; else the "
+            "coordinator link is detached with them (§4.3 exactly)",
+            _BROKER_J + "TxnCoordinatorReceivingLinkEndpoint.java (receiveDelivery)",
+        ),
+        Quirk(
+            "the coordinator target carries no capabilities",
+            _BROKER_J + "TxnCoordinatorReceivingLinkEndpoint.java (establishLink)",
+        ),
+        Quirk(
+            "an unknown txn-id is 'Unknown transactionId ...'; a failed commit 'The transaction was rolled back due "
+            "to an earlier issue ...'",
+            _BROKER_J + "TxnCoordinatorReceivingLinkEndpoint.java (discharge)",
+        ),
+    ),
+    controller_credit=1,
+    controller_window=True,
+    errors="exact",
+    coordinator_capabilities=(),
+    txn_id=_lowest_free(4),
+    unknown_discharge=(Condition.UNKNOWN_TXN_ID, "Unknown transactionId {xid}"),
+    commit_failed=(
+        Condition.TRANSACTION_ROLLBACK,
+        "The transaction was rolled back due to an earlier issue (e.g. a published message was sent settled but "
+        "could not be enqueued)",
+    ),
+    timeout_from="first-operation",
+    timeout_mode="close",
+    timeout_text="Open transaction timed out",
+)
+
+RABBITMQ = Personality(
+    "rabbitmq",
+    "RabbitMQ 4",
+    quirks=(
+        Quirk(
+            "a coordinator attach is refused: null target, detach with amqp:not-implemented 'Transactions not "
+            "supported'",
+            _RABBITMQ + " (validate_attach)",
+        ),
+        Quirk(
+            "rcv-settle-mode second is refused (amqp:not-implemented) on any link not sending settled; a link "
+            "sending settled is answered first",
+            _RABBITMQ + " (validate_attach)",
+        ),
+        Quirk(
+            "addresses are /queues/NAME and /exchanges/NAME/KEY (percent-encoded; other formats refused with "
+            "amqp:invalid-field); a missing queue is amqp:not-found \"no queue 'NAME' in vhost '/'\", never created; "
+            "an exchange routes by KEY to the queue of that name, releasing what it cannot route",
+            "rabbitmq/rabbitmq-server: deps/rabbit/src/rabbit_amqp_session.erl (parse_target_v2_string0, "
+            "ensure_target, link_error_not_found)",
+        ),
+    ),
+    transactions=False,
+    no_transactions=(Condition.NOT_IMPLEMENTED, "Transactions not supported"),
+    refuse_rcv_second=(Condition.NOT_IMPLEMENTED, "rcv-settle-mode second not supported"),
+    addresses="rabbitmq",
+)
+
+SERVICEBUS = Personality(
+    "servicebus",
+    "Azure Service Bus (its transaction and settlement behaviour)",
+    quirks=(
+        Quirk(
+            "txn-ids are per connection, ASCII, about 53 octets (txn:<32 hex>__G<n>:<n>_G<n>), longer than the "
+            "specification's 32",
+            "as observed on the wire (issue 15); no public source shows the format",
+        ),
+        Quirk(
+            "a transactional transfer is answered with a plain accepted, not transactional-state",
+            "Azure/azure-service-bus#657",
+        ),
+        Quirk(
+            "a transaction times out 2 minutes after its first operation",
+            "MicrosoftDocs/azure-docs: articles/service-bus-messaging/service-bus-transactions.md (Timeout)",
+        ),
+        Quirk(
+            "no transactional acquisition: a flow naming a txn-id detaches the link with amqp:not-implemented",
+            "MicrosoftDocs/azure-docs: articles/service-bus-messaging/service-bus-transactions.md (receive is not "
+            "a transactional operation; the exact answer is not in a public source)",
+        ),
+        Quirk(
+            "a producer asking rcv-settle-mode second gets settled dispositions (the Python SDK ignores unsettled "
+            "ones and would wait forever)",
+            "Azure/azure-sdk-for-python: sdk/servicebus/azure-servicebus/azure/servicebus/_pyamqp/sender.py "
+            "(SenderLink._incoming_disposition)",
+        ),
+    ),
+    txn_id=_servicebus,
+    provisional="accepted",
+    timeout=120.0,
+    timeout_from="first-operation",
+    transactional_acquisition="refuse",
+    settle_second_at_once=True,
+)
+
+PROTON = Personality(
+    "proton",
+    "Qpid Proton's example broker (python/examples/broker.py)",
+    quirks=(
+        Quirk(
+            "txn-ids are valid on every connection (one broker-wide map; here one per namespace)",
+            _PROTON + " (Broker._declare_txn, on_message, on_delivery_updated)",
+        ),
+        Quirk(
+            "the coordinator target is the controller's own, echoed with the capabilities it asked for",
+            _PROTON + " (on_link_opening)",
+        ),
+        Quirk(
+            "the time-out is lazy: only a commit notices it, rejected with amqp:transaction:timeout",
+            _PROTON + " (_discharge_txn)",
+        ),
+        Quirk(
+            "declare and discharge errors are always sent as rejected, whatever the controller's source lists",
+            _PROTON + " (_coordinator_message)",
+        ),
+        Quirk(
+            "a message given modified(delivery-failed) 5 times is dropped (redelivery limit 5)",
+            _PROTON + " (_modify_delivery, --redelivery-limit)",
+        ),
+    ),
+    txn_scope="namespace",
+    coordinator_capabilities=ECHO,
+    timeout_mode="lazy",
+    errors="always",
+    redelivery_limit=5,
+)
+
+PERSONALITIES: dict[str, Personality] = {
+    p.name: p for p in (MINIBROKER, STRICT, ARTEMIS, ACTIVEMQ, BROKER_J, RABBITMQ, SERVICEBUS, PROTON)
+}
 
 
 def names() -> list[str]:
@@ -197,4 +538,3 @@ def get(name: str) -> Personality:
     if found is None:
         raise ValueError(f"unknown personality {name!r}; known: {', '.join(names())}")
     return found
-

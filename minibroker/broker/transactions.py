@@ -73,6 +73,7 @@ class Transaction:
         "consumers",
         "controller",
         "created",
+        "deadline",
         "failed",
         "id",
         "outcomes",
@@ -86,6 +87,8 @@ class Transaction:
         self.conn = conn
         self.controller = controller
         self.created = created
+        self.deadline: float | None = None
+        """When it times out (None: not yet timed: never, or from its first operation)."""
         # state: what transfers acquired under it carry (§4.4.3), made when a link first acquires under it;
         # accepted_state: the provisional outcome of its posts, one object so their answers merge into ranges
         self.state: TransactionalState | None = None

@@ -83,7 +83,7 @@ from minibroker.amqp.framing import (
     encode_frame,
 )
 from minibroker.amqp.states import DeliveryState
-from minibroker.amqp.types import DecodeError, Symbol, UInt
+from minibroker.amqp.types import DecodeError, Symbol, UByte, UInt
 from minibroker.engine.endpoints import (
     RECEIVER,
     SENDER,
@@ -1003,8 +1003,14 @@ class ServerConnection:
         offered_capabilities: list[str] | None = None,
         context: Any = None,
         read_ahead: bool = False,
+        rcv_settle_mode: int | None = None,
+        settle_at_once: bool = False,
     ) -> None:
         """Answer the peer's attach with ours, naming the terminus we really provide (§2.6.3).
+
+        ``rcv_settle_mode``: the mode we answer with and follow (§2.8.3; default: the one the peer asked for).
+        ``settle_at_once``: answer with the peer's mode, but settle every outcome we give at once (a broker
+        personality that behaves so).
 
         ``context`` is the caller's own object for the link, read back from ``link.context``. ``read_ahead``
         promises that handling a transfer on this link whose frames carried at most one delivery state gives
@@ -1020,6 +1026,11 @@ class ServerConnection:
         link.source = source
         link.target = target
         link.max_message_size = max_message_size or self.max_message_size
+        answered = link.attach.rcv_settle_mode if rcv_settle_mode is None else UByte(rcv_settle_mode)
+        if rcv_settle_mode is not None:
+            link.rcv_settle_mode = rcv_settle_mode
+        if settle_at_once:
+            link.rcv_settle_mode = 0
         self._send(
             link.session.channel,
             Attach(
@@ -1027,7 +1038,7 @@ class ServerConnection:
                 handle=UInt(link.output_handle),
                 role=link.role,
                 snd_settle_mode=link.attach.snd_settle_mode,
-                rcv_settle_mode=link.attach.rcv_settle_mode,
+                rcv_settle_mode=answered,
                 source=source,
                 target=target,
                 initial_delivery_count=UInt(link.delivery_count) if link.role == SENDER else None,
@@ -1208,6 +1219,14 @@ class ServerConnection:
                 who = "we" if delivery.settled else "the peer"
                 raise LocalProtocolError(f"{delivery!r} cannot be settled: {who} settled it already")
         self._dispose(deliveries, SENDER, state, lambda d: d.link.session.outgoing_unsettled)
+
+    def update(self, deliveries: list[OutgoingDelivery], state: DeliveryState) -> None:
+        """Tell the peer the state of deliveries we sent, leaving them unsettled (disposition, role=sender,
+        settled=false, §2.7.6). Updating a delivery that either end has settled is a ``LocalProtocolError``."""
+        for delivery in deliveries:
+            if not delivery.open:
+                raise LocalProtocolError(f"{delivery!r} cannot be updated: it is settled")
+        self._dispose(deliveries, SENDER, state, lambda d: d.link.session.outgoing_unsettled, settled=False)
 
     def abort(self, delivery: OutgoingDelivery) -> None:
         """Abort a delivery not completely sent (§2.6.14), settled or not: its frames held back by the peer's

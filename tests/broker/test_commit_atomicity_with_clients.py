@@ -273,7 +273,7 @@ def test_checker_sees_a_commit_split_by_a_checkpoint(threaded_broker: ThreadedBr
             async def later() -> None:
                 try:
                     await trio.sleep(0.02)
-                    coordinator._open[rest.id] = rest  # only now: the producer may have closed its connection
+                    coordinator._open[rest] = None  # only now: the producer may have closed its connection
                     commit(coordinator, rest)
                     wake_writers(broker)
                 except BaseException as exc:  # a failing system task would crash the broker's loop
