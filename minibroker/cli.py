@@ -1,8 +1,9 @@
 """The ``minibroker`` command (DESIGN §2).
 
 Precedence of settings: command line, then environment (``MINIBROKER_HOST``, ``MINIBROKER_PORT``,
-``MINIBROKER_HTTP_PORT``, ``MINIBROKER_HTTP_HOST``, ``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``), then the config
-file, then defaults.
+``MINIBROKER_HTTP_PORT``, ``MINIBROKER_HTTP_HOST``, ``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``,
+``MINIBROKER_PERSONALITY``), then the config file, then defaults.
+``minibroker personalities`` prints every personality ``--personality`` can name, with its quirks.
 Exit codes: 0 after SIGINT/SIGTERM, 2 for bad arguments or a bad config file (the message names the file, the key
 and the problem) and for a data dir that cannot be used (not a directory, not writable, held by another broker, a
 corrupt journal: the message says which), 1 when the listener cannot be bound.
@@ -21,6 +22,7 @@ from pathlib import Path
 import trio
 
 from minibroker import auth, health, manage_cli
+from minibroker.broker import personality as personalities
 from minibroker.config import Config, ConfigError
 from minibroker.server.app import serve
 from minibroker.store.journal import RECOVER_MODES, JournalError
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "are never printed; MINIBROKER_CHECK_USER and MINIBROKER_CHECK_PASSWORD work too; amqps is checked over "
         "TLS). "
         "minibroker hash-password: print a password hash for [auth.users]. "
+        "minibroker personalities: print every personality --personality can name, with its quirks. "
         "minibroker queues | peek QUEUE | purge QUEUE | send QUEUE BODY | txns | reset [--http URL] [--user USER] "
         "[--password PASSWORD] [--json]: manage a running broker through its HTTP API (MINIBROKER_HTTP_URL, "
         "default http://127.0.0.1:8672; MINIBROKER_HTTP_USER and MINIBROKER_HTTP_PASSWORD work too).",
@@ -67,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=RECOVER_MODES,
         help="on a corrupt journal: strict (default) refuses to start, skip-corrupt skips the corrupt records "
         "(a copy is kept in DATA_DIR/quarantine)",
+    )
+    parser.add_argument(
+        "--personality",
+        choices=personalities.names(),
+        metavar="NAME",
+        help="whose behaviour on the wire the broker has: "
+        f"{', '.join(personalities.names())} (default minibroker; `minibroker personalities` lists their quirks)",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="logging threshold (default info)")
     parser.add_argument(
@@ -117,7 +127,26 @@ def resolve_config(args: argparse.Namespace, environ: dict[str, str]) -> Config:
         if recover not in RECOVER_MODES:
             raise ConfigError(f"environment: MINIBROKER_RECOVER: {recover!r} is not one of {', '.join(RECOVER_MODES)}")
         changes["data_recover"] = recover
+    personality = args.personality or environ.get("MINIBROKER_PERSONALITY")
+    if personality is not None:
+        if personality not in personalities.names():  # the command line's is checked by argparse
+            known = ", ".join(personalities.names())
+            raise ConfigError(
+                f"environment: MINIBROKER_PERSONALITY: unknown personality {personality!r} (known: {known})"
+            )
+        changes["broker__personality"] = personality
     return config.replace(**changes) if changes else config
+
+
+def print_personalities(argv: Sequence[str]) -> int:
+    """``minibroker personalities``: every personality with its quirks, separated by blank lines; exit 0."""
+    parser = argparse.ArgumentParser(
+        prog="minibroker personalities",
+        description="Print every personality (--personality, [broker] personality) with its quirks and their sources.",
+    )
+    parser.parse_args(argv)
+    print("\n\n".join(personalities.get(name).describe() for name in personalities.names()))
+    return 0
 
 
 async def _run(config: Config) -> None:
@@ -139,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return health.main(argv[1:])
     if argv[:1] == ["hash-password"]:
         return auth.main(argv[1:])
+    if argv[:1] == ["personalities"]:
+        return print_personalities(argv[1:])
     if argv[:1] and argv[0] in manage_cli.COMMANDS:
         return manage_cli.main(argv[0], argv[1:])
     parser = build_parser()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from minibroker.auth import is_hashed, valid_hash
+from minibroker.broker import personality as personalities
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.policy import OVERFLOW_POLICIES, NodePolicy
 from minibroker.store.journal import RECOVER_MODES
@@ -142,6 +143,9 @@ class BrokerConfig:
     max_selector_properties_size: int = 64 * 1024
     """Bytes of a message's header, properties or application-properties section a selector reads; a message with a
     larger one is not selected by a selector that reads a field of that section. 0: no limit."""
+    personality: str = "minibroker"
+    """The personality of the default namespace and of namespaces created without one (``minibroker
+    personalities`` lists them)."""
 
 
 @dataclass(frozen=True)
@@ -388,6 +392,9 @@ def _validate(config: Any, source: str, prefix: str) -> None:
         for key in ("max_selector_length", "max_selector_properties_size"):
             if getattr(config, key) < 0:
                 raise bad(key, "must not be negative")
+        if config.personality not in personalities.names():
+            known = ", ".join(personalities.names())
+            raise bad("personality", f"unknown personality {config.personality!r} (known: {known})")
     elif isinstance(config, NodePolicy):
         for key in ("max_messages", "max_bytes", "max_delivery_attempts"):
             if getattr(config, key) < 0:

@@ -233,6 +233,11 @@ class NamespaceView(Inspectable):
     def _namespace(self, broker: Broker) -> Namespace:
         return _namespace(broker, self.namespace_name)
 
+    @property
+    def personality(self) -> str:
+        """The name of this namespace's personality: whose behaviour its connections meet."""
+        return self._call(lambda broker: self._namespace(broker).personality.name)
+
     def queue(self, name: str) -> QueueHandle:
         """The queue called ``name`` (it need not exist yet)."""
         return QueueHandle(self, self.namespace_name, name)

@@ -7,7 +7,8 @@
 
 ``connect`` returns a ``RemoteBroker``: the same names as ``ThreadedBroker`` (``queue(name)`` with ``depth``,
 ``acquired``, ``staged``, ``stats()``, ``peek()``, ``purge()``, ``exists``; ``queues``, ``topic(name)``, ``topics``,
-``transactions``, ``txn_stats``, ``connections``, ``reset()``, ``create_namespace()``, ``drop_namespace()``), so a
+``transactions``, ``txn_stats``, ``connections``, ``personality``, ``reset()``, ``create_namespace()``,
+``drop_namespace()``), so a
 test written against the ``minibroker`` fixture runs unchanged against a broker in a container. Every read is one
 HTTP request, synchronous, made with the standard library only; nothing is cached.
 
@@ -444,9 +445,19 @@ class RemoteBroker:
         """Drop every node, message and transaction of this namespace; close its connections."""
         self._request("POST", "/reset")
 
-    def create_namespace(self, name: str | None = None) -> RemoteBroker:
-        """A new isolated namespace with a listener of its own; its ``url`` connects into it."""
-        answer = self._api.request("POST", "/api/namespaces", {} if name is None else {"name": name})[1]
+    @property
+    def personality(self) -> str:
+        """The name of this namespace's personality, as the broker reports it (``/api/info``)."""
+        return str(self._request("GET", "/info")["personality"])
+
+    def create_namespace(self, name: str | None = None, personality: str | None = None) -> RemoteBroker:
+        """A new isolated namespace with a listener of its own; its ``url`` connects into it.
+
+        ``personality`` (a name ``minibroker personalities`` lists) is whose behaviour its connections meet; by
+        default the broker's. ``RemoteError`` (status 400, naming the known ones) for an unknown name.
+        """
+        body = {key: value for key, value in (("name", name), ("personality", personality)) if value is not None}
+        answer = self._api.request("POST", "/api/namespaces", body)[1]
         return RemoteBroker(self._api, answer["name"], answer["url"])
 
     def namespace(self, name: str) -> RemoteBroker:

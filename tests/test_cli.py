@@ -3,12 +3,14 @@ environment variables and their precedence, and --trace-frames."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,9 @@ from pathlib import Path
 import pytest
 from proton import Message
 from proton.utils import BlockingConnection
+
+from minibroker.broker.personality import get, names
+from minibroker.cli import build_parser, resolve_config
 
 LISTENING = re.compile(r"^minibroker listening on amqp://127\.0\.0\.1:(\d+)$")
 
@@ -132,3 +137,85 @@ def test_trace_frames_prints_decoded_frames_without_credentials() -> None:
     assert "-> @disposition(21) [role=true, first=0, settled=true, state=@accepted(36) []]" in trace
     assert "s3cret-pw" not in trace
     assert "sasl-init" in trace
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["--personality", "nobody"], {}, "--personality"),
+        ([], {"MINIBROKER_PERSONALITY": "nobody"}, "MINIBROKER_PERSONALITY"),
+    ],
+)
+def test_an_unknown_personality_exits_2_listing_the_known_ones(
+    args: list[str], env: dict[str, str], expected: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "minibroker", *args], capture_output=True, text=True, timeout=20,
+        env={**os.environ, **env}, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "'nobody'" in result.stderr
+    for name in names():
+        assert name in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "in_file", "expected"),
+    [
+        ([], {}, None, "minibroker"),
+        ([], {}, "strict", "strict"),
+        ([], {"MINIBROKER_PERSONALITY": "strict"}, "minibroker", "strict"),
+        (["--personality", "minibroker"], {"MINIBROKER_PERSONALITY": "strict"}, "strict", "minibroker"),
+        (["--personality", "strict"], {}, None, "strict"),
+    ],
+)
+def test_personality_precedence_command_line_environment_file_default(
+    tmp_path: Path, args: list[str], env: dict[str, str], in_file: str | None, expected: str
+) -> None:
+    if in_file is not None:
+        config = tmp_path / "c.toml"
+        config.write_text(f'[broker]\npersonality = "{in_file}"\n')
+        args = [*args, "--config", str(config)]
+    resolved = resolve_config(build_parser().parse_args(args), env)
+    assert resolved.broker.personality == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "env"), [(["--personality", "strict"], {}), ([], {"MINIBROKER_PERSONALITY": "strict"})]
+)
+def test_a_broker_started_with_a_personality_has_it(args: list[str], env: dict[str, str]) -> None:
+    with broker_process("--port", "0", "--http-port", "0", *args, env=env) as (proc, port):
+        assert proc.stdout is not None
+        http_line = proc.stdout.readline().rstrip("\n")
+        assert http_line.startswith("minibroker http on http://"), http_line
+        http_url = http_line.removeprefix("minibroker http on ")
+        with urllib.request.urlopen(f"{http_url}/api/info", timeout=5) as answer:
+            info = json.load(answer)
+        assert info["personality"] == "strict"
+        assert info["url"] == f"amqp://127.0.0.1:{port}"
+        _round_trip(port)
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+def test_personalities_prints_each_with_its_quirks_and_exits_0() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "minibroker", "personalities"], capture_output=True, text=True, timeout=20, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "\n\n".join(get(name).describe() for name in names()) + "\n"
+    headings = [line.split(":", 1)[0] for line in result.stdout.splitlines() if line and not line.startswith(" ")]
+    assert headings == names()
+    assert "minibroker personalities" in (build_parser().epilog or "")
+
+
+def test_personalities_takes_no_arguments() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "minibroker", "personalities", "strict"], capture_output=True, text=True, timeout=20,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "usage: minibroker personalities" in result.stderr
+    assert "unrecognized arguments: strict" in result.stderr

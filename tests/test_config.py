@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from minibroker.broker.personality import names
 from minibroker.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +63,8 @@ def test_values_are_read(tmp_path: Path) -> None:
         ('[topics.t]\noverflow = "spill"\n', "topics.t.overflow", "is not one of"),
         ("[node_defaults]\nmax_messages = -1\n", "node_defaults.max_messages", "must not be negative"),
         ("[queues]\norders = 1\n", "queues.orders", "expected a table"),
+        ('[broker]\npersonality = "nobody"\n', "broker.personality", "unknown personality 'nobody'"),
+        ("[broker]\npersonality = 1\n", "broker.personality", "expected a string"),
     ],
 )
 def test_bad_config_names_file_key_and_problem(tmp_path: Path, text: str, key: str, problem: str) -> None:
@@ -73,6 +76,20 @@ def test_bad_config_names_file_key_and_problem(tmp_path: Path, text: str, key: s
     assert str(path) in message
     assert f" {key}:" in message
     assert problem in message
+
+
+def test_personality_is_read_and_an_unknown_one_lists_the_known(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[broker]\npersonality = "strict"\n')
+    assert Config.load(path).broker.personality == "strict"
+    assert Config().broker.personality == "minibroker"
+    path.write_text('[broker]\npersonality = "Strict"\n')
+    with pytest.raises(ConfigError) as info:
+        Config.load(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert " broker.personality:" in message
+    assert f"known: {', '.join(names())}" in message
 
 
 def test_not_toml(tmp_path: Path) -> None:

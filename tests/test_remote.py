@@ -15,6 +15,7 @@ from proton.utils import BlockingConnection
 
 import minibroker
 from minibroker.amqp.definitions import ApplicationProperties, Close, Flow, Properties
+from minibroker.broker.personality import names
 from minibroker.remote import BrokerUnreachable, RemoteBroker, RemoteError
 from minibroker.testing import frames
 from minibroker.testing.peer import ScriptedPeer
@@ -227,12 +228,40 @@ def test_a_dropped_namespace_is_a_lookup_error_on_either_handle(handle: Any, ser
 
 def test_the_info_route_names_the_namespace_and_its_amqp_url(served: ThreadedBroker) -> None:
     remote = minibroker.connect(_http_url(served) + "/")  # a trailing slash is no path prefix
-    assert remote.request("GET", "/info") == {"namespace": "default", "url": served.url}
+    assert remote.request("GET", "/info") == {"namespace": "default", "url": served.url, "personality": "minibroker"}
     created = remote.create_namespace("info-ns")
     try:
-        assert remote.namespace("info-ns").request("GET", "/info") == {"namespace": "info-ns", "url": created.url}
+        assert remote.namespace("info-ns").request("GET", "/info") == {
+            "namespace": "info-ns",
+            "url": created.url,
+            "personality": "minibroker",
+        }
     finally:
         created.drop_namespace()
+
+
+def test_either_handle_creates_a_namespace_with_a_personality(served: ThreadedBroker) -> None:
+    remote = minibroker.connect(_http_url(served))
+    assert remote.personality == "minibroker"
+    for owner in (served, remote):
+        created: Any = owner.create_namespace(personality="strict")
+        try:
+            assert created.personality == "strict"
+            assert remote.namespace(created.namespace_name).request("GET", "/info")["personality"] == "strict"
+            name = created.namespace_name
+            assert served.call(lambda running, name=name: running.broker.namespaces[name].personality.name) == "strict"
+        finally:
+            created.drop_namespace()
+    named = remote.create_namespace("remote-strict", personality="strict")
+    try:
+        assert named.namespace_name == "remote-strict"
+        assert named.personality == "strict"
+    finally:
+        named.drop_namespace()
+    with pytest.raises(RemoteError, match="unknown personality 'nobody'") as info:
+        remote.create_namespace("remote-nobody", personality="nobody")
+    assert info.value.status == 400
+    assert ", ".join(names()) in str(info.value)
 
 
 async def test_the_trio_handle_takes_the_keyword_conditions_too() -> None:

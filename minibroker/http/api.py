@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Data, Header, MessageAnnotations, Properties
 from minibroker.amqp.types import EncodeError, Symbol
+from minibroker.broker import personality as personalities
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
@@ -77,7 +78,9 @@ class ManagedBroker(Protocol):
     def namespace_view(self, name: str) -> ManagedBroker: ...
     def connection_peers(self) -> dict[int, str]: ...
     def metrics(self) -> str: ...
-    async def create_namespace(self, name: str | None = None) -> ManagedBroker: ...
+    @property
+    def personality(self) -> str: ...
+    async def create_namespace(self, name: str | None = None, personality: str | None = None) -> ManagedBroker: ...
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None: ...  # noqa: ASYNC109
 
 
@@ -358,8 +361,12 @@ async def metrics_page(call: Call) -> Response:
 
 
 async def info(call: Call) -> Response:
-    """What a client needs to use this namespace: its name and the AMQP URL of its listener."""
-    return Response.json(200, {"namespace": call.broker.namespace_name, "url": call.broker.url})
+    """What a client needs to use this namespace: its name, the AMQP URL of its listener, and its personality
+    (the default namespace's is the broker's, ``[broker] personality``)."""
+    broker = call.broker
+    return Response.json(
+        200, {"namespace": broker.namespace_name, "url": broker.url, "personality": broker.personality}
+    )
 
 
 # -- queues -------------------------------------------------------------------------------------------
@@ -560,6 +567,14 @@ async def create_namespace(call: Call) -> Response:
     name = body.get("name")
     if name is not None and (not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name)):
         raise HttpError(400, "name: expected 1-64 letters, digits, '.', '_' or '-'")
+    personality = body.get("personality")
+    if personality is not None:
+        if not isinstance(personality, str):
+            raise HttpError(400, f"personality: expected one of {', '.join(personalities.names())}")
+        try:
+            personalities.get(personality)
+        except ValueError as exc:
+            raise HttpError(400, f"personality: {exc}") from None
     if name is not None:
         try:
             call.broker.namespace_view(name)
@@ -567,8 +582,8 @@ async def create_namespace(call: Call) -> Response:
             pass
         else:
             raise HttpError(409, f"namespace {name!r} exists")
-    created = await call.broker.create_namespace(name)
-    return Response.json(201, {"name": created.namespace_name, "url": created.url})
+    created = await call.broker.create_namespace(name, personality)
+    return Response.json(201, {"name": created.namespace_name, "url": created.url, "personality": created.personality})
 
 
 async def drop_namespace(call: Call) -> Response:

@@ -5,6 +5,8 @@ Fixtures:
 - ``minibroker_proc`` (session): a broker in a background thread on a free port; no subprocess, no JVM.
 - ``minibroker`` (function): a fresh, isolated namespace of that broker for each test; ``.url`` connects
   into it, ``.queue(name)``, ``.transactions``, ``.wait_for(...)`` inspect it; dropped after the test.
+  ``@pytest.mark.parametrize("minibroker", ["minibroker", "strict"], indirect=True)`` runs a test once per
+  personality named, each in a namespace of that personality.
 - ``minibroker_noproc`` (session): an already running broker, by ``--minibroker-url`` (CI containers); with
   ``--minibroker-http-url`` (its HTTP management API, ``http://[USER:PASSWORD@]HOST:PORT``), a handle with the
   surface of ``minibroker_proc``'s (``minibroker.connect``), so ``factories.minibroker("minibroker_noproc")``

@@ -8,6 +8,13 @@
 
 Settings resolve in this order: the factory's arguments, then the ``--minibroker-*`` command-line options,
 then the ``minibroker_*`` ini options, then the defaults (127.0.0.1, any free port).
+
+A personality (``minibroker personalities`` lists them) is chosen per broker (``minibroker_proc(personality=
+"strict")``, ``[broker] personality`` of its config), per namespace fixture (``minibroker(personality=...)``), or per
+test, by indirect parametrization of a namespace fixture::
+
+    @pytest.mark.parametrize("minibroker", ["minibroker", "strict"], indirect=True)
+    def test_both(minibroker): ...  # two tests, each in a namespace of that personality
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any, Literal
 
 import pytest
 
+from minibroker.broker import personality as personalities
 from minibroker.config import Config
 from minibroker.remote import RemoteBroker, connect
 from minibroker.server.app import ConfigLike, RunningBroker, as_config, format_url, serve
@@ -38,40 +46,71 @@ def _setting(request: pytest.FixtureRequest, name: str, given: Any) -> Any:
     return ini or None
 
 
-def _config(request: pytest.FixtureRequest, config: ConfigLike, host: str | None, port: int | None) -> Config:
+def _config(
+    request: pytest.FixtureRequest,
+    config: ConfigLike,
+    host: str | None,
+    port: int | None,
+    personality: str | None = None,
+) -> Config:
     cfg = as_config(_setting(request, "config", config))
     host = _setting(request, "host", host) or "127.0.0.1"
     port_setting = _setting(request, "port", port)
-    return cfg.replace(server__host=host, server__port=int(port_setting) if port_setting is not None else 0)
+    cfg = cfg.replace(server__host=host, server__port=int(port_setting) if port_setting is not None else 0)
+    return cfg if personality is None else cfg.replace(broker__personality=personality)
+
+
+def _known(personality: str | None) -> str | None:
+    """``personality`` when it names one (or is None); ``ValueError`` listing the known names otherwise, raised
+    where the factory is called (a conftest), not in every test that uses its fixture."""
+    if personality is not None:
+        personalities.get(personality)
+    return personality
 
 
 def minibroker_proc(
-    config: ConfigLike = None, *, host: str | None = None, port: int | None = None, scope: Scope = "session"
+    config: ConfigLike = None,
+    *,
+    personality: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    scope: Scope = "session",
 ) -> Fixture:
-    """A fixture that runs a broker in a background thread (no subprocess) for its scope."""
+    """A fixture that runs a broker in a background thread (no subprocess) for its scope.
+
+    ``personality`` (a name ``minibroker personalities`` lists) sets ``[broker] personality`` of ``config``: the
+    broker's default namespace, and the namespaces created without one, have it.
+    """
+    personality = _known(personality)
 
     @pytest.fixture(scope=scope)
     def minibroker_proc_fixture(request: pytest.FixtureRequest) -> Iterator[ThreadedBroker]:
         """A ``ThreadedBroker`` serving from a background thread for the fixture's scope."""
-        with run_in_thread(_config(request, config, host, port)) as broker:
+        with run_in_thread(_config(request, config, host, port, personality)) as broker:
             yield broker
 
     return minibroker_proc_fixture
 
 
-def minibroker(proc_fixture_name: str = "minibroker_proc") -> Fixture:
+def minibroker(proc_fixture_name: str = "minibroker_proc", *, personality: str | None = None) -> Fixture:
     """A function-scoped fixture: a fresh namespace of the broker of ``proc_fixture_name`` per test.
 
     The namespace has its own listener, so its ``url`` needs no client option to select it (a remote broker's
     namespace listener must be reachable too: publish its ports when it runs in a container); it is
-    dropped (nodes, messages, transactions, connections) when the test ends.
+    dropped (nodes, messages, transactions, connections) when the test ends. Its personality is the one a test
+    parametrizes the fixture with indirectly (``@pytest.mark.parametrize("minibroker", ["strict"],
+    indirect=True)``), else ``personality``, else the broker's.
     """
+    personality = _known(personality)
 
     @pytest.fixture
     def minibroker_fixture(request: pytest.FixtureRequest) -> Iterator[ThreadedBroker | RemoteBroker]:
-        """A fresh namespace of its process fixture's broker, with a ``url`` of its own; dropped after the test."""
+        """A fresh namespace of its process fixture's broker, with a ``url`` of its own; dropped after the test.
+
+        Parametrized indirectly with a personality's name, the namespace has that personality."""
         proc: ThreadedBroker | RemoteBroker = request.getfixturevalue(proc_fixture_name)
-        namespace = proc.create_namespace()
+        chosen: str | None = getattr(request, "param", personality)
+        namespace = proc.create_namespace(personality=chosen)
         try:
             yield namespace
         finally:
@@ -134,13 +173,19 @@ def minibroker_noproc(url: str | None = None, *, http_url: str | None = None, sc
     return minibroker_noproc_fixture
 
 
-def minibroker_trio(config: ConfigLike = None, *, host: str | None = None, port: int | None = None) -> Fixture:
-    """For trio tests (pytest-trio): a broker in the test's own trio run, fresh for each test."""
+def minibroker_trio(
+    config: ConfigLike = None, *, personality: str | None = None, host: str | None = None, port: int | None = None
+) -> Fixture:
+    """For trio tests (pytest-trio): a broker in the test's own trio run, fresh for each test.
+
+    ``personality`` sets ``[broker] personality`` of ``config``, as for ``minibroker_proc``.
+    """
+    personality = _known(personality)
 
     @pytest.fixture
     async def minibroker_trio_fixture(request: pytest.FixtureRequest) -> AsyncIterator[RunningBroker]:
         """A ``RunningBroker`` in the test's own trio run, fresh for each test."""
-        async with serve(_config(request, config, host, port)) as broker:
+        async with serve(_config(request, config, host, port, personality)) as broker:
             yield broker
 
     return minibroker_trio_fixture

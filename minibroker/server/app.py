@@ -26,9 +26,11 @@ import trio
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
 from minibroker.auth import LoginThrottle, PasswordBook
+from minibroker.broker import personality as personalities
 from minibroker.broker.clock import WallClock
 from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
+from minibroker.broker.personality import Personality
 from minibroker.broker.transactions import counter_ids
 from minibroker.config import Config, TlsConfig
 from minibroker.engine.connection import ServerConnection
@@ -521,13 +523,24 @@ class RunningBroker(NamespaceView):
             server.waiters -= 1
         raise TimeoutError(f"condition not met within {timeout} s")
 
-    async def create_namespace(self, name: str | None = None) -> RunningBroker:
+    async def create_namespace(
+        self, name: str | None = None, personality: str | Personality | None = None
+    ) -> RunningBroker:
         """A new isolated namespace with a listener of its own; its ``url`` connects into it.
 
-        A connection also lands in it when its open's hostname is ``name``.
+        A connection also lands in it when its open's hostname is ``name``. ``personality`` (a name that
+        ``minibroker personalities`` lists, or a ``Personality``) is whose behaviour its connections meet; by
+        default the broker's (``[broker] personality``). ``ValueError`` for an unknown name, or for a namespace
+        ``name`` that exists already with another personality.
         """
+        chosen = resolve_personality(personality)
         name = name or f"ns-{secrets.token_hex(6)}"
-        namespace = self.broker.namespace(name)
+        existing = self.broker.namespaces.get(name)
+        if chosen is not None and existing is not None and existing.personality != chosen:
+            raise ValueError(
+                f"namespace {name!r} exists with personality {existing.personality.name!r}, not {chosen.name!r}"
+            )
+        namespace = self.broker.namespace(name, chosen)
         port = await self._server.listen(self.host, 0, namespace)
         return RunningBroker(self._server, self.host, port, name, http_port=self.http_port)
 
@@ -540,6 +553,14 @@ class RunningBroker(NamespaceView):
 
     def __repr__(self) -> str:
         return f"RunningBroker({self.url}, namespace={self.namespace_name!r})"
+
+
+def resolve_personality(personality: str | Personality | None) -> Personality | None:
+    """The ``Personality`` a name stands for (``ValueError`` listing the known names when it stands for none);
+    a ``Personality`` or None as they are."""
+    if isinstance(personality, str):
+        return personalities.get(personality)
+    return personality
 
 
 def make_broker(config: Config, *, durable: bool = False) -> Broker:
@@ -563,6 +584,7 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
             auto_delete_idle=config.broker.auto_delete_idle,
             max_selector_length=config.broker.max_selector_length,
             max_selector_properties_size=config.broker.max_selector_properties_size,
+            personality=personalities.get(config.broker.personality),
         ),
         txn_ids=counter_ids(secrets.token_bytes(8)),
         clock=WallClock(time.time() - trio.current_time()),

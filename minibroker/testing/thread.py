@@ -18,8 +18,9 @@ import trio
 
 from minibroker.broker.core import Broker
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
+from minibroker.broker.personality import Personality
 from minibroker.handles import NamespaceView
-from minibroker.server.app import ConfigLike, RunningBroker, as_config, format_url, serve
+from minibroker.server.app import ConfigLike, RunningBroker, as_config, format_url, resolve_personality, serve
 
 T = TypeVar("T")
 
@@ -118,11 +119,16 @@ class ThreadedBroker(NamespaceView):
             with shared.condition:
                 shared.waiters -= 1
 
-    def create_namespace(self, name: str | None = None) -> ThreadedBroker:
-        """A new isolated namespace with a listener of its own; its ``url`` connects into it."""
+    def create_namespace(self, name: str | None = None, personality: str | Personality | None = None) -> ThreadedBroker:
+        """A new isolated namespace with a listener of its own; its ``url`` connects into it.
+
+        ``personality`` (a name that ``minibroker personalities`` lists, or a ``Personality``) is whose behaviour
+        its connections meet; by default the broker's. ``ValueError`` for an unknown name.
+        """
+        chosen = resolve_personality(personality)  # an unknown name fails here, not in the broker's thread
 
         async def create() -> RunningBroker:
-            return await self.running.create_namespace(name)
+            return await self.running.create_namespace(name, chosen)
 
         created = trio.from_thread.run(create, trio_token=self._shared.token)
         return ThreadedBroker(self._shared, created.port, created.namespace_name)

@@ -15,6 +15,7 @@ from proton.utils import BlockingConnection, LinkDetached
 from minibroker.amqp.definitions import (
     Close,
 )
+from minibroker.broker.personality import names
 from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker
 from tests.http.client import call, connect, http_broker, open_transaction, wait_until_polled
@@ -206,6 +207,36 @@ def test_namespaces_create_use_and_delete(broker: ThreadedBroker) -> None:
     anonymous = call(broker, "POST", "/api/namespaces")
     assert anonymous.status == 201
     assert anonymous.json["name"].startswith("ns-")
+
+
+def test_namespaces_are_created_with_a_personality_and_report_it(broker: ThreadedBroker) -> None:
+    assert call(broker, "GET", "/api/info").json["personality"] == "minibroker"  # the broker's default
+    created = call(broker, "POST", "/api/namespaces", {"name": "s", "personality": "strict"})
+    assert created.status == 201, created.body
+    assert created.json["personality"] == "strict"
+    assert broker.call(lambda running: running.broker.namespaces["s"].personality.name) == "strict"
+    assert call(broker, "GET", "/api/namespaces/s/info").json == {
+        "namespace": "s",
+        "url": created.json["url"],
+        "personality": "strict",
+    }
+    plain = call(broker, "POST", "/api/namespaces", {"name": "p"})
+    assert plain.json["personality"] == "minibroker"
+    assert call(broker, "GET", "/api/namespaces/p/info").json["personality"] == "minibroker"
+
+
+@pytest.mark.parametrize("personality", ["nobody", 3, ["strict"]])
+def test_an_unknown_personality_is_400_listing_the_known_ones(broker: ThreadedBroker, personality: Any) -> None:
+    answer = call(broker, "POST", "/api/namespaces", {"name": "n", "personality": personality})
+    assert answer.status == 400
+    assert ", ".join(names()) in answer.json["error"]
+    assert call(broker, "GET", "/api/namespaces/n/info").status == 404
+
+
+def test_the_configured_personality_is_the_default_namespaces() -> None:
+    with http_broker(broker={"personality": "strict"}) as running:
+        assert call(running, "GET", "/api/info").json["personality"] == "strict"
+        assert call(running, "POST", "/api/namespaces", {}).json["personality"] == "strict"
 
 
 def test_wait_is_woken_by_broker_state(broker: ThreadedBroker) -> None:
