@@ -855,11 +855,12 @@ class Coordinator:
         if held is not None:
             held.open.pop(txn.id, None)
         if self._shared:
-            for namespace, shared in list(self._shared.items()):
-                if shared.get(txn.id) is txn:
-                    del shared[txn.id]
-                    if not shared:
-                        del self._shared[namespace]
+            namespace = self.nodes.namespace_of(txn.conn)
+            shared = self._shared.get(namespace)
+            if shared is not None and shared.get(txn.id) is txn:
+                del shared[txn.id]
+                if not shared:
+                    del self._shared[namespace]
 
     # -- endings ------------------------------------------------------------------------------------------
     def connection_closed(self, conn: ServerConnection) -> None:
@@ -879,8 +880,13 @@ class Coordinator:
         txn.deadline = self.clock.now + timeout
         if personality.timeout_mode == "lazy":
             return  # only a commit looks at it
-        first = not self._deadlines or txn.deadline < self._deadlines[0][0]
-        heapq.heappush(self._deadlines, (txn.deadline, next(self._ties), txn))
+        heap = self._deadlines
+        if len(heap) > 2 * len(self._open) + 64:
+            # entries of transactions that ended stay until popped: drop them all now and then (amortised O(1))
+            heap[:] = [entry for entry in heap if entry[2] in self._open and entry[2].deadline == entry[0]]
+            heapq.heapify(heap)
+        first = not heap or txn.deadline < heap[0][0]
+        heapq.heappush(heap, (txn.deadline, next(self._ties), txn))
         if first:
             self._new_deadline()
 
