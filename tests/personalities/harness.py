@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from minibroker.amqp.definitions import Accepted, Declared, TransactionalState
+from minibroker.amqp.definitions import Accepted, Declared, Error, Rejected, TransactionalState
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.personality import get
+from minibroker.broker.policy import NodePolicy
 from minibroker.broker.transactions import counter_ids
 from tests.broker.txn_driver import (
     TXN_ID,
@@ -55,6 +56,13 @@ def declare(w: World, p: Peer, controller: str = "ctl") -> bytes:
     return txn_id
 
 
+def rejected_with(state: Any) -> tuple[str, str | None]:
+    """The (condition, description) of a ``rejected`` answer."""
+    assert isinstance(state, Rejected), state
+    assert isinstance(state.error, Error), state
+    return str(state.error.condition), state.error.description
+
+
 def answer(w: World, p: Peer, delivery_id: int) -> tuple[Any, bool]:
     """The broker's (state, settled) answer to our delivery ``delivery_id`` (None, False: none came)."""
     return w.settle()[p].answers.get(delivery_id, (None, False))
@@ -78,6 +86,8 @@ def receive(w: World, p: Peer, link: str, address: str, credit: int = 1) -> list
 
 
 # -- steps in which several personalities differ -----------------------------------------------------------------
+FULL_Q: dict[str, Any] = {"queues": {"q": NodePolicy(max_messages=1)}}
+"""Settings (for ``world``) whose queue ``q`` is full after one message."""
 UNKNOWN_ID = b"nope\x01"
 """A txn-id no broker declared: printable octets and one that Java brokers print as ``\\x01``."""
 

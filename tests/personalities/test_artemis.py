@@ -25,10 +25,10 @@ from minibroker.amqp.definitions import (
 )
 from minibroker.amqp.types import Symbol, UInt
 from minibroker.broker.personality import ARTEMIS
-from minibroker.broker.policy import NodePolicy
 from minibroker.testing import frames
 from tests.broker.txn_driver import BrokerView, census, payload
 from tests.personalities.harness import (
+    FULL_Q,
     UNKNOWN_ID,
     acquire_in_txn,
     answer,
@@ -37,22 +37,14 @@ from tests.personalities.harness import (
     failed_commit,
     peer,
     receive,
+    rejected_with,
     retire_in_txn,
     seed,
     txn_ids,
     world,
 )
 
-FULL_Q = {"queues": {"q": NodePolicy(max_messages=1)}}
-"""Settings whose queue ``q`` is full after one message."""
 RCV_SECOND = UInt(1)
-
-
-def rejected_with(state: Any) -> tuple[str, str | None]:
-    """The (condition, description) of a ``rejected`` answer."""
-    assert isinstance(state, Rejected), state
-    assert isinstance(state.error, Error), state
-    return str(state.error.condition), state.error.description
 
 
 def test_every_quirk_has_a_test() -> None:
