@@ -74,7 +74,7 @@ def seed(w: World, p: Peer, address: str, *names: str) -> None:
     if not p.attached(link):
         p.attach_producer(link, address)
     for name in names:
-        delivery_id = p.transfer(link, payload(name), settled=False)
+        delivery_id = p.transfer(link, payload(name))
         assert isinstance(answer(w, p, delivery_id)[0], Accepted)
 
 
