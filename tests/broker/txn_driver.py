@@ -137,6 +137,8 @@ class Observed:
     """(link, delivery id) of deliveries the broker aborted (transfer aborted=true)."""
     settled_by_broker: list[tuple[int, Any]] = field(default_factory=list)
     """(delivery id, state) of deliveries the broker sent us and has now settled."""
+    updated: list[tuple[int, Any]] = field(default_factory=list)
+    """(delivery id, state) of deliveries the broker sent us whose state it updated without settling them."""
     answers: dict[int, tuple[Any, bool]] = field(default_factory=dict)
     """Our delivery id -> (state, settled): the broker's disposition of what we sent."""
     attached: dict[str, Attach] = field(default_factory=dict)
@@ -445,9 +447,12 @@ class Peer:
             obs.violations.append(f"{me}: the broker settled delivery {delivery_id}, which we had settled (D5)")
         elif delivery_id not in self._held:
             obs.violations.append(f"{me}: the broker settled delivery {delivery_id}, which we do not hold")
-        else:
-            if not perf.settled:
+        elif not perf.settled:
+            # §2.7.6 allows it; only a personality that answers transactional retirements at once does it
+            if not self.world.broker.default.personality.retire_answered:
                 obs.violations.append(f"{me}: broker disposition of its delivery {delivery_id} that does not settle")
+            obs.updated.append((delivery_id, perf.state))
+        else:
             obs.settled_by_broker.append((delivery_id, perf.state))
             del self._held[delivery_id]
 
