@@ -129,8 +129,9 @@ def test_errors_always_travel_as_rejected() -> None:
 
 
 def test_redelivery_limit_is_five() -> None:
-    """The example broker drops a message given modified(delivery-failed) 5 times (_modify_delivery,
-    --redelivery-limit 5); minibroker redelivers it, its delivery-count header counting the failures."""
+    """The example broker drops a message given modified(delivery-failed) when its delivery-count is already 5: it
+    checks before counting (_modify_delivery, --redelivery-limit 5), so the 6th failure drops it; minibroker
+    redelivers it, its delivery-count header counting the failures."""
 
     def steps(name: str) -> tuple[list[int], QueueCensus]:
         w = world(name)
@@ -139,7 +140,7 @@ def test_redelivery_limit_is_five() -> None:
         p.attach_consumer("c", "q", presettled=False, default_outcome=None)
         p.flow("c", 10)
         counts = []
-        for _ in range(6):
+        for _ in range(7):
             seen = w.settle()[p].completed
             if not seen:
                 break
@@ -147,5 +148,5 @@ def test_redelivery_limit_is_five() -> None:
             p.dispose(seen[0].delivery_id, Modified(delivery_failed=True), settled=True)
         return counts, census(BrokerView(w))["q"]
 
-    assert steps("minibroker") == ([0, 1, 2, 3, 4, 5], QueueCensus((), acquired=1, staged=0))  # the 6th, held
-    assert steps("proton") == ([0, 1, 2, 3, 4], QueueCensus((), acquired=0, staged=0))  # gone
+    assert steps("minibroker") == ([0, 1, 2, 3, 4, 5, 6], QueueCensus((), acquired=1, staged=0))  # sent again, held
+    assert steps("proton") == ([0, 1, 2, 3, 4, 5], QueueCensus((), acquired=0, staged=0))  # gone
