@@ -16,7 +16,8 @@ from minibroker.testing import frames
 from tests.broker.txn_driver import ACCEPTED_LIST, REJECTED_LIST, Peer, World
 from tests.personalities.harness import declare, discharge, peer, post, ready, world
 
-UNKNOWN = b"nope"
+UNKNOWN = b"no\x01pe"
+"""An id nobody declared, with an octet Broker-J prints escaped (Binary.toString)."""
 TIMEOUT = 10.0
 
 
@@ -193,14 +194,14 @@ def test_unknown_id_and_failed_commit_descriptions() -> None:
         return unknown.error, failed.error
 
     unknown, failed = steps("minibroker")
-    assert (unknown.condition, unknown.description) == (Condition.UNKNOWN_TXN_ID, "unknown transaction id 6e6f7065")
+    assert (unknown.condition, unknown.description) == (Condition.UNKNOWN_TXN_ID, "unknown transaction id 6e6f017065")
     assert (failed.condition, failed.description) == (
         Condition.TRANSACTION_ROLLBACK,
         "transaction rolled back: node 'q' was deleted",
     )
 
     unknown, failed = steps("broker-j")
-    assert (unknown.condition, unknown.description) == (Condition.UNKNOWN_TXN_ID, "Unknown transactionId nope")
+    assert (unknown.condition, unknown.description) == (Condition.UNKNOWN_TXN_ID, r"Unknown transactionId no\x01pe")
     assert failed.condition == Condition.TRANSACTION_ROLLBACK
     assert failed.description is not None
     assert failed.description.startswith("The transaction was rolled back due to an earlier issue ")
