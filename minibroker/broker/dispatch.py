@@ -592,8 +592,10 @@ class Dispatcher:
                         )
                     return
                 dropped_after = self.nodes.personality_of(consumer.conn).redelivery_limit
-                if dropped_after and message.delivery_count >= dropped_after:
-                    queue.retire(message)  # a personality's redelivery limit (Qpid Proton's example broker drops it)
+                if dropped_after and message.delivery_count > dropped_after:
+                    # a personality's redelivery limit: Qpid Proton's example broker drops a failed message whose
+                    # delivery-count had already reached it (_modify_delivery checks before counting)
+                    queue.retire(message)
                     return
                 self.recorder.counted(queue, message)
         if message.expires_at is not None and message.expires_at <= self.clock.now:

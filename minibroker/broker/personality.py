@@ -116,7 +116,8 @@ class Personality:
     """A transactional ``accepted`` of a delivery the client left unsettled is answered at once with an unsettled
     ``transactional-state(accepted)`` (the broker's commit settles it)."""
     redelivery_limit: int = 0
-    """Deliveries after which a message given ``modified(delivery-failed)`` is dropped (0: none)."""
+    """A message given ``modified(delivery-failed)`` when its delivery-count has already reached this is dropped
+    instead of being counted once more and redelivered (0: never)."""
 
     # -- links and addresses ----------------------------------------------------------------------------------------
     rcv_settle_first: bool = False
@@ -511,7 +512,8 @@ PROTON = Personality(
             _PROTON + " (_coordinator_message)",
         ),
         Quirk(
-            "a message given modified(delivery-failed) 5 times is dropped (redelivery limit 5)",
+            "a message given modified(delivery-failed) when its delivery-count is already 5 is dropped: the 6th "
+            "failure (redelivery limit 5)",
             _PROTON + " (_modify_delivery, --redelivery-limit)",
         ),
     ),

@@ -147,6 +147,8 @@ class Observed:
     """Links the broker detached on its own initiative (not as the answer to our detach)."""
     violations: list[str] = field(default_factory=list)
     closed: bool = False
+    performatives: list[Any] = field(default_factory=list)
+    """Every performative the broker sent, in order (flows, dispositions, close: whatever a test must order)."""
 
 
 EventFilter = Callable[["Peer", list[Event]], list[Event]]
@@ -164,11 +166,19 @@ class Peer:
     """
 
     def __init__(
-        self, world: World, container_id: str, *, max_frame_size: int | None = None, window: int | None = None
+        self,
+        world: World,
+        container_id: str,
+        *,
+        max_frame_size: int | None = None,
+        window: int | None = None,
+        hostname: str | None = None,
     ) -> None:
         self.world = world
         self.container_id = container_id
         self.max_frame_size = max_frame_size
+        self.hostname = hostname
+        """The hostname our open names (the broker's namespace of that name, if there is one)."""
         self.conn = ServerConnection()
         """The broker's end: the engine this peer feeds."""
         world.broker.connection_made(self.conn)
@@ -196,6 +206,8 @@ class Peer:
         fields: dict[str, Any] = {}
         if self.max_frame_size is not None:
             fields["max_frame_size"] = UInt(self.max_frame_size)
+        if self.hostname is not None:
+            fields["hostname"] = self.hostname
         self.client.send_header(AMQP_HEADER)
         self.client.send(frames.open_(self.container_id, **fields))
         self.client.send(frames.begin(incoming_window=self._window))
@@ -390,6 +402,7 @@ class Peer:
         """Note what one frame from the broker shows (after the client core has counted it)."""
         perf = frame.performative
         obs = self.observed
+        obs.performatives.append(perf)
         if isinstance(perf, Attach):
             assert perf.name is not None
             obs.attached[perf.name] = perf
@@ -467,8 +480,15 @@ class World:
         self.event_filter: EventFilter | None = None
         """Test-only seam: rewrites a batch of engine events before ``Broker.handle`` sees it."""
 
-    def connect(self, container_id: str, *, max_frame_size: int | None = None, window: int | None = None) -> Peer:
-        peer = Peer(self, container_id, max_frame_size=max_frame_size, window=window)
+    def connect(
+        self,
+        container_id: str,
+        *,
+        max_frame_size: int | None = None,
+        window: int | None = None,
+        hostname: str | None = None,
+    ) -> Peer:
+        peer = Peer(self, container_id, max_frame_size=max_frame_size, window=window, hostname=hostname)
         self.peers.append(peer)
         peer.connect()
         return peer

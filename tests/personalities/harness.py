@@ -38,9 +38,9 @@ def world(personality: str, **settings: Any) -> World:
     return World(Broker(BrokerSettings(personality=get(personality), **settings), txn_ids=counter_ids(b"\x01" * 8)))
 
 
-def peer(w: World, container_id: str = "client") -> Peer:
-    """A connected peer (open and begin answered)."""
-    p = w.connect(container_id)
+def peer(w: World, container_id: str = "client", hostname: str | None = None) -> Peer:
+    """A connected peer (open and begin answered); ``hostname``: the namespace its open names."""
+    p = w.connect(container_id, hostname=hostname)
     w.settle()
     return p
 
@@ -158,3 +158,22 @@ def acquire_in_txn(w: World) -> tuple[Started, Observed, QueueCensus]:
     (delivery,) = w.settle()[p].started
     p.discharge("ctl", txn_id, fail=True)
     return delivery, w.settle()[p], census(BrokerView(w))["q"]
+
+
+def post(w: World, p: Peer, link: str, name: str, txn_id: bytes | None = None) -> tuple[Any, bool]:
+    """Send message ``name`` on ``link`` (in transaction ``txn_id`` if given); the broker's (state, settled)."""
+    state = TransactionalState(txn_id=txn_id) if txn_id is not None else None
+    delivery_id = p.transfer(link, payload(name), state=state)
+    return w.settle()[p].answers[delivery_id]
+
+
+def discharge(w: World, p: Peer, txn_id: bytes, *, fail: bool = False, controller: str = "ctl") -> tuple[Any, bool]:
+    """Discharge ``txn_id``; the broker's (state, settled) answer, or (None, False) if it did not answer."""
+    delivery_id = p.discharge(controller, txn_id, fail=fail)
+    return w.settle()[p].answers.get(delivery_id, (None, False))
+
+
+def ready(w: World, queue: str = "q") -> list[str | None]:
+    """The names of the messages ready on ``queue`` of the default namespace (through the inspection API)."""
+    found = census(BrokerView(w)).get(queue)
+    return [name for name, _ in found.ready] if found is not None else []
