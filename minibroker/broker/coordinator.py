@@ -477,7 +477,13 @@ class Coordinator:
             return
         txn = self._live(conn, named[0])
         if txn is None:
-            if not self._unknown_closes(conn, named[0]):
+            detaches = self.nodes.personality_of(conn).unknown_txn_detaches
+            if self._unknown_closes(conn, named[0]):
+                pass
+            elif detaches is not None and not self._timed_out(conn, named[0]):
+                conn.detach(delivery.link, wire_error(*detaches, txn_id=named[0]))
+                self.outbox.touch(conn)
+            else:
                 self.outbox.answer_now(conn, delivery, Rejected(error=self.unknown_error(conn, named[0])))
             return
         personality = txn.controller.personality

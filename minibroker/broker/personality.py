@@ -104,6 +104,9 @@ class Personality:
     unknown_txn_closes: tuple[str, str] | None = None
     """A transfer or disposition naming an unknown txn-id closes the connection with this condition and
     description template (None: the transfer is rejected, the disposition's delivery released)."""
+    unknown_txn_detaches: tuple[str, str] | None = None
+    """A transfer naming an unknown txn-id detaches its link with this condition and description template (None:
+    the transfer is rejected)."""
 
     # -- acquiring and retiring (§4.4.2, §4.4.3) ------------------------------------------------------------------
     transactional_acquisition: Literal["yes", "ignore", "refuse"] = "yes"
@@ -401,6 +404,10 @@ BROKER_J = Personality(
             _BROKER_J + "TxnCoordinatorReceivingLinkEndpoint.java (receiveDelivery)",
         ),
         Quirk(
+            "a transfer naming an unknown txn-id detaches its link with amqp:transaction:unknown-id",
+            _BROKER_J + "AbstractReceivingLinkEndpoint.java (validateTransfer)",
+        ),
+        Quirk(
             "the coordinator target carries no capabilities",
             _BROKER_J + "TxnCoordinatorReceivingLinkEndpoint.java (establishLink)",
         ),
@@ -412,6 +419,7 @@ BROKER_J = Personality(
     ),
     controller_credit=1,
     controller_window=True,
+    unknown_txn_detaches=(Condition.UNKNOWN_TXN_ID, "Transfer has an unknown transaction-id '{xid}'."),
     errors="exact",
     coordinator_capabilities=(),
     txn_id=_lowest_free(4),
@@ -504,6 +512,10 @@ PROTON = Personality(
             _PROTON + " (on_link_opening)",
         ),
         Quirk(
+            "a flow's txn-id is ignored: no transactional acquisition (nothing it sends carries transactional-state)",
+            _PROTON + " (on_sendable, Queue.dispatch)",
+        ),
+        Quirk(
             "the time-out is lazy: only a commit notices it, rejected with amqp:transaction:timeout",
             _PROTON + " (_discharge_txn)",
         ),
@@ -518,6 +530,7 @@ PROTON = Personality(
         ),
     ),
     txn_scope="namespace",
+    transactional_acquisition="ignore",
     coordinator_capabilities=ECHO,
     timeout_mode="lazy",
     errors="always",

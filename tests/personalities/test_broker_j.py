@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from minibroker.amqp.definitions import Attach, Coordinator, Disposition, Error, Flow, Rejected, Source
+from minibroker.amqp.definitions import (
+    Attach,
+    Coordinator,
+    Disposition,
+    Error,
+    Flow,
+    Rejected,
+    Source,
+    TransactionalState,
+)
 from minibroker.amqp.errors import Condition
 from minibroker.amqp.types import Symbol
 from minibroker.broker.personality import TXN_CAPABILITIES
@@ -205,3 +214,28 @@ def test_unknown_id_and_failed_commit_descriptions() -> None:
     assert failed.condition == Condition.TRANSACTION_ROLLBACK
     assert failed.description is not None
     assert failed.description.startswith("The transaction was rolled back due to an earlier issue ")
+
+
+def test_a_transfer_naming_an_unknown_txn_id_detaches_its_link() -> None:
+    """Broker-J validates each transfer's txn-id and detaches the producer link with amqp:transaction:unknown-id
+    (AbstractReceivingLinkEndpoint.validateTransfer); minibroker rejects the transfer and keeps the link."""
+
+    def steps(name: str) -> tuple[Any, list[tuple[str, Error | None]]]:
+        w, p = _txn_world(name)
+        delivery_id = p.transfer("p", b"\x00Sw\xa1\x01m", state=TransactionalState(txn_id=UNKNOWN))
+        seen = w.settle()[p]
+        return seen.answers.get(delivery_id, (None, False))[0], seen.detached
+
+    state, detached = steps("minibroker")
+    assert isinstance(state, Rejected)
+    assert state.error is not None
+    assert state.error.condition == Condition.UNKNOWN_TXN_ID
+    assert detached == []
+
+    state, detached = steps("broker-j")
+    assert state is None
+    ((link, err),) = detached
+    assert link == "p"
+    assert err is not None
+    assert err.condition == Condition.UNKNOWN_TXN_ID
+    assert err.description == "Transfer has an unknown transaction-id 'no\\x01pe'."
