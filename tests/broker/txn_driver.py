@@ -145,6 +145,8 @@ class Observed:
     """Links the broker detached on its own initiative (not as the answer to our detach)."""
     violations: list[str] = field(default_factory=list)
     closed: bool = False
+    close_error: Error | None = None
+    """The error of the broker's close, if it closed the connection with one."""
 
 
 EventFilter = Callable[["Peer", list[Event]], list[Event]]
@@ -162,10 +164,18 @@ class Peer:
     """
 
     def __init__(
-        self, world: World, container_id: str, *, max_frame_size: int | None = None, window: int | None = None
+        self,
+        world: World,
+        container_id: str,
+        *,
+        max_frame_size: int | None = None,
+        window: int | None = None,
+        hostname: str | None = None,
     ) -> None:
         self.world = world
         self.container_id = container_id
+        self.hostname = hostname
+        """The open's hostname (a namespace's name moves the connection there)."""
         self.max_frame_size = max_frame_size
         self.conn = ServerConnection()
         """The broker's end: the engine this peer feeds."""
@@ -194,6 +204,8 @@ class Peer:
         fields: dict[str, Any] = {}
         if self.max_frame_size is not None:
             fields["max_frame_size"] = UInt(self.max_frame_size)
+        if self.hostname is not None:
+            fields["hostname"] = self.hostname
         self.client.send_header(AMQP_HEADER)
         self.client.send(frames.open_(self.container_id, **fields))
         self.client.send(frames.begin(incoming_window=self._window))
@@ -201,6 +213,17 @@ class Peer:
 
     def send(self, performative: Any, data: bytes = b"") -> None:
         self.client.send(performative, 0, data)
+        self._feed()
+
+    def send_together(self, *items: tuple[Any, bytes]) -> None:
+        """Several ``(performative, payload)`` frames that reach the broker in one read."""
+        for performative, data in items:
+            self.client.send(performative, 0, data)
+        self._feed()
+
+    def send_encoded(self, data: bytes, performative: Any) -> None:
+        """One frame encoded by the caller (patched bytes, for a negative test); ``performative`` is what it says."""
+        self.client.send_encoded(data, performative)
         self._feed()
 
     def _feed(self) -> None:
@@ -417,6 +440,7 @@ class Peer:
                 replies.append(Detach(handle=UInt(frame.link.handle), closed=True))
         elif isinstance(perf, Close):
             obs.closed = True
+            obs.close_error = perf.error
 
     def _on_delivery(self, delivery: Delivery, first_payload: bytes) -> None:
         obs = self.observed
@@ -462,8 +486,15 @@ class World:
         self.event_filter: EventFilter | None = None
         """Test-only seam: rewrites a batch of engine events before ``Broker.handle`` sees it."""
 
-    def connect(self, container_id: str, *, max_frame_size: int | None = None, window: int | None = None) -> Peer:
-        peer = Peer(self, container_id, max_frame_size=max_frame_size, window=window)
+    def connect(
+        self,
+        container_id: str,
+        *,
+        max_frame_size: int | None = None,
+        window: int | None = None,
+        hostname: str | None = None,
+    ) -> Peer:
+        peer = Peer(self, container_id, max_frame_size=max_frame_size, window=window, hostname=hostname)
         self.peers.append(peer)
         peer.connect()
         return peer

@@ -25,8 +25,8 @@ def world(personality: str, **settings: Any) -> World:
     return World(Broker(BrokerSettings(personality=get(personality), **settings), txn_ids=counter_ids(b"\x01" * 8)))
 
 
-def peer(w: World, container_id: str = "client") -> Peer:
-    """A connected peer (open and begin answered)."""
-    p = w.connect(container_id)
+def peer(w: World, container_id: str = "client", hostname: str | None = None) -> Peer:
+    """A connected peer (open and begin answered; ``hostname``: the open's, naming a namespace)."""
+    p = w.connect(container_id, hostname=hostname)
     w.settle()
     return p
