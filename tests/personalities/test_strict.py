@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from minibroker.amqp.definitions import (
     Accepted,
     AmqpValue,
@@ -254,14 +256,22 @@ def test_a_txn_id_longer_than_32_octets() -> None:
         assert ("§4.5.4" in (err.description or "")) is names_section, err
 
 
-def test_a_settled_declare() -> None:
+def send_settled(p: Peer, what: str) -> int:
+    """A declare, or a discharge of a transaction just declared, sent settled on ``ctl``; its delivery id."""
+    if what == "declare":
+        return p.declare("ctl", settled=True)
+    return p.discharge("ctl", declared_id(p), fail=False, settled=True)
+
+
+@pytest.mark.parametrize("what", ["declare", "discharge"])
+def test_a_settled_declare_or_discharge(what: str) -> None:
     """Quirk 6 (part 4 §4.3: declare and discharge MUST NOT be sent settled): both detach the controller with
-    amqp:not-allowed; strict's description names §4.3, minibroker's names no section."""
+    amqp:not-allowed, unanswered; strict's description names §4.3, minibroker's names no section."""
     for name, names_section in [("minibroker", False), ("strict", True)]:
         p = peer(world(name))
         p.attach_controller("ctl")
         p.world.settle()
-        delivery = p.declare("ctl", settled=True)
+        delivery = send_settled(p, what)
         seen = p.world.settle()[p]
         assert delivery not in seen.answers
         err = detach_error(seen, "ctl")
