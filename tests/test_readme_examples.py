@@ -39,7 +39,8 @@ def test_the_personalities_example_runs(pytester: pytest.Pytester) -> None:
     """The example under "Broker personalities" is a test file a user can copy: run as one (pytester, the plugin's
     ``minibroker`` fixture parametrized indirectly), it passes once for each of the three personalities."""
     pytester.makepyfile(test_personalities_example=python_block("## Broker personalities"))
-    result = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    # (no pytest-benchmark inside: under xdist it warns, and warnings are errors)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", "-v")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
         [f"*test_release_inside_a_transaction?{name}? PASSED*" for name in ("minibroker", "artemis", "broker-j")]
