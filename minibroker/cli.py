@@ -144,8 +144,12 @@ def print_personalities(argv: Sequence[str]) -> int:
         prog="minibroker personalities",
         description="Print every personality (--personality, [broker] personality) with its quirks and their sources.",
     )
-    parser.parse_args(argv)
-    print("\n\n".join(personalities.get(name).describe() for name in personalities.names()))
+    parser.add_argument("--markdown", action="store_true", help="print them as the README's Markdown table")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(personalities.markdown_table())
+    else:
+        print("\n\n".join(personalities.get(name).describe() for name in personalities.names()))
     return 0
 
 

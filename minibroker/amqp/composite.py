@@ -201,7 +201,21 @@ def _symbolized(value: dict[Any, Any], what: str) -> dict[Any, Any]:
     keys = [Symbol(key) if type(key) is str and key.isascii() else key for key in value]
     if not all(type(key) is Symbol or type(key) is ULong for key in keys):
         raise DecodeError(f"{what} must be a map with symbol keys")
-    return dict(zip(keys, value.values(), strict=True))
+    items = zip(keys, value.values(), strict=True)
+    strings = [key for key in value if type(key) is str]
+    return SymbolizedFields(items, string_keys=strings) if strings else dict(items)
+
+
+class SymbolizedFields(dict[Any, Any]):
+    """A symbol-keyed map that arrived with string keys (the decoder's leniency), remembering which: a strict
+    reader can still refuse what a lenient one accepts (Part 2 §2.8.13)."""
+
+    __slots__ = ("string_keys",)
+
+    def __init__(self, items: Any, *, string_keys: list[str]) -> None:
+        super().__init__(items)
+        self.string_keys = tuple(string_keys)
+        """The keys as they were on the wire: strings, not symbols."""
 
 
 _SECTION_FIELD = {kind: FieldSpec("value", "value", kind) for kind in ("binary", "list", "map", "fields", "*")}

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from minibroker.amqp.composite import SymbolizedFields
 from minibroker.amqp.definitions import Accepted, Coordinator, Error, Modified, Rejected, Released, Source, Target
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome
@@ -44,6 +45,12 @@ def fields_error(fields: Any, what: str) -> Error | None:
     """Part 2 §2.8.13: the keys of a ``fields`` map are symbols; ``amqp:invalid-field`` naming one that is not."""
     if not isinstance(fields, dict):
         return None
+    if isinstance(fields, SymbolizedFields) and fields.string_keys:  # decoded leniently, the keys made symbols
+        key = fields.string_keys[0]
+        return error(
+            Condition.INVALID_FIELD,
+            f"strict (AMQP 1.0 part 2 §2.8.13): {what} has a key that is no symbol: the string {key!r}",
+        )
     for key in fields:
         if not isinstance(key, Symbol):
             return error(

@@ -14,6 +14,7 @@ each meet the behaviour of theirs.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -545,6 +546,20 @@ PERSONALITIES: dict[str, Personality] = {
 def names() -> list[str]:
     """The known personalities' names, the default first."""
     return list(PERSONALITIES)
+
+
+def markdown_table() -> str:
+    """Every personality's quirks with their sources, as the README's Markdown table (one row per quirk)."""
+
+    def cell(text: str) -> str:
+        return html.escape(text, quote=False).replace("|", "\\|")
+
+    rows = ["| personality | quirk | source |", "|---|---|---|"]
+    for personality in PERSONALITIES.values():
+        if not personality.quirks:
+            rows.append(f"| `{personality.name}` | {cell(personality.summary)}: no quirks | the specification |")
+        rows += [f"| `{personality.name}` | {cell(q.text)} | {cell(q.source)} |" for q in personality.quirks]
+    return "\n".join(rows)
 
 
 def get(name: str) -> Personality:

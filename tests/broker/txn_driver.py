@@ -149,6 +149,8 @@ class Observed:
     closed: bool = False
     performatives: list[Any] = field(default_factory=list)
     """Every performative the broker sent, in order (flows, dispositions, close: whatever a test must order)."""
+    close_error: Error | None = None
+    """The error of the broker's close, if it closed the connection with one."""
 
 
 EventFilter = Callable[["Peer", list[Event]], list[Event]]
@@ -215,6 +217,17 @@ class Peer:
 
     def send(self, performative: Any, data: bytes = b"") -> None:
         self.client.send(performative, 0, data)
+        self._feed()
+
+    def send_together(self, *items: tuple[Any, bytes]) -> None:
+        """Several ``(performative, payload)`` frames that reach the broker in one read."""
+        for performative, data in items:
+            self.client.send(performative, 0, data)
+        self._feed()
+
+    def send_encoded(self, data: bytes, performative: Any) -> None:
+        """One frame encoded by the caller (patched bytes, for a negative test); ``performative`` is what it says."""
+        self.client.send_encoded(data, performative)
         self._feed()
 
     def _feed(self) -> None:
@@ -432,6 +445,7 @@ class Peer:
                 replies.append(Detach(handle=UInt(frame.link.handle), closed=True))
         elif isinstance(perf, Close):
             obs.closed = True
+            obs.close_error = perf.error
 
     def _on_delivery(self, delivery: Delivery, first_payload: bytes) -> None:
         obs = self.observed
