@@ -161,20 +161,27 @@ def show_id(txn_id: object) -> str:
     return "".join(chr(b) if 32 <= b < 127 and b != 0x5C else f"\\x{b:02x}" for b in txn_id)
 
 
+RABBITMQ_EXCHANGES = frozenset({"amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"})
+"""The exchanges every RabbitMQ virtual host has (the only ones this personality knows: none can be declared)."""
+
+
 def rabbitmq_address(address: str, *, source: bool) -> tuple[str, bool] | Error:
     """The queue a RabbitMQ 4 address (v2) names, and whether it names it through an exchange.
 
-    ``/queues/NAME`` is queue NAME; a target may also be ``/exchanges/NAME/KEY``, which routes by KEY to the queue
-    of that name (the direct routing this personality models). Segments are percent-decoded; anything else is
-    refused as RabbitMQ 4.3 does (the v1 formats are denied there by default).
+    ``/queues/NAME`` is queue NAME; a target may also be ``/exchanges/NAME/KEY`` naming one of the built-in
+    exchanges, which routes by KEY to the queue of that name (the direct routing this personality models; another
+    exchange name is amqp:not-found). Segments are percent-decoded; anything else is refused as RabbitMQ 4.3 does
+    (the v1 formats are denied there by default).
     """
     parts = address.split("/")
     if len(parts) == 3 and parts[:2] == ["", "queues"] and parts[2]:
         return unquote(parts[2]), False
     if not source and len(parts) == 4 and parts[:2] == ["", "exchanges"] and parts[3]:
         exchange = unquote(parts[2])
-        if exchange and exchange != "amq.default":
+        if exchange in RABBITMQ_EXCHANGES:
             return unquote(parts[3]), True
+        if exchange and exchange != "amq.default":  # (the default exchange cannot be named in v2)
+            return error(Condition.NOT_FOUND, f"no exchange {exchange!r} in vhost '/'")
     return error(Condition.INVALID_FIELD, f"Attach refused: bad address {address!r} (RabbitMQ 4 address v2)")
 
 
@@ -452,7 +459,8 @@ RABBITMQ = Personality(
         Quirk(
             "addresses are /queues/NAME and /exchanges/NAME/KEY (percent-encoded; other formats refused with "
             "amqp:invalid-field); a missing queue is amqp:not-found \"no queue 'NAME' in vhost '/'\", never created; "
-            "an exchange routes by KEY to the queue of that name, releasing what it cannot route",
+            "an exchange other than the built-in amq.* ones is amqp:not-found; one routes by KEY to the queue of that "
+            "name (a simplification: RabbitMQ routes by bindings), releasing what it cannot route",
             "rabbitmq/rabbitmq-server: deps/rabbit/src/rabbit_amqp_session.erl (parse_target_v2_string0, "
             "ensure_target, link_error_not_found)",
         ),

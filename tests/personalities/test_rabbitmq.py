@@ -169,3 +169,23 @@ def test_the_anonymous_relay_routes_to_queue_addresses() -> None:
         state, held = publish(w, None, to="/queues/orders")
         assert isinstance(state, Accepted)
         assert held == expected, name
+
+
+def test_an_exchange_that_does_not_exist_is_not_found() -> None:
+    """Quirk 3: a target naming an exchange the virtual host does not have is refused with amqp:not-found
+    (rabbit_amqp_session.erl, link_error_not_found); only the built-in amq.* exchanges exist here. minibroker
+    takes the address as a node name and creates it."""
+    w = world("minibroker")
+    p = peer(w)
+    p.attach_producer("out", "/exchanges/orders-x/key")
+    seen = w.settle()[p]
+    assert seen.detached == []
+    assert "/exchanges/orders-x/key" in w.broker.queues
+
+    w = world("rabbitmq")
+    p = peer(w)
+    p.attach_producer("out", "/exchanges/orders-x/key")
+    ((link, err),) = w.settle()[p].detached
+    assert link == "out"
+    assert err is not None
+    assert (str(err.condition), err.description) == ("amqp:not-found", "no exchange 'orders-x' in vhost '/'")
