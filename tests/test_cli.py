@@ -89,6 +89,17 @@ def test_cli_beats_config_file(tmp_path: Path) -> None:
         assert proc.wait(10) == 0
 
 
+def _exits_2(args: list[str], env: dict[str, str], expected: str) -> subprocess.CompletedProcess[str]:
+    """Run ``minibroker ARGS`` with ``env`` added; assert it exits 2 naming ``expected`` on stderr."""
+    result = subprocess.run(
+        [sys.executable, "-m", "minibroker", *args], capture_output=True, text=True, timeout=20,
+        env={**os.environ, **env}, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert expected in result.stderr
+    return result
+
+
 @pytest.mark.parametrize(
     ("args", "env", "expected"),
     [
@@ -100,12 +111,7 @@ def test_cli_beats_config_file(tmp_path: Path) -> None:
     ],
 )
 def test_bad_arguments_exit_2(args: list[str], env: dict[str, str], expected: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "minibroker", *args], capture_output=True, text=True, timeout=20,
-        env={**os.environ, **env}, check=False,
-    )  # fmt: skip
-    assert result.returncode == 2
-    assert expected in result.stderr
+    result = _exits_2(args, env, expected)
     assert result.stdout == ""
 
 
@@ -149,12 +155,7 @@ def test_trace_frames_prints_decoded_frames_without_credentials() -> None:
 def test_an_unknown_personality_exits_2_listing_the_known_ones(
     args: list[str], env: dict[str, str], expected: str
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "minibroker", *args], capture_output=True, text=True, timeout=20,
-        env={**os.environ, **env}, check=False,
-    )  # fmt: skip
-    assert result.returncode == 2
-    assert expected in result.stderr
+    result = _exits_2(args, env, expected)
     assert "'nobody'" in result.stderr
     for name in names():
         assert name in result.stderr

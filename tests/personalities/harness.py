@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from minibroker.amqp.definitions import Accepted, Declared, Error, Rejected, TransactionalState
+from minibroker.amqp.definitions import Accepted, Declared, Error, Rejected, Released, TransactionalState
 from minibroker.broker.core import Broker, BrokerSettings
 from minibroker.broker.personality import get
 from minibroker.broker.policy import NodePolicy
@@ -177,3 +177,19 @@ def ready(w: World, queue: str = "q") -> list[str | None]:
     """The names of the messages ready on ``queue`` of the default namespace (through the inspection API)."""
     found = census(BrokerView(w)).get(queue)
     return [name for name, _ in found.ready] if found is not None else []
+
+
+def check_flow_txn_id_ignored(name: str) -> None:
+    """Assert that personality ``name`` ignores a flow's txn-id where minibroker acquires under it (§4.4.3): under
+    minibroker the transfer carries ``transactional-state(txn-id)`` and the rollback releases it back to the queue;
+    under ``name`` it carries no state and the rollback leaves it acquired by the consumer."""
+    delivery, rollback, queue = acquire_in_txn(world("minibroker"))
+    assert isinstance(delivery.state, TransactionalState)
+    assert len(delivery.state.txn_id) == 16
+    assert rollback.settled_by_broker == [(0, Released())]
+    assert (queue.ready, queue.acquired) == ((("m1", 0),), 0)
+
+    delivery, rollback, queue = acquire_in_txn(world(name))
+    assert delivery.state is None
+    assert rollback.settled_by_broker == []
+    assert (queue.ready, queue.acquired) == ((), 1)

@@ -17,7 +17,7 @@ from minibroker.broker.personality import ACTIVEMQ, TXN_CAPABILITIES
 from minibroker.testing import frames
 from tests.personalities.harness import (
     FULL_Q,
-    acquire_in_txn,
+    check_flow_txn_id_ignored,
     discharge_unknown,
     failed_commit,
     peer,
@@ -132,13 +132,4 @@ def test_flow_txn_id_is_ignored() -> None:
     """Quirk 6: ActiveMQ ignores a flow's txn-id (AmqpSender): the transfer carries no state and the rollback leaves
     it acquired; minibroker acquires under the transaction (§4.4.3: the transfer carries
     ``transactional-state(txn-id)``) and the rollback releases it back to the queue."""
-    delivery, rollback, queue = acquire_in_txn(world("minibroker"))
-    assert isinstance(delivery.state, TransactionalState)
-    assert len(delivery.state.txn_id) == 16
-    assert rollback.settled_by_broker == [(0, Released())]
-    assert (queue.ready, queue.acquired) == ((("m1", 0),), 0)
-
-    delivery, rollback, queue = acquire_in_txn(world("activemq"))
-    assert delivery.state is None
-    assert rollback.settled_by_broker == []
-    assert (queue.ready, queue.acquired) == ((), 1)
+    check_flow_txn_id_ignored("activemq")

@@ -26,12 +26,12 @@ from minibroker.amqp.definitions import (
 from minibroker.amqp.types import Symbol, UInt
 from minibroker.broker.personality import ARTEMIS
 from minibroker.testing import frames
-from tests.broker.txn_driver import BrokerView, census, payload
+from tests.broker.txn_driver import BrokerView, Peer, World, census, payload
 from tests.personalities.harness import (
     FULL_Q,
     UNKNOWN_ID,
-    acquire_in_txn,
     answer,
+    check_flow_txn_id_ignored,
     declare,
     discharge_unknown,
     failed_commit,
@@ -183,15 +183,22 @@ def test_unknown_txn_id_in_transfer_or_disposition_closes_the_connection() -> No
 
 
 # -- quirk 6 -------------------------------------------------------------------------------------------------------
-def commit_after_controller_detached(name: str) -> tuple[Any, tuple[Any, ...]]:
-    """A post in a transaction, its controller detached, then a second controller of the connection commits the
-    txn-id: the answer to that commit, and what queue ``q`` holds."""
+def posted_then_controller_detached(name: str) -> tuple[World, Peer, bytes]:
+    """A world of ``name`` where message m1 was posted to queue ``q`` in a transaction whose controller then
+    detached: the world, the peer and the txn-id."""
     w = world(name)
     p = peer(w)
     txn_id = declare(w, p)
     p.attach_producer("prod", "q")
     answer(w, p, p.transfer("prod", payload("m1"), state=TransactionalState(txn_id=txn_id)))
     p.detach("ctl")
+    return w, p, txn_id
+
+
+def commit_after_controller_detached(name: str) -> tuple[Any, tuple[Any, ...]]:
+    """A post in a transaction, its controller detached, then a second controller of the connection commits the
+    txn-id: the answer to that commit, and what queue ``q`` holds."""
+    w, p, txn_id = posted_then_controller_detached(name)
     w.settle()
     p.attach_controller("ctl2")
     state, _ = answer(w, p, p.discharge("ctl2", txn_id, fail=False))
@@ -200,12 +207,7 @@ def commit_after_controller_detached(name: str) -> tuple[Any, tuple[Any, ...]]:
 
 def close_with_posted(name: str) -> tuple[Any, ...]:
     """A post in a transaction, its controller detached, then the connection closed: what queue ``q`` holds."""
-    w = world(name)
-    p = peer(w)
-    txn_id = declare(w, p)
-    p.attach_producer("prod", "q")
-    answer(w, p, p.transfer("prod", payload("m1"), state=TransactionalState(txn_id=txn_id)))
-    p.detach("ctl")
+    w, p, _ = posted_then_controller_detached(name)
     p.close()
     w.settle()
     return census(BrokerView(w))["q"].ready
@@ -263,16 +265,7 @@ def test_flow_txn_id_is_ignored() -> None:
     """Quirk 8: Artemis ignores a flow's txn-id (AMQPConnectionContext onFlow): the transfer carries no state and
     the rollback leaves it acquired; minibroker acquires under the transaction (§4.4.3: the transfer carries
     ``transactional-state(txn-id)``) and the rollback releases it back to the queue."""
-    delivery, rollback, queue = acquire_in_txn(world("minibroker"))
-    assert isinstance(delivery.state, TransactionalState)
-    assert len(delivery.state.txn_id) == 16
-    assert rollback.settled_by_broker == [(0, Released())]
-    assert (queue.ready, queue.acquired) == ((("m1", 0),), 0)
-
-    delivery, rollback, queue = acquire_in_txn(world("artemis"))
-    assert delivery.state is None
-    assert rollback.settled_by_broker == []
-    assert (queue.ready, queue.acquired) == ((), 1)
+    check_flow_txn_id_ignored("artemis")
 
 
 # -- quirk 9 -------------------------------------------------------------------------------------------------------

@@ -15,7 +15,15 @@ from minibroker.amqp.types import Symbol
 from minibroker.broker.personality import TXN_CAPABILITIES, get
 from minibroker.testing import frames
 from tests.broker.txn_driver import ACCEPTED_LIST, BrokerView, Peer, QueueCensus, World, census
-from tests.personalities.harness import acquire_in_txn, declare, discharge, peer, post, ready, world
+from tests.personalities.harness import (
+    check_flow_txn_id_ignored,
+    declare,
+    discharge,
+    peer,
+    post,
+    ready,
+    world,
+)
 
 UNKNOWN = b"nope"
 
@@ -156,11 +164,4 @@ def test_flow_txn_id_is_ignored() -> None:
     """The example broker never reads a flow's properties (on_sendable just dispatches the queue): what it sends
     carries no transactional-state and a rollback leaves it with the consumer; minibroker acquires under the
     transaction (§4.4.3) and the rollback releases the message back to the queue."""
-    delivery, rollback, queue = acquire_in_txn(world("minibroker"))
-    assert isinstance(delivery.state, TransactionalState)
-    assert (queue.ready, queue.acquired) == ((("m1", 0),), 0)
-
-    delivery, rollback, queue = acquire_in_txn(world("proton"))
-    assert delivery.state is None
-    assert rollback.settled_by_broker == []
-    assert (queue.ready, queue.acquired) == ((), 1)
+    check_flow_txn_id_ignored("proton")
