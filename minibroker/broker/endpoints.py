@@ -480,7 +480,7 @@ class Endpoints:
         if isinstance(link.context, Producer):
             self._top_up(conn, link)
         elif isinstance(link.context, Controller):
-            self.coordinator.replenish(conn, link.context)
+            self.coordinator.replenish(conn, link.context, answered=True)  # its credit comes back, as an answer's would
 
     def _relay_target(
         self, conn: ServerConnection, to: object, transactional: bool, keyed: bool = False

@@ -239,3 +239,17 @@ def test_a_transfer_naming_an_unknown_txn_id_detaches_its_link() -> None:
     assert err is not None
     assert err.condition == Condition.UNKNOWN_TXN_ID
     assert err.description == "Transfer has an unknown transaction-id 'no\\x01pe'."
+
+
+def test_an_aborted_control_transfer_gives_its_credit_back() -> None:
+    """A controller that aborts a declare half sent (§2.6.14) used its one credit: the broker gives it back, so the
+    next declare can be sent and is answered (without it a Broker-J controller would wait for credit forever)."""
+    w = world("broker-j")
+    p = peer(w)
+    p.attach_controller("ctl")
+    assert _controller_frames(w, p) == ["credit 1"]
+    p.begin_transfer("ctl", b"\x00Sw\xa1\x07partial")
+    p.send(frames.transfer(p.handle("ctl"), None, more=False, aborted=True))
+    assert _controller_frames(w, p) == ["credit 1"]
+    assert len(declare(w, p)) == 4
+    assert len(w.broker.transactions) == 1
