@@ -31,13 +31,13 @@ def capturing() -> Iterator[ThreadedBroker]:
         yield broker
 
 
-def send_and_receive(url: str, *, user: str | None = None) -> None:
-    """A python-qpid-proton session: send one message to "q", receive and accept it, close."""
+def send_and_receive(url: str, *, user: str | None = None, expect: str = "hello") -> None:
+    """A python-qpid-proton session: send "hello" to "q", receive (``expect``) and accept one message, close."""
     conn = BlockingConnection(url, timeout=10, user=user, password="s3cret" if user else None)
     try:
         conn.create_sender("q").send(Message(body="hello"))
         receiver = conn.create_receiver("q")
-        assert receiver.receive(timeout=10).body == "hello"
+        assert receiver.receive(timeout=10).body == expect
         receiver.accept()
     finally:
         conn.close()
