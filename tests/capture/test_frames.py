@@ -186,3 +186,13 @@ def test_the_http_api_says_when_capture_is_off() -> None:
         assert answer.status == 409
         assert "capture is off" in answer.json["error"]
         assert call(broker, "GET", "/api/capture.pcap").status == 409
+
+
+@pytest.mark.timeout(30)
+def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_readme_examples import python_block
+
+    monkeypatch.chdir(tmp_path)
+    exec(compile(python_block("### Frame capture and replay"), "README.md (capture)", "exec"), {})
+    assert json.loads((tmp_path / "orders.json").read_text())["connection"] == 1
+    assert (tmp_path / "orders.pcap").read_bytes()[:4] == b"\xd4\xc3\xb2\xa1"

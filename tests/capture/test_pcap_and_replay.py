@@ -178,7 +178,8 @@ def test_replay_against_a_broker_configured_differently_shows_the_difference(cap
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "minibroker replay: the broker answered differently:"
-    assert "--- captured broker" in lines and "+++ replayed broker" in lines
+    assert "--- captured broker" in lines
+    assert "+++ replayed broker" in lines
     changed = [line for line in lines if line.startswith(("-disposition", "+disposition"))]
     assert any("amqp:resource-limit-exceeded" in line for line in changed if line.startswith("+"))
     assert any('"txn-id": "<txn-1>"' in line for line in changed)
