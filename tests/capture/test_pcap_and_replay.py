@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from proton import Message
 
-from minibroker.server.pcap import read_pcap
+from minibroker.amqp.framing import EMPTY_FRAME, SASL_HEADER
+from minibroker.server.capture import ConnectionCapture
+from minibroker.server.pcap import PcapError, read_pcap, write_pcap
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
 from tests.capture.test_frames import CAPTURING, finished, send_and_receive
 from tests.integration.helpers import run
@@ -187,15 +189,18 @@ def test_replay_against_a_broker_configured_differently_shows_the_difference(cap
 
 def test_replay_of_a_bad_capture_or_url_exits_2(captured: dict[str, Path], tmp_path: Path) -> None:
     url = "amqp://127.0.0.1:1"
-    cases = {
+    cases: dict[str, str | bytes | None] = {
         "missing.json": None,
         "bad.json": "{not json",
         "wrong.json": '{"frames": [{"direction": "sideways", "raw": "00"}]}',
         "empty.json": "[]",
+        "cut.pcap": captured["pcap"].read_bytes()[:100],
     }
     for name, text in cases.items():
         path = tmp_path / name
-        if text is not None:
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        elif text is not None:
             path.write_text(text)
         result = replay(str(path), "--url", url)
         assert result.returncode == 2, (name, result.stderr)
@@ -208,3 +213,41 @@ def test_replay_of_a_bad_capture_or_url_exits_2(captured: dict[str, Path], tmp_p
     assert "cannot connect to 127.0.0.1:1" in unreachable.stderr
     assert replay(str(captured["json1"]), "--url", "http://127.0.0.1:8672").returncode == 2
     assert replay(str(captured["json1"])).returncode == 2  # no --url
+
+
+@pytest.mark.parametrize(
+    ("client", "server"),
+    [(("::1", 40001), ("::1", 5672)), (("127.0.0.1", 40002), ("::1", 5672)), (None, None)],
+)
+def test_ipv6_mixed_and_socketless_connections_read_back(
+    client: tuple[str, int] | None, server: tuple[str, int] | None
+) -> None:
+    capture = ConnectionCapture(3, 100, client, server)
+    capture.received(SASL_HEADER[:5], 1.0)
+    capture.received(SASL_HEADER[5:] + EMPTY_FRAME, 1.5)
+    capture.sent(SASL_HEADER + EMPTY_FRAME * 2, 2.0)
+    capture.closed = True
+    (stream,) = read_pcap(write_pcap([capture]))
+    assert [(t, d, raw) for t, d, raw in stream.frames] == [
+        (1.5, "in", SASL_HEADER),
+        (1.5, "in", EMPTY_FRAME),
+        (2.0, "out", SASL_HEADER),
+        (2.0, "out", EMPTY_FRAME),
+        (2.0, "out", EMPTY_FRAME),
+    ]
+    if client is not None and server is not None and client[0] == server[0]:
+        assert (stream.client, stream.server) == (client, server)
+    elif client is not None:
+        assert stream.client == ("::ffff:7f00:1", 40002)  # one IP version per packet: v4 mapped into v6
+
+
+def test_a_file_that_is_no_pcap_of_ours_is_refused() -> None:
+    with pytest.raises(PcapError, match="not a classic pcap"):
+        read_pcap(b"\x0a\x0d\x0d\x0a" + bytes(40))  # pcapng
+    capture = ConnectionCapture(1, 10, None, None)
+    capture.received(SASL_HEADER, 1.0)
+    data = write_pcap([capture])
+    with pytest.raises(PcapError, match="cut short"):
+        read_pcap(data[:-3])
+    with pytest.raises(PcapError, match="link type 113"):
+        read_pcap(data[:20] + (113).to_bytes(4, "little") + data[24:])
