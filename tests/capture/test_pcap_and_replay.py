@@ -251,3 +251,20 @@ def test_a_file_that_is_no_pcap_of_ours_is_refused() -> None:
         read_pcap(data[:-3])
     with pytest.raises(PcapError, match="link type 113"):
         read_pcap(data[:20] + (113).to_bytes(4, "little") + data[24:])
+
+
+def test_replay_authenticates_with_the_urls_credentials(tmp_path: Path) -> None:
+    users: dict[str, Any] = {"server": {"port": 0}, "auth": {"users": {"alice": "s3cret"}, "failure_delay": 0.0}}
+    with run_in_thread({**users, "broker": {"capture": True}}) as broker:
+        send_and_receive(broker.url, user="alice")
+        finished(broker)
+        path = tmp_path / "alice.json"
+        path.write_text(json.dumps(broker.capture(1)))
+    assert "s3cret" not in path.read_text()  # the password was masked: the capture alone cannot log in
+    with run_in_thread(users) as other:
+        host_port = other.url.removeprefix("amqp://")
+        assert replay(str(path), "--url", f"amqp://alice:s3cret@{host_port}").returncode == 0
+        refused = replay(str(path), "--url", other.url)
+        assert refused.returncode == 1
+        assert '-sasl-outcome channel=0 {"code": 0}' in refused.stdout
+        assert '+sasl-outcome channel=0 {"code": 1}' in refused.stdout
