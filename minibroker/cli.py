@@ -4,6 +4,7 @@ Precedence of settings: command line, then environment (``MINIBROKER_HOST``, ``M
 ``MINIBROKER_HTTP_PORT``, ``MINIBROKER_HTTP_HOST``, ``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``,
 ``MINIBROKER_PERSONALITY``), then the config file, then defaults.
 ``minibroker personalities`` prints every personality ``--personality`` can name, with its quirks.
+``minibroker replay CAPTURE --url URL`` replays a captured connection (``minibroker.replay``).
 Exit codes: 0 after SIGINT/SIGTERM, 2 for bad arguments or a bad config file (the message names the file, the key
 and the problem) and for a data dir that cannot be used (not a directory, not writable, held by another broker, a
 corrupt journal: the message says which), 1 when the listener cannot be bound.
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import trio
 
-from minibroker import auth, health, manage_cli
+from minibroker import auth, health, manage_cli, replay
 from minibroker.broker import personality as personalities
 from minibroker.config import Config, ConfigError
 from minibroker.server.app import serve
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "TLS). "
         "minibroker hash-password: print a password hash for [auth.users]. "
         "minibroker personalities: print every personality --personality can name, with its quirks. "
+        "minibroker replay CAPTURE --url amqp://HOST:PORT: replay a captured connection (--capture) against a "
+        "broker and compare its answers (exit 0 the same, 1 different, 2 bad input). "
         "minibroker queues | peek QUEUE | purge QUEUE | send QUEUE BODY | txns | reset [--http URL] [--user USER] "
         "[--password PASSWORD] [--json]: manage a running broker through its HTTP API (MINIBROKER_HTTP_URL, "
         "default http://127.0.0.1:8672; MINIBROKER_HTTP_USER and MINIBROKER_HTTP_PASSWORD work too).",
@@ -81,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="logging threshold (default info)")
     parser.add_argument(
         "--trace-frames", action="store_true", default=None, help="print every frame, decoded, to stderr"
+    )
+    parser.add_argument(
+        "--capture",
+        action="store_true",
+        default=None,
+        help="record every frame ([broker] capture): GET /api/connections/ID/frames, /api/capture.pcap",
     )
     return parser
 
@@ -120,6 +129,8 @@ def resolve_config(args: argparse.Namespace, environ: dict[str, str]) -> Config:
         changes["log_level"] = args.log_level
     if args.trace_frames:
         changes["trace_frames"] = True
+    if args.capture:
+        changes["broker__capture"] = True
     if args.data_dir:
         changes["data_dir"] = args.data_dir
     recover = args.recover or environ.get("MINIBROKER_RECOVER")
@@ -174,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return auth.main(argv[1:])
     if argv[:1] == ["personalities"]:
         return print_personalities(argv[1:])
+    if argv[:1] == ["replay"]:
+        return replay.main(argv[1:])
     if argv[:1] and argv[0] in manage_cli.COMMANDS:
         return manage_cli.main(argv[0], argv[1:])
     parser = build_parser()

@@ -146,6 +146,11 @@ class BrokerConfig:
     personality: str = "minibroker"
     """The personality of the default namespace and of namespaces created without one (``minibroker
     personalities`` lists them)."""
+    capture: bool = False
+    """Record every frame of every connection (``--capture``): ``broker.frames()``, the pcap, ``minibroker
+    replay``."""
+    capture_limit: int = 10000
+    """Frames kept per connection when capturing; beyond, the oldest are dropped (and counted)."""
 
 
 @dataclass(frozen=True)
@@ -389,6 +394,8 @@ def _validate(config: Any, source: str, prefix: str) -> None:
                 raise bad(key, "must be at least 1")
         if config.auto_delete_idle < 0:
             raise bad("auto_delete_idle", "must not be negative")
+        if config.capture_limit < 1:
+            raise bad("capture_limit", "must be at least 1")
         for key in ("max_selector_length", "max_selector_properties_size"):
             if getattr(config, key) < 0:
                 raise bad(key, "must not be negative")

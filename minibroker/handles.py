@@ -54,6 +54,10 @@ class PostRefused(ValueError):
         self.description = description
 
 
+class CaptureOff(RuntimeError):
+    """Captured frames were asked for, and the broker does not capture them (``[broker] capture`` is off)."""
+
+
 class Inspectable:
     """Something whose broker state is read through ``_call``."""
 

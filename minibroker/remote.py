@@ -29,6 +29,7 @@ import http.client
 import json
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
@@ -113,6 +114,18 @@ class _Api:
     ) -> tuple[int, Any]:
         """(status, decoded JSON body or None) of ``method path``; ``RemoteError`` for an error status not in
         ``ok``, ``BrokerUnreachable`` when no answer came."""
+        status, reason, raw = self._exchange(method, path, body, timeout)
+        return status, self._decoded(method, path, status, reason, raw, ok)
+
+    def get_bytes(self, path: str) -> bytes:
+        """The body of ``GET path`` as it is (a pcap file, say); ``RemoteError`` for an error status."""
+        status, reason, raw = self._exchange("GET", path, None, None)
+        if not 200 <= status < 300:
+            self._decoded("GET", path, status, reason, raw, ())
+        return raw
+
+    def _exchange(self, method: str, path: str, body: Any, timeout: float | None) -> tuple[int, str, bytes]:
+        """(status, reason, raw body) of one request; ``BrokerUnreachable`` when no answer came."""
         connection_class = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
         conn = connection_class(self.host, self.port, timeout=self.timeout if timeout is None else timeout)
         headers = dict(self.headers)
@@ -123,11 +136,14 @@ class _Api:
         try:
             conn.request(method, f"{self.base}{path}", body=data, headers=headers)
             response = conn.getresponse()
-            status, raw = response.status, response.read()
+            return response.status, response.reason, response.read()
         except (OSError, http.client.HTTPException) as exc:
             raise BrokerUnreachable(f"cannot reach the broker's HTTP API at {self.http_url}: {exc}") from None
         finally:
             conn.close()
+
+    def _decoded(self, method: str, path: str, status: int, reason: str, raw: bytes, ok: tuple[int, ...]) -> Any:
+        """The JSON answer ``raw``; ``RemoteError`` for an error status not in ``ok``, or for what is not JSON."""
         try:
             answer = json.loads(raw)
         except ValueError:
@@ -136,14 +152,14 @@ class _Api:
             # every answer of the API is a JSON object or array: this is some other server (a proxy's error page,
             # a web server's welcome page); a redirect is not followed, as it may lead anywhere
             raise RemoteError(
-                f"{method} {path}: HTTP {status} {response.reason}: not an answer of minibroker's management API"
+                f"{method} {path}: HTTP {status} {reason}: not an answer of minibroker's management API"
                 f" at {self.http_url} (it sent {_snippet(raw)})",
                 status,
             )
         if not 200 <= status < 300 and status not in ok:
             detail = answer.get("error", answer) if isinstance(answer, dict) else answer
             raise RemoteError(f"{method} {path}: HTTP {status}: {_snippet(str(detail).encode())}", status)
-        return status, answer
+        return answer
 
 
 def _snippet(raw: bytes, limit: int = 200) -> str:
@@ -444,6 +460,30 @@ class RemoteBroker:
     def reset(self) -> None:
         """Drop every node, message and transaction of this namespace; close its connections."""
         self._request("POST", "/reset")
+
+    def capture(self, connection: int) -> dict[str, Any] | None:
+        """One connection's capture (``GET /api/connections/{id}/frames``): its addresses, ``dropped`` and
+        ``frames``; None when the broker has no capture of it. ``RemoteError`` (409) when capture is off."""
+        answer = self._request("GET", f"/connections/{int(connection)}/frames", missing_ok=True)
+        return None if answer is None else dict(answer)
+
+    def frames(self, connection: int | None = None) -> list[dict[str, Any]]:
+        """The captured frames of one connection, or of every one kept, decoded (``GET /api/frames``);
+        ``LookupError`` for an unknown connection, as locally."""
+        if connection is None:
+            return list(self._request("GET", "/frames"))
+        capture = self.capture(connection)
+        if capture is None:
+            raise LookupError(f"no captured connection {connection}")
+        return list(capture["frames"])
+
+    def pcap(self) -> bytes:
+        """Every kept capture as a pcap file (``GET /api/capture.pcap``)."""
+        return self._api.get_bytes(f"{self._prefix}/capture.pcap")
+
+    def write_pcap(self, path: str | Path) -> None:
+        """Write ``pcap()`` to ``path``."""
+        Path(path).write_bytes(self.pcap())
 
     @property
     def personality(self) -> str:

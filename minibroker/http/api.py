@@ -36,7 +36,7 @@ from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import PROPERTY_FIELDS, ConnectionInfo, MessageView, QueueStats, SubscriptionStats
-from minibroker.handles import PostRefused, QueueHandle, TopicHandle
+from minibroker.handles import CaptureOff, PostRefused, QueueHandle, TopicHandle
 from minibroker.http import console, metrics
 from minibroker.http.auth import MUTATING, Verify, authorize
 from minibroker.http.server import Request, Response
@@ -78,6 +78,9 @@ class ManagedBroker(Protocol):
     def namespace_view(self, name: str) -> ManagedBroker: ...
     def connection_peers(self) -> dict[int, str]: ...
     def metrics(self) -> str: ...
+    def capture(self, connection: int) -> dict[str, Any] | None: ...
+    def frames(self, connection: int | None = None) -> list[dict[str, Any]]: ...
+    def pcap(self) -> bytes: ...
     @property
     def personality(self) -> str: ...
     async def create_namespace(self, name: str | None = None, personality: str | None = None) -> ManagedBroker: ...
@@ -249,6 +252,9 @@ class ManagementApi:
         router.add("GET", "/api/stats", stats)
         router.add("GET", "/api/connections", list_connections)
         router.add("DELETE", "/api/connections/{id}", close_connection)
+        router.add("GET", "/api/connections/{id}/frames", connection_frames)
+        router.add("GET", "/api/frames", all_frames)
+        router.add("GET", "/api/capture.pcap", capture_pcap)
         router.add("POST", "/api/reset", reset)
         router.add("GET", "/api/wait", wait)
         router.add("POST", "/api/namespaces", create_namespace)
@@ -375,6 +381,7 @@ def _queue_json(stats: QueueStats, kind: str | None) -> dict[str, Any]:
 
 
 _Node = TypeVar("_Node", QueueHandle, TopicHandle)
+T = TypeVar("T")
 
 
 def _existing(lookup: Callable[[str], _Node], call: Call, kind: str) -> _Node:
@@ -552,6 +559,42 @@ async def close_connection(call: Call) -> Response:
     if not call.broker.close_connection(int(text), condition, description[:256]):
         raise HttpError(404, f"no connection {text}")
     return Response.json(200, {"closed": int(text), "condition": condition})
+
+
+# -- frame capture (--capture) ------------------------------------------------------------------------------
+PCAP_CONTENT_TYPE = "application/vnd.tcpdump.pcap"
+
+
+def _captured(read: Callable[[], T]) -> T:
+    """``read()``, with a capture that is off answered 409 (the request is fine; the broker is not capturing)."""
+    try:
+        return read()
+    except CaptureOff as exc:
+        raise HttpError(409, str(exc)) from None
+
+
+async def connection_frames(call: Call) -> Response:
+    """One connection's captured frames, decoded, with its addresses and the count of frames dropped; 404 for a
+    connection never seen, or closed too long ago (the last ``REMEMBERED_CONNECTIONS`` closed ones are kept)."""
+    text = call.params["id"]
+    if not (text.isascii() and text.isdigit()):
+        raise HttpError(400, f"{text!r} is not a connection id")
+    answer = _captured(lambda: call.broker.capture(int(text)))
+    if answer is None:
+        raise HttpError(404, f"no captured connection {text}")
+    return Response.json(200, answer)
+
+
+async def all_frames(call: Call) -> Response:
+    """Every kept connection's captured frames in one list, in time order."""
+    return Response.json(200, _captured(lambda: call.broker.frames()))
+
+
+async def capture_pcap(call: Call) -> Response:
+    """Every kept capture as a pcap file (Wireshark and tshark read it as AMQP)."""
+    data = _captured(call.broker.pcap)
+    disposition = 'attachment; filename="minibroker.pcap"'
+    return Response(200, data, (("content-type", PCAP_CONTENT_TYPE), ("content-disposition", disposition)))
 
 
 # -- namespaces, reset, wait ------------------------------------------------------------------------------

@@ -35,10 +35,12 @@ from minibroker.broker.transactions import counter_ids
 from minibroker.config import Config, TlsConfig
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
-from minibroker.handles import NamespaceView
+from minibroker.handles import CaptureOff, NamespaceView
+from minibroker.server.capture import Address, CaptureStore
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.journal import JournalWriter
 from minibroker.server.login import LoginChecker
+from minibroker.server.pcap import write_pcap
 from minibroker.server.trace import FrameTracer
 from minibroker.store.journal import Journal, JournalError
 from minibroker.store.state import DurableState
@@ -106,6 +108,19 @@ def login_checker(config: Config, book: PasswordBook) -> LoginChecker:
         auth.max_failures_per_address, auth.max_failures_per_user, auth.failure_window, auth.failure_delay
     )
     return LoginChecker(book, throttle, threads=auth.hash_threads, failure_delay=auth.failure_delay)
+
+
+def socket_ends(stream: trio.abc.Stream) -> tuple[Address | None, Address | None]:
+    """The (host, port) of the peer and of our end of ``stream``'s socket (under TLS too); None off a socket."""
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    if not isinstance(stream, trio.SocketStream):
+        return None, None
+    try:
+        peer, own = stream.socket.getpeername(), stream.socket.getsockname()
+        return (str(peer[0]), int(peer[1])), (str(own[0]), int(own[1]))
+    except (OSError, IndexError, TypeError, ValueError):
+        return None, None
 
 
 def peer_address(stream: trio.abc.Stream) -> str | None:
@@ -244,6 +259,8 @@ class _Server:
         """Listeners bound (and recovery done, which comes before): what ``/readyz`` tells."""
         self.namespace_ports: dict[str, int] = {}
         """The plain listener's port of each namespace that has one."""
+        self.captures = CaptureStore(config.broker.capture_limit) if config.broker.capture else None
+        """Every connection's frames, with ``[broker] capture``; None when off."""
         broker.on_change = self._on_change
 
     def _on_change(self) -> None:
@@ -365,6 +382,7 @@ class _Server:
             return None
 
         engine = self.make_engine(conn_id, external_identity=external_identity, admit=admit)
+        capture = None if self.captures is None else self.captures.open(conn_id, *socket_ends(stream))
         task = ConnectionTask(
             conn_id,
             stream,
@@ -375,6 +393,7 @@ class _Server:
             login=self.login,
             address=peer_address(stream),
             checking=lambda checking: self._checking(conn_id, checking),
+            capture=capture,
         )
         self.tasks.add(task)
         try:
@@ -384,6 +403,8 @@ class _Server:
         finally:
             if counted:
                 self.opened -= 1
+            if self.captures is not None:
+                self.captures.close(conn_id)
             self.tasks.discard(task)
             if not self.tasks:
                 self.all_closed.set()
@@ -472,6 +493,39 @@ class RunningBroker(NamespaceView):
                     continue
                 peers[task.id] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         return peers
+
+    def _captures(self) -> CaptureStore:
+        captures = self._server.captures
+        if captures is None:
+            raise CaptureOff("frame capture is off: start the broker with --capture or [broker] capture = true")
+        return captures
+
+    def capture(self, connection: int) -> dict[str, Any] | None:
+        """Connection ``connection``'s capture as ``GET /api/connections/{id}/frames`` answers it (its addresses,
+        ``dropped`` frames and ``frames``); None when it is unknown (or forgotten). ``CaptureOff`` when off."""
+        capture = self._captures().get(connection)
+        return None if capture is None else capture.summary()
+
+    def frames(self, connection: int | None = None) -> list[dict[str, Any]]:
+        """The captured frames of connection ``connection`` (connection ids are broker-wide), or of every
+        connection kept, decoded (``minibroker.server.capture``), in the order they crossed the wire.
+        ``LookupError`` for an unknown connection; ``CaptureOff`` unless ``[broker] capture`` is on."""
+        captures = self._captures()
+        if connection is None:
+            records = [r for capture in captures.all() for r in capture.records()]
+            return sorted(records, key=lambda record: record["time"])
+        capture = captures.get(connection)
+        if capture is None:
+            raise LookupError(f"no captured connection {connection}")
+        return capture.records()
+
+    def pcap(self) -> bytes:
+        """Every kept capture as a pcap file (``minibroker.server.pcap``); ``CaptureOff`` when off."""
+        return write_pcap(self._captures().all())
+
+    def write_pcap(self, path: str | Path) -> None:
+        """Write ``pcap()`` to ``path``."""
+        Path(path).write_bytes(self.pcap())
 
     def namespace_view(self, name: str) -> RunningBroker:
         """The handle of the existing namespace ``name`` (``LookupError`` when there is none)."""

@@ -32,6 +32,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import Event
 
 if TYPE_CHECKING:
+    from minibroker.server.capture import ConnectionCapture
     from minibroker.server.login import LoginChecker
 
 log = logging.getLogger("minibroker.connection")
@@ -103,8 +104,11 @@ class ConnectionTask:
         login: LoginChecker | None = None,
         address: str | None = None,
         checking: Callable[[bool], None] | None = None,
+        capture: ConnectionCapture | None = None,
     ) -> None:
         self.id = conn_id
+        self.capture = capture
+        """Where the bytes read and written are recorded (``--capture``); None: not captured."""
         self.namespace = namespace
         self.failure_delay = failure_delay
         self.login = login
@@ -196,6 +200,8 @@ class ConnectionTask:
             self._output_taken.set()
             self._output_taken = trio.Event()
             if data:
+                if self.capture is not None:
+                    self.capture.sent(data, self._wall_time())
                 try:
                     await self.stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -205,6 +211,10 @@ class ConnectionTask:
                     self.broker.resume(engine)
                     wake_writers(self.broker)
         return True
+
+    def _wall_time(self) -> float:
+        """The broker's wall-clock time now (what captured frames are stamped with)."""
+        return trio.current_time() + self.broker.clock.wall.offset
 
     async def _reader(self) -> None:
         engine = self.engine
@@ -232,6 +242,8 @@ class ConnectionTask:
                 self._handle(engine.handle_timeout(trio.current_time()))
                 self._publish()
                 continue
+            if self.capture is not None:
+                self.capture.received(data, self._wall_time())
             self._handle(engine.receive_events(data, trio.current_time()))
             if engine.awaiting_verdict:
                 await self._verify()

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
@@ -118,6 +119,22 @@ class ThreadedBroker(NamespaceView):
         finally:
             with shared.condition:
                 shared.waiters -= 1
+
+    def frames(self, connection: int | None = None) -> list[dict[str, Any]]:
+        """The captured frames of one connection, or of all (``RunningBroker.frames``)."""
+        return self.call(lambda running: running.frames(connection))
+
+    def capture(self, connection: int) -> dict[str, Any] | None:
+        """One connection's capture as the HTTP API answers it (``RunningBroker.capture``)."""
+        return self.call(lambda running: running.capture(connection))
+
+    def pcap(self) -> bytes:
+        """Every kept capture as a pcap file (``RunningBroker.pcap``)."""
+        return self.call(lambda running: running.pcap())
+
+    def write_pcap(self, path: str | Path) -> None:
+        """Write ``pcap()`` to ``path`` (from this thread)."""
+        Path(path).write_bytes(self.pcap())
 
     def create_namespace(self, name: str | None = None, personality: str | Personality | None = None) -> ThreadedBroker:
         """A new isolated namespace with a listener of its own; its ``url`` connects into it.
