@@ -529,7 +529,6 @@ def connect(
 __all__ = [
     "BrokerUnreachable",
     "RemoteBroker",
-    "RemoteClock",
     "RemoteError",
     "RemoteQueue",
     "RemoteTopic",

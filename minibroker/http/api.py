@@ -670,8 +670,10 @@ async def advance_clock(call: Call) -> Response:
     seconds = body["seconds"]
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise HttpError(400, f"seconds: expected a number, got {json.dumps(seconds)[:64]}")
-    if not 0 <= seconds <= MAX_ADVANCE:  # (NaN is neither)
-        raise HttpError(400, f"seconds: expected a number from 0 to {MAX_ADVANCE:g} (time only moves forward)")
+    if seconds < 0:
+        raise HttpError(400, "seconds: must not be negative (time only moves forward)")
+    if not seconds <= MAX_ADVANCE:
+        raise HttpError(400, f"seconds: expected a number from 0 to {MAX_ADVANCE:g}")
     clock = call.broker.clock
     if clock.mode != "virtual":
         raise HttpError(

@@ -486,6 +486,7 @@ class RunningBroker(NamespaceView):
         return RunningBroker(self._server, self.host, port, name, http_port=self.http_port)
 
     def _call(self, fn: Callable[[Broker], T]) -> T:
+        self.broker.clock.move_to(self._now())
         result = fn(self.broker)
         wake_writers(self.broker)
         return result

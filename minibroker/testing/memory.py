@@ -246,6 +246,7 @@ class MemoryBroker(NamespaceView):
         return MemoryPeer(client, self._timeout)
 
     def _call(self, fn: Callable[[Broker], T]) -> T:
+        self.broker.clock.move_to(self.clock.time())
         return fn(self.broker)
 
     def _now(self) -> float:

@@ -218,4 +218,4 @@ def run_in_thread(config: ConfigLike = None, *, start_timeout: float = 10.0) -> 
         thread.join(start_timeout)
 
 
-__all__ = ["ThreadedBroker", "ThreadedClock", "run_in_thread"]
+__all__ = ["ThreadedBroker", "run_in_thread"]
