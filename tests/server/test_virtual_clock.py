@@ -25,6 +25,7 @@ from trio.testing import MockClock
 from minibroker.amqp.definitions import (
     Accepted,
     AmqpValue,
+    Close,
     Declare,
     Declared,
     Discharge,
@@ -42,8 +43,9 @@ from minibroker.amqp.definitions import (
 from minibroker.amqp.definitions import Coordinator as CoordinatorTarget
 from minibroker.amqp.types import Long, Symbol, Timestamp, UInt
 from minibroker.broker.clock import WallClock
-from minibroker.broker.core import BrokerSettings
+from minibroker.broker.core import OFFERED_CAPABILITIES, BrokerSettings
 from minibroker.broker.policy import NodePolicy
+from minibroker.engine.connection import ServerConnection
 from minibroker.testing import frames
 from minibroker.testing.memory import MemoryBroker, MemoryPeer, memory_broker
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
@@ -305,6 +307,28 @@ async def test_an_unknown_clock_mode_is_refused(autojump_clock: MockClock) -> No
     with pytest.raises(ValueError, match="'sundial' is not one of real, virtual"):
         async with memory_broker(clock_mode="sundial"):
             pass
+
+
+def guarded_engine(conn_id: int) -> ServerConnection:
+    """An engine with a 10 s handshake time-out and a 10 s idle time-out (heartbeats to a peer that asks)."""
+    return ServerConnection(offered_capabilities=list(OFFERED_CAPABILITIES), handshake_timeout=10, idle_time_out=10)
+
+
+async def test_the_timers_that_protect_the_process_stay_on_real_time(autojump_clock: MockClock) -> None:
+    """With the virtual clock standing still, a silent socket is still dropped after its handshake time, a silent
+    peer after its idle time-out, and a peer that asks for heartbeats gets them."""
+    async with memory_broker(clock_mode="virtual", make_engine=guarded_engine, receive_timeout=HOUR) as mb:
+        silent = await mb.connect()
+        listening = await mb.connect()
+        await listening.open(idle_time_out=UInt(4000))
+        started = trio.current_time()
+        await silent.expect_closed()  # no header sent: the handshake time-out
+        assert trio.current_time() - started == pytest.approx(10)
+        close = await listening.expect(Close)  # it never sends: its idle time-out (after heartbeats came to it)
+        assert close.error is not None
+        assert close.error.description == "local-idle-timeout expired"
+        assert sum(frame.is_heartbeat for frame in listening.received) >= 2
+        assert mb.clock.time() < started + 1  # broker time did not move meanwhile
 
 
 # -- python-qpid-proton against a threaded broker ---------------------------------------------------------------
