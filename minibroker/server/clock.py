@@ -5,8 +5,9 @@ call. ``BrokerTime`` is where that ``now`` comes from. On the real clock (the de
 so a test under ``MockClock`` drives every timer as before. On the virtual clock (``--clock virtual``, ``[broker]
 clock = "virtual"``) it starts at trio's time and then moves only when told: ``advance(seconds)``, from Python or
 from ``POST /api/clock/advance``. An advance fires every timer that falls due on the way, in deadline order, each
-at its own instant (a transaction timed out at 120 s releases a message whose redelivery delay of 30 s is then due
-at 150 s, inside an advance of 200 s), before it returns.
+at its own instant, before it returns: a timer that fires schedules the next one inside the same advance (the
+idle-node sweep, every 150 s with ``auto_delete_idle = 300``, runs at 150, 300, 450 s... within an advance of 1000 s,
+and deletes the idle node as real time would have).
 
 What runs on broker time: every broker timer. Transaction time-outs, ttl and absolute-expiry-time, scheduled
 delivery, redelivery delays, the idle-node sweep, and whatever later timer the core keeps (all of them read the
@@ -60,10 +61,6 @@ class BrokerTime:
 
     def _virtual_time(self) -> float:
         return self._virtual
-
-    @property
-    def virtual(self) -> bool:
-        return self.mode == "virtual"
 
     @property
     def now(self) -> float:
