@@ -2,7 +2,7 @@
 
 Precedence of settings: command line, then environment (``MINIBROKER_HOST``, ``MINIBROKER_PORT``,
 ``MINIBROKER_HTTP_PORT``, ``MINIBROKER_HTTP_HOST``, ``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``,
-``MINIBROKER_PERSONALITY``), then the config file, then defaults.
+``MINIBROKER_PERSONALITY``, ``MINIBROKER_CLOCK``), then the config file, then defaults.
 ``minibroker personalities`` prints every personality ``--personality`` can name, with its quirks.
 ``minibroker replay CAPTURE --url URL`` replays a captured connection (``minibroker.replay``).
 Exit codes: 0 after SIGINT/SIGTERM, 2 for bad arguments or a bad config file (the message names the file, the key
@@ -24,7 +24,7 @@ import trio
 
 from minibroker import auth, health, manage_cli, replay
 from minibroker.broker import personality as personalities
-from minibroker.config import Config, ConfigError
+from minibroker.config import CLOCK_MODES, Config, ConfigError
 from minibroker.server.app import serve
 from minibroker.store.journal import RECOVER_MODES, JournalError
 
@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="whose behaviour on the wire the broker has: "
         f"{', '.join(personalities.names())} (default minibroker; `minibroker personalities` lists their quirks)",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=CLOCK_MODES,
+        help="what the broker's timers run on: real (default), or virtual time that moves only when advanced "
+        "(POST /api/clock/advance); handshake, idle time-out and heartbeats stay on real time",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="logging threshold (default info)")
     parser.add_argument(
@@ -146,6 +152,11 @@ def resolve_config(args: argparse.Namespace, environ: dict[str, str]) -> Config:
                 f"environment: MINIBROKER_PERSONALITY: unknown personality {personality!r} (known: {known})"
             )
         changes["broker__personality"] = personality
+    clock = args.clock or environ.get("MINIBROKER_CLOCK")
+    if clock is not None:
+        if clock not in CLOCK_MODES:  # the command line's is checked by argparse
+            raise ConfigError(f"environment: MINIBROKER_CLOCK: {clock!r} is not one of {', '.join(CLOCK_MODES)}")
+        changes["broker__clock"] = clock
     return config.replace(**changes) if changes else config
 
 

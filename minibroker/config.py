@@ -19,6 +19,9 @@ from minibroker.broker.permissions import Permissions
 from minibroker.broker.policy import OVERFLOW_POLICIES, NodePolicy
 from minibroker.store.journal import RECOVER_MODES
 
+CLOCK_MODES = ("real", "virtual")
+"""``[broker] clock``: what the broker's timers run on (``minibroker.server.clock``)."""
+
 
 class ConfigError(Exception):
     """A configuration that cannot be used; the message names the file, the key and the problem."""
@@ -151,6 +154,9 @@ class BrokerConfig:
     replay``."""
     capture_limit: int = 10000
     """Frames kept per connection when capturing; beyond, the oldest are dropped (and counted)."""
+    clock: str = "real"
+    """What the broker's timers (transaction time-outs, ttl, scheduled delivery, redelivery delay) run on: "real"
+    time, or "virtual" time that moves only when advanced (``POST /api/clock/advance``, ``broker.clock.advance``)."""
 
 
 @dataclass(frozen=True)
@@ -402,6 +408,8 @@ def _validate(config: Any, source: str, prefix: str) -> None:
         if config.personality not in personalities.names():
             known = ", ".join(personalities.names())
             raise bad("personality", f"unknown personality {config.personality!r} (known: {known})")
+        if config.clock not in CLOCK_MODES:
+            raise bad("clock", f"{config.clock!r} is not one of {', '.join(CLOCK_MODES)}")
     elif isinstance(config, NodePolicy):
         for key in ("max_messages", "max_bytes", "max_delivery_attempts"):
             if getattr(config, key) < 0:

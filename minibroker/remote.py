@@ -7,8 +7,8 @@
 
 ``connect`` returns a ``RemoteBroker``: the same names as ``ThreadedBroker`` (``queue(name)`` with ``depth``,
 ``acquired``, ``staged``, ``stats()``, ``peek()``, ``purge()``, ``exists``; ``queues``, ``topic(name)``, ``topics``,
-``transactions``, ``txn_stats``, ``connections``, ``personality``, ``reset()``, ``create_namespace()``,
-``drop_namespace()``), so a
+``transactions``, ``txn_stats``, ``connections``, ``personality``, ``clock`` (``mode``, ``now``, ``advance()``),
+``reset()``, ``create_namespace()``, ``drop_namespace()``), so a
 test written against the ``minibroker`` fixture runs unchanged against a broker in a container. Every read is one
 HTTP request, synchronous, made with the standard library only; nothing is cached.
 
@@ -298,6 +298,34 @@ class RemoteTopic(_RemoteNode):
         return self._request("DELETE") is not None
 
 
+class RemoteClock:
+    """The broker's clock through the API (``GET /api/clock``, ``POST /api/clock/advance``): every read is a request.
+
+    ``advance`` on a real clock raises ``RemoteError`` with status 409; a negative ``seconds``, status 400.
+    """
+
+    def __init__(self, owner: RemoteBroker) -> None:
+        self._owner = owner
+
+    @property
+    def mode(self) -> str:
+        """ "real" or "virtual"."""
+        return str(self._owner._request("GET", "/clock")["mode"])
+
+    @property
+    def now(self) -> float:
+        """Broker time as wall-clock seconds since the epoch."""
+        return float(self._owner._request("GET", "/clock")["now"])
+
+    def advance(self, seconds: float) -> float:
+        """Move virtual time ``seconds`` forward; the broker fires every timer due on the way before it answers.
+        The new ``now``."""
+        return float(self._owner._request("POST", "/clock/advance", {"seconds": seconds})["now"])
+
+    def __repr__(self) -> str:
+        return f"RemoteClock({self._owner.http_url})"
+
+
 class RemoteBroker:
     """A broker (one namespace of it: the default unless created) through its HTTP management API.
 
@@ -489,6 +517,11 @@ class RemoteBroker:
     def personality(self) -> str:
         """The name of this namespace's personality, as the broker reports it (``/api/info``)."""
         return str(self._request("GET", "/info")["personality"])
+
+    @property
+    def clock(self) -> RemoteClock:
+        """The broker's clock (``mode``, ``now``, ``advance(seconds)``), as ``GET /api/clock`` shows it."""
+        return RemoteClock(self)
 
     def create_namespace(self, name: str | None = None, personality: str | None = None) -> RemoteBroker:
         """A new isolated namespace with a listener of its own; its ``url`` connects into it.

@@ -108,6 +108,8 @@ def _exits_2(args: list[str], env: dict[str, str], expected: str) -> subprocess.
         (["--log-level", "loud"], {}, "--log-level"),
         (["--bogus"], {}, "unrecognized arguments"),
         ([], {"MINIBROKER_PORT": "nope"}, "MINIBROKER_PORT"),
+        (["--clock", "sundial"], {}, "--clock"),
+        ([], {"MINIBROKER_CLOCK": "sundial"}, "MINIBROKER_CLOCK"),
     ],
 )
 def test_bad_arguments_exit_2(args: list[str], env: dict[str, str], expected: str) -> None:
@@ -220,3 +222,40 @@ def test_personalities_takes_no_arguments() -> None:
     assert result.returncode == 2
     assert "usage: minibroker personalities" in result.stderr
     assert "unrecognized arguments: strict" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "in_file", "expected"),
+    [
+        ([], {}, None, "real"),
+        ([], {}, "virtual", "virtual"),
+        ([], {"MINIBROKER_CLOCK": "virtual"}, "real", "virtual"),
+        (["--clock", "real"], {"MINIBROKER_CLOCK": "virtual"}, "virtual", "real"),
+        (["--clock", "virtual"], {}, None, "virtual"),
+    ],
+)
+def test_clock_precedence_command_line_environment_file_default(
+    tmp_path: Path, args: list[str], env: dict[str, str], in_file: str | None, expected: str
+) -> None:
+    if in_file is not None:
+        config = tmp_path / "c.toml"
+        config.write_text(f'[broker]\nclock = "{in_file}"\n')
+        args = [*args, "--config", str(config)]
+    assert resolve_config(build_parser().parse_args(args), env).broker.clock == expected
+
+
+def test_a_broker_started_with_a_virtual_clock_is_advanced_over_http() -> None:
+    with broker_process("--port", "0", "--http-port", "0", "--clock", "virtual") as (proc, port):
+        assert proc.stdout is not None
+        http_url = proc.stdout.readline().rstrip("\n").removeprefix("minibroker http on ")
+        with urllib.request.urlopen(f"{http_url}/api/clock", timeout=5) as answer:
+            clock = json.load(answer)
+        assert clock["mode"] == "virtual"
+        request = urllib.request.Request(
+            f"{http_url}/api/clock/advance", data=b'{"seconds": 3600}', headers={"content-type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            assert json.load(answer)["now"] == pytest.approx(clock["now"] + 3600)
+        _round_trip(port)
+        proc.terminate()
+        assert proc.wait(10) == 0

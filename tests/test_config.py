@@ -65,6 +65,8 @@ def test_values_are_read(tmp_path: Path) -> None:
         ("[queues]\norders = 1\n", "queues.orders", "expected a table"),
         ('[broker]\npersonality = "nobody"\n', "broker.personality", "unknown personality 'nobody'"),
         ("[broker]\npersonality = 1\n", "broker.personality", "expected a string"),
+        ('[broker]\nclock = "sundial"\n', "broker.clock", "'sundial' is not one of real, virtual"),
+        ("[broker]\nclock = true\n", "broker.clock", "expected a string"),
     ],
 )
 def test_bad_config_names_file_key_and_problem(tmp_path: Path, text: str, key: str, problem: str) -> None:
@@ -90,6 +92,13 @@ def test_personality_is_read_and_an_unknown_one_lists_the_known(tmp_path: Path) 
     assert str(path) in message
     assert " broker.personality:" in message
     assert f"known: {', '.join(names())}" in message
+
+
+def test_clock_is_real_by_default_and_virtual_when_told(tmp_path: Path) -> None:
+    assert Config().broker.clock == "real"
+    path = tmp_path / "c.toml"
+    path.write_text('[broker]\nclock = "virtual"\n')
+    assert Config.load(path).broker.clock == "virtual"
 
 
 def test_not_toml(tmp_path: Path) -> None:

@@ -35,3 +35,10 @@ class BrokerClock:
 
     def from_wall_ms(self, wall_ms: int | float) -> float:
         return self.wall.from_wall_ms(wall_ms)
+
+    def move_to(self, now: float) -> None:
+        """The I/O layer's instant for a command that comes with no event (a management call: a post, a purge), so
+        that it does not run at the instant of the last event (a message posted with a ttl an hour after the last
+        event must not expire at once). Never backwards."""
+        if now > self.now:
+            self.now = now

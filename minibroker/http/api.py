@@ -48,6 +48,18 @@ MAX_PEEK_BYTES = 4 * 1024 * 1024
 loop, so a thousand large messages at once would stall every connection."""
 MAX_WAIT = 300.0
 """Longest ``timeout`` of ``GET /api/wait``, in seconds."""
+MAX_ADVANCE = 100 * 365 * 86400.0
+"""Most seconds one ``POST /api/clock/advance`` moves virtual time (a century: wall-clock fields stay in range)."""
+
+
+class ManagedClock(Protocol):
+    """What the API uses of the broker's clock (``minibroker.server.clock.BrokerTime``)."""
+
+    mode: str
+
+    @property
+    def now(self) -> float: ...
+    def advance(self, seconds: float) -> float: ...
 
 
 class ManagedBroker(Protocol):
@@ -83,6 +95,8 @@ class ManagedBroker(Protocol):
     def pcap(self) -> bytes: ...
     @property
     def personality(self) -> str: ...
+    @property
+    def clock(self) -> ManagedClock: ...
     async def create_namespace(self, name: str | None = None, personality: str | None = None) -> ManagedBroker: ...
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None: ...  # noqa: ASYNC109
 
@@ -257,6 +271,8 @@ class ManagementApi:
         router.add("GET", "/api/capture.pcap", capture_pcap)
         router.add("POST", "/api/reset", reset)
         router.add("GET", "/api/wait", wait)
+        router.add("GET", "/api/clock", get_clock)
+        router.add("POST", "/api/clock/advance", advance_clock)
         router.add("POST", "/api/namespaces", create_namespace)
         router.add("DELETE", "/api/namespaces/{name}", drop_namespace)
 
@@ -674,6 +690,40 @@ async def wait(call: Call) -> Response:
     if gone:
         raise HttpError(404, f"namespace {broker.namespace_name!r} was deleted during the wait")
     return Response.json(200, {"ok": True})
+
+
+# -- the clock ------------------------------------------------------------------------------------------------
+def _clock_json(clock: ManagedClock) -> dict[str, Any]:
+    return {"mode": clock.mode, "now": clock.now}
+
+
+async def get_clock(call: Call) -> Response:
+    """The broker's clock (the whole broker's): ``mode`` "real" or "virtual", and ``now``, broker time as wall-clock
+    seconds since the epoch."""
+    return Response.json(200, _clock_json(call.broker.clock))
+
+
+async def advance_clock(call: Call) -> Response:
+    """``{"seconds": N}``: move virtual time N seconds forward, firing every broker timer due on the way before the
+    answer (the clock as ``GET /api/clock`` shows it). 400 for anything but a non-negative number, 409 on the
+    real clock."""
+    body = call.json()
+    if not isinstance(body, dict) or set(body) != {"seconds"}:
+        raise HttpError(400, 'expected a JSON object {"seconds": N}')
+    seconds = body["seconds"]
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise HttpError(400, f"seconds: expected a number, got {json.dumps(seconds)[:64]}")
+    if seconds < 0:
+        raise HttpError(400, "seconds: must not be negative (time only moves forward)")
+    if not seconds <= MAX_ADVANCE:
+        raise HttpError(400, f"seconds: expected a number from 0 to {MAX_ADVANCE:g}")
+    clock = call.broker.clock
+    if clock.mode != "virtual":
+        raise HttpError(
+            409, 'the broker\'s clock is real: start it with --clock virtual ([broker] clock = "virtual") to advance it'
+        )
+    clock.advance(seconds)
+    return Response.json(200, _clock_json(clock))
 
 
 # -- messages as JSON -----------------------------------------------------------------------------------

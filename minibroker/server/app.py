@@ -37,6 +37,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import CaptureOff, NamespaceView
 from minibroker.server.capture import Address, CaptureStore
+from minibroker.server.clock import BrokerTime
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.journal import JournalWriter
 from minibroker.server.login import LoginChecker
@@ -228,9 +229,12 @@ class _Server:
         nursery: trio.Nursery,
         login: LoginChecker,
         journal: Journal | None = None,
+        clock: BrokerTime | None = None,
     ) -> None:
         self.config = config
         self.broker = broker
+        self.clock = clock if clock is not None else BrokerTime(broker, config.broker.clock)
+        """Broker time (``minibroker.server.clock``): real, or virtual and moved by ``advance``."""
         self.nursery = nursery
         self.journal = journal
         """The journal with a data dir (its write and fsync counts are metrics), else None."""
@@ -394,6 +398,7 @@ class _Server:
             address=peer_address(stream),
             checking=lambda checking: self._checking(conn_id, checking),
             capture=capture,
+            clock=self.clock,
         )
         self.tasks.add(task)
         try:
@@ -417,7 +422,7 @@ class _Server:
                 scope.cancel()
         for task in list(self.tasks):
             task.engine.close(error(Condition.CONNECTION_FORCED, "broker shutting down"))
-            self.broker.handle(task.engine, task.engine.take_events(), trio.current_time())
+            self.broker.handle(task.engine, task.engine.take_events(), self.clock.time())
         wake_writers(self.broker)
         if self.tasks:
             self.all_closed = trio.Event()
@@ -535,12 +540,20 @@ class RunningBroker(NamespaceView):
         return RunningBroker(self._server, self.host, port, name, http_port=self.http_port)
 
     def _call(self, fn: Callable[[Broker], T]) -> T:
+        self.broker.clock.move_to(self._now())
         result = fn(self.broker)
         wake_writers(self.broker)
         return result
 
     def _now(self) -> float:
-        return trio.current_time()
+        return self._server.clock.time()
+
+    @property
+    def clock(self) -> BrokerTime:
+        """The broker's clock (the whole broker's, whichever namespace): ``mode`` ("real" or "virtual"), ``now``
+        (wall-clock seconds since the epoch) and, on the virtual clock, ``advance(seconds)``, which fires every
+        broker timer due on the way before it returns (``minibroker.server.clock``)."""
+        return self._server.clock
 
     def metrics(self) -> str:
         """The whole broker's metrics in the Prometheus text format (``minibroker.http.metrics``)."""
@@ -661,6 +674,7 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
         journal = Journal(cfg.data_dir, sync=cfg.data_sync == "always", recover=cfg.data_recover)
     login = login_checker(cfg, PasswordBook(cfg.auth.users))
     broker = make_broker(cfg, durable=journal is not None)  # nothing reaches it before it is restored and ready
+    clock = BrokerTime(broker, cfg.broker.clock)
     writer = None
     failed: JournalError | None = None
     try:
@@ -677,19 +691,19 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
             else:
                 if state is not None:
                     assert journal is not None
-                    restored = broker.restore(state, trio.current_time())
+                    restored = broker.restore(state, clock.time())
                     log.info("recovered %d durable messages from %s", restored, cfg.data_dir)
-                    writer = JournalWriter(journal, broker)
+                    writer = JournalWriter(journal, broker, clock.time)
                     nursery.start_soon(writer.run)
                 warn_if_exposed(cfg)
                 if api is not None:
                     api.phase = "starting"
-                server = _Server(cfg, broker, nursery, login, journal)
+                server = _Server(cfg, broker, nursery, login, journal, clock)
                 running = RunningBroker(server, cfg.server.host, 0, http_port=http_port)
                 running.port = await server.listen(cfg.server.host, cfg.server.port, broker.default)
                 if cfg.tls.enabled:
                     running.tls_port = await server.listen(cfg.server.host, cfg.tls.port, broker.default, tls=True)
-                nursery.start_soon(run_broker_timer, broker)
+                nursery.start_soon(run_broker_timer, broker, clock)
                 server.ready = True
                 if api is not None:
                     api.attach(running)

@@ -33,6 +33,7 @@ from minibroker.engine.events import Event
 
 if TYPE_CHECKING:
     from minibroker.server.capture import ConnectionCapture
+    from minibroker.server.clock import BrokerTime
     from minibroker.server.login import LoginChecker
 
 log = logging.getLogger("minibroker.connection")
@@ -59,10 +60,25 @@ def wake_writers(broker: Broker) -> None:
             task.wake()
 
 
-async def run_broker_timer(broker: Broker) -> None:
-    """Call ``broker.handle_timeout`` at its deadlines (message timers, transaction time-outs), for ever."""
+def fire_timers(broker: Broker, now: float) -> bool:
+    """Run the broker's timers due at ``now`` (broker time) and wake the writers; False after an error the core
+    could not contain (logged: the broker goes on)."""
+    try:
+        broker.handle_timeout(now)
+    except Exception:
+        log.exception("internal error in the broker's timers; the broker goes on")
+        return False
+    finally:
+        wake_writers(broker)
+    return True
+
+
+async def run_broker_timer(broker: Broker, clock: BrokerTime | None = None) -> None:
+    """Call ``broker.handle_timeout`` at its deadlines (message timers, transaction time-outs), for ever, on broker
+    time: ``clock``'s (``minibroker.server.clock``), trio's own without one."""
     armed = trio.Event()
     deadline: float | None = None
+    now = trio.current_time if clock is None else clock.time
 
     def rearm() -> None:
         new = broker.next_deadline()
@@ -70,24 +86,23 @@ async def run_broker_timer(broker: Broker) -> None:
             armed.set()  # only an earlier deadline needs waking for
 
     broker.on_new_deadline = rearm
+    if clock is not None:
+        clock.woken = lambda: armed.set()  # virtual time moved: what is due has fired, the next deadline changed
     while True:
         try:
             deadline = broker.next_deadline()
         except Exception:  # (the core contains its own errors: this is a last resort, never a busy loop)
             log.exception("internal error in the broker's timers; retrying")
-            deadline = trio.current_time() + _TIMER_RETRY
+            deadline = now() + _TIMER_RETRY
         # wait for the deadline, or for an earlier one (a delivery delay added while we wait for a ttl)
-        with trio.move_on_at(math.inf if deadline is None else deadline):
+        wake = (math.inf if deadline is None else deadline) if clock is None else clock.wake_at(deadline)
+        with trio.move_on_at(wake):
             await armed.wait()
         armed = trio.Event()
-        if deadline is None or trio.current_time() < deadline:
+        if deadline is None or now() < deadline:
             continue
-        try:
-            broker.handle_timeout(trio.current_time())
-        except Exception:
-            log.exception("internal error in the broker's timers; the broker goes on")
+        if not fire_timers(broker, now()):
             await trio.sleep(_TIMER_RETRY)
-        wake_writers(broker)
 
 
 class ConnectionTask:
@@ -105,6 +120,7 @@ class ConnectionTask:
         address: str | None = None,
         checking: Callable[[bool], None] | None = None,
         capture: ConnectionCapture | None = None,
+        clock: BrokerTime | None = None,
     ) -> None:
         self.id = conn_id
         self.capture = capture
@@ -120,6 +136,8 @@ class ConnectionTask:
         closes connections under check last when too many handshakes are pending)."""
         self.stream = stream
         self.broker = broker
+        self.broker_time = trio.current_time if clock is None else clock.time
+        """Broker time, handed to the core (the engine's own timers, heartbeats and time-outs, keep trio's)."""
         self.engine = engine
         engine.context = self
         self._wakeup = trio.Event()
@@ -161,7 +179,7 @@ class ConnectionTask:
         """Hand ``events`` to the broker, which takes them one by one: the engine parses each frame only
         once the broker has acted on the one before."""
         try:
-            self.broker.handle(self.engine, events, trio.current_time())
+            self.broker.handle(self.engine, events, self.broker_time())
         except Exception as exc:  # the core contains its errors; this is the last resort
             self._fail(exc)
 
@@ -171,7 +189,7 @@ class ConnectionTask:
         log.error("internal error in connection %d; closing it with amqp:internal-error", self.id, exc_info=exc)
         try:
             self.engine.close(error(Condition.INTERNAL_ERROR, INTERNAL_ERROR))
-            self.broker.handle(self.engine, self.engine.take_events(), trio.current_time())
+            self.broker.handle(self.engine, self.engine.take_events(), self.broker_time())
         except Exception:
             log.exception("cleaning up connection %d after an internal error failed", self.id)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 
 import trio
 
@@ -37,9 +38,11 @@ class JournalWriter:
     retry_interval = 1.0
     """Seconds between attempts to write again after a failure (the disk may have room again)."""
 
-    def __init__(self, journal: Journal, broker: Broker) -> None:
+    def __init__(self, journal: Journal, broker: Broker, broker_time: Callable[[], float] = trio.current_time) -> None:
         self.journal = journal
         self.broker = broker
+        self.broker_time = broker_time
+        """Broker time (``minibroker.server.clock``), handed to the core with the answers that waited."""
         self.waiting: deque[tuple[int, Action]] = deque()
         self.backlog: deque[JournalEntry] = deque()
         self.failed_since: float | None = None
@@ -124,7 +127,7 @@ class JournalWriter:
         while self.waiting and self.waiting[0][0] <= synced:
             ready.append(self.waiting.popleft()[1])
         if ready:
-            self.broker.run_durable(ready, trio.current_time())
+            self.broker.run_durable(ready, self.broker_time())
             wake_writers(self.broker)
 
     # -- the task ----------------------------------------------------------------------------------------

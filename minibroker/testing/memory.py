@@ -39,6 +39,7 @@ from minibroker.broker.clock import WallClock
 from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.engine.connection import ServerConnection
 from minibroker.handles import NamespaceView
+from minibroker.server.clock import BrokerTime
 from minibroker.server.connection import ConnectionTask, run_broker_timer
 from minibroker.server.journal import JournalWriter
 from minibroker.store.journal import Journal
@@ -222,8 +223,11 @@ class MemoryBroker(NamespaceView):
         make_engine: Callable[[int], ServerConnection],
         timeout: float,
         writer: JournalWriter | None = None,
+        clock: BrokerTime | None = None,
     ) -> None:
         self.broker = broker
+        self.clock = clock if clock is not None else BrokerTime(broker)
+        """The broker's clock: ``mode``, ``now`` and, when virtual, ``advance(seconds)`` (``RunningBroker.clock``)."""
         self.writer = writer
         """With a ``data_dir``: the journal writer (``writer.journal.ops`` is the file I/O a test may fail)."""
         self.tasks: list[ConnectionTask] = []
@@ -236,16 +240,17 @@ class MemoryBroker(NamespaceView):
         """A new connection: its ``ConnectionTask`` starts serving at once."""
         client, server = trio.testing.memory_stream_pair()
         conn_id = next(self._ids)
-        task = ConnectionTask(conn_id, server, self.broker, self._make_engine(conn_id))
+        task = ConnectionTask(conn_id, server, self.broker, self._make_engine(conn_id), clock=self.clock)
         self.tasks.append(task)
         self._nursery.start_soon(task.run)
         return MemoryPeer(client, self._timeout)
 
     def _call(self, fn: Callable[[Broker], T]) -> T:
+        self.broker.clock.move_to(self.clock.time())
         return fn(self.broker)
 
     def _now(self) -> float:
-        return trio.current_time()
+        return self.clock.time()
 
     @staticmethod
     async def settle() -> None:
@@ -268,13 +273,16 @@ async def memory_broker(
     data_dir: str | Path | None = None,
     data_recover: str = "strict",
     data_sync: bool = True,
+    clock_mode: str = "real",
 ) -> AsyncIterator[MemoryBroker]:
     """Run a broker, its timer and its connections in a nursery for the duration of the block.
 
     ``receive_timeout`` bounds each receive of every ``MemoryPeer``; ``clock`` maps wall-clock message fields
-    onto trio's clock. With ``data_dir`` the broker journals there (recovering what is there first), as
-    ``serve`` does (``data_sync=False``: no fsync, so no thread: what a ``MockClock`` test wants). Leaving the
-    block cancels everything; connections get no closing handshake (close them in the test if that matters).
+    onto trio's clock. ``clock_mode="virtual"``: the broker's timers run on virtual time, moved only by
+    ``mb.clock.advance(seconds)`` (``minibroker.server.clock``). With ``data_dir`` the broker journals there
+    (recovering what is there first), as ``serve`` does (``data_sync=False``: no fsync, so no thread: what a
+    ``MockClock`` test wants). Leaving the block cancels everything; connections get no closing handshake (close
+    them in the test if that matters).
     """
     journal = writer = None
     if data_dir is not None:
@@ -282,14 +290,15 @@ async def memory_broker(
         state = journal.recover()
     broker = Broker(settings, txn_ids=txn_ids, clock=clock, durable=journal is not None)
     try:
+        broker_time = BrokerTime(broker, clock_mode)
         if journal is not None:
-            broker.restore(state, trio.current_time())
-            writer = JournalWriter(journal, broker)
+            broker.restore(state, broker_time.time())
+            writer = JournalWriter(journal, broker, broker_time.time)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_broker_timer, broker)
+            nursery.start_soon(run_broker_timer, broker, broker_time)
             if writer is not None:
                 nursery.start_soon(writer.run)
-            yield MemoryBroker(broker, nursery, make_engine, receive_timeout, writer)
+            yield MemoryBroker(broker, nursery, make_engine, receive_timeout, writer, broker_time)
             nursery.cancel_scope.cancel()
     finally:
         if writer is not None:

@@ -75,7 +75,13 @@ class ThreadedBroker(NamespaceView):
         return self.call(lambda running: running._call(fn))
 
     def _now(self) -> float:
-        return self.call(lambda running: trio.current_time())
+        return self.call(lambda running: running._now())
+
+    @property
+    def clock(self) -> ThreadedClock:
+        """The broker's clock, used from this thread: ``mode``, ``now`` and ``advance(seconds)`` run in the broker's
+        thread (``RunningBroker.clock``); an advance returns once every timer due on the way has fired."""
+        return ThreadedClock(self)
 
     def call(self, fn: Callable[[RunningBroker], T]) -> T:
         """Run ``fn(running_broker)`` in the broker's thread and return its result."""
@@ -161,6 +167,31 @@ class ThreadedBroker(NamespaceView):
 
     def __repr__(self) -> str:
         return f"ThreadedBroker({self.url}, namespace={self.namespace_name!r})"
+
+
+class ThreadedClock:
+    """``RunningBroker.clock`` of a threaded broker: each read and each advance runs in the broker's thread."""
+
+    def __init__(self, broker: ThreadedBroker) -> None:
+        self._broker = broker
+
+    @property
+    def mode(self) -> str:
+        """ "real" or "virtual"."""
+        return self._broker.call(lambda running: running.clock.mode)
+
+    @property
+    def now(self) -> float:
+        """Broker time as wall-clock seconds since the epoch."""
+        return self._broker.call(lambda running: running.clock.now)
+
+    def advance(self, seconds: float) -> float:
+        """Move virtual time ``seconds`` forward, firing every broker timer due on the way; the new ``now``.
+        ``ValueError`` for a negative ``seconds``, ``RuntimeError`` on the real clock."""
+        return self._broker.call(lambda running: running.clock.advance(seconds))
+
+    def __repr__(self) -> str:
+        return f"ThreadedClock(mode={self.mode!r}, now={self.now:.3f})"
 
 
 @contextmanager
