@@ -15,6 +15,7 @@ each meet the behaviour of theirs.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -168,21 +169,36 @@ RABBITMQ_EXCHANGES = frozenset({"amq.direct", "amq.fanout", "amq.topic", "amq.he
 def rabbitmq_address(address: str, *, source: bool) -> tuple[str, bool] | Error:
     """The queue a RabbitMQ 4 address (v2) names, and whether it names it through an exchange.
 
-    ``/queues/NAME`` is queue NAME; a target may also be ``/exchanges/NAME/KEY`` naming one of the built-in
-    exchanges, which routes by KEY to the queue of that name (the direct routing this personality models; another
-    exchange name is amqp:not-found). Segments are percent-decoded; anything else is refused as RabbitMQ 4.3 does
-    (the v1 formats are denied there by default).
+    ``/queues/NAME`` is queue NAME (everything after ``/queues/``, slashes included); a target may also be
+    ``/exchanges/NAME/KEY`` or ``/exchanges/NAME`` (the empty key) naming one of the built-in exchanges, which routes
+    by KEY to the queue of that name (the direct routing this personality models; another exchange name is
+    amqp:not-found). Segments are percent-decoded, a malformed escape being a bad address as ``cow_uri:urldecode``
+    makes it; anything else is refused as RabbitMQ 4.3 does (parse_target_v2_string0; the v1 formats are denied
+    there by default).
     """
-    parts = address.split("/")
-    if len(parts) == 3 and parts[:2] == ["", "queues"] and parts[2]:
-        return unquote(parts[2]), False
-    if not source and len(parts) == 4 and parts[:2] == ["", "exchanges"] and parts[3]:
-        exchange = unquote(parts[2])
-        if exchange in RABBITMQ_EXCHANGES:
-            return unquote(parts[3]), True
-        if exchange and exchange != "amq.default":  # (the default exchange cannot be named in v2)
+    bad = error(Condition.INVALID_FIELD, f"Attach refused: bad address {address!r} (RabbitMQ 4 address v2)")
+    if address.startswith("/queues/"):
+        name = _urldecode(address[len("/queues/") :])
+        return bad if not name else (name, False)
+    if not source and address.startswith("/exchanges/"):
+        segments = address[len("/exchanges/") :].split("/")
+        if len(segments) > 2 or segments[0] in ("", "amq.default"):  # (the default exchange cannot be named in v2)
+            return bad
+        exchange, key = _urldecode(segments[0]), _urldecode(segments[1]) if len(segments) == 2 else ""
+        if exchange is None or key is None:
+            return bad
+        if exchange not in RABBITMQ_EXCHANGES:
             return error(Condition.NOT_FOUND, f"no exchange {exchange!r} in vhost '/'")
-    return error(Condition.INVALID_FIELD, f"Attach refused: bad address {address!r} (RabbitMQ 4 address v2)")
+        return key, True
+    return bad
+
+
+_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _urldecode(segment: str) -> str | None:
+    """A percent-decoded address segment; None when an escape is malformed (RabbitMQ's cow_uri:urldecode fails)."""
+    return None if _ESCAPE.search(segment) else unquote(segment)
 
 
 def _counter(width: int) -> TxnIds:
