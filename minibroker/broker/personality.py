@@ -290,8 +290,9 @@ ARTEMIS = Personality(
     "Apache ActiveMQ Artemis",
     quirks=(
         Quirk(
-            "a transactional retirement honours only accepted: released, rejected and modified are ignored (no "
-            "disposition; the message stays acquired by the consumer until its link closes)",
+            "a transactional retirement honours only accepted, answered at once with an unsettled "
+            "transactional-state(accepted) when the client left it unsettled: released, rejected and modified are "
+            "ignored (no disposition; the message stays acquired by the consumer until its link closes)",
             _ARTEMIS + "proton/ProtonServerSenderContext.java (handleExtendedDeliveryOutcomes)",
         ),
         Quirk(
@@ -356,6 +357,7 @@ ARTEMIS = Personality(
     post_refusal_wrapped=False,
     transactional_acquisition="ignore",
     retire_accepted_only=True,
+    retire_answered=True,
     rcv_settle_first=True,
     global_id="ignore",
 )
@@ -545,7 +547,8 @@ PROTON = Personality(
             _PROTON + " (_discharge_txn)",
         ),
         Quirk(
-            "declare and discharge errors are always sent as rejected, whatever the controller's source lists",
+            "declare and discharge errors are always sent as rejected, whatever the controller's source lists; a "
+            "declare's global-id is not looked at (declared as a local transaction)",
             _PROTON + " (_coordinator_message)",
         ),
         Quirk(
@@ -559,6 +562,7 @@ PROTON = Personality(
     coordinator_capabilities=ECHO,
     timeout_mode="lazy",
     errors="always",
+    global_id="ignore",
     redelivery_limit=5,
 )
 
