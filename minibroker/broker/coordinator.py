@@ -678,8 +678,10 @@ class Coordinator:
         if is_outcome(state.outcome):
             txn.outcomes[dispatched] = state.outcome
             self._holder[dispatched] = txn
-            if personality.retire_answered and not settled and dispatched.delivery.open:
-                conn.update([dispatched.delivery], TransactionalState(txn_id=txn.id, outcome=ACCEPTED))
+            delivery = dispatched.delivery
+            if personality.retire_answered and not settled and delivery.open and delivery.complete:
+                # (a delivery whose last frames the peer's window still holds back gets no disposition before them)
+                conn.update([delivery], TransactionalState(txn_id=txn.id, outcome=ACCEPTED))
                 self.outbox.touch(conn)
         elif settled and holder is None:
             # settled without an outcome, and no transaction holds it: the source's default outcome (§3.5.3)
