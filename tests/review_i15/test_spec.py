@@ -277,3 +277,53 @@ def test_servicebus_53_octet_ids_work_end_to_end() -> None:
     assert answer(w, p, p.discharge("ctl", txn, fail=False))[0] == Accepted()
     assert [n for n, _ in census(BrokerView(w))["q"].ready] == ["new"]
     assert w.broker.internal_errors == 0
+
+
+@pytest.mark.parametrize("name", ["activemq", "artemis"])
+def test_answered_retirement_waits_for_a_delivery_the_window_holds_back(name: str) -> None:
+    """activemq and artemis answer a transactional accept at once with an unsettled transactional-state. A consumer
+    may accept a delivery from its first frame while the session window holds its last frames back; the broker
+    must not send a disposition for a delivery the peer has not completely received (the test peer's violation
+    check). The commit still consumes the message once the rest has arrived."""
+    w = world(name)
+    p = w.connect("c", window=1, max_frame_size=512)
+    w.settle()
+    txn = declare(w, p)
+    p.attach_producer("in", "q")
+    w.settle()
+    p.transfer("in", payload("big", big=True))
+    w.settle()
+    p.attach_consumer("c", "q", presettled=False, default_outcome=None)
+    p.flow("c", 1)
+    (started,) = w.settle()[p].started
+    assert p.receiving
+    p.dispose(started.delivery_id, TransactionalState(txn_id=txn, outcome=Accepted()), settled=False)
+    assert w.settle()[p].violations == []
+    p.open_window(10)
+    obs = w.settle()[p]
+    assert [c.name for c in obs.completed] == ["big"]
+    assert obs.violations == []
+    assert answer(w, p, p.discharge("ctl", txn, fail=False))[0] == Accepted()
+    q = census(BrokerView(w))["q"]
+    assert (q.ready, q.acquired) == ((), 0)
+    assert w.broker.internal_errors == 0
+
+
+def test_servicebus_client_settling_after_our_settled_answer_is_harmless() -> None:
+    """servicebus settles its answers on a producer that asked second; a client following §2.8.3 then settles
+    those deliveries itself: the broker ignores that (no error, no close), and the transactional post commits."""
+    w = world("servicebus")
+    p = peer(w)
+    txn = declare(w, p)
+    p.send(frames.attach_sender("q", p.new_handle("p"), "p", rcv_settle_mode=UInt(1)))
+    w.settle()
+    d1 = p.transfer("p", payload("m1"))
+    d2 = p.transfer("p", payload("m2"), state=TransactionalState(txn_id=txn))
+    assert {d: a[1] for d, a in w.settle()[p].answers.items()} == {d1: True, d2: True}
+    p.send(frames.disposition(d1, d2, role=False, settled=True))
+    obs = w.settle()[p]
+    assert not obs.closed
+    assert obs.detached == []
+    assert answer(w, p, p.discharge("ctl", txn, fail=False))[0] == Accepted()
+    assert [n for n, _ in census(BrokerView(w))["q"].ready] == ["m1", "m2"]
+    assert w.broker.internal_errors == 0
