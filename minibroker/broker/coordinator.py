@@ -928,6 +928,7 @@ class Coordinator:
             personality = txn.controller.personality
             if personality.timeout_mode == "close":
                 closing[txn.conn] = personality
+                self.counters.timed_out += 1  # (the close rolls back the connection's others, which did not time out)
             else:
                 expired.append(txn)
         self.counters.timed_out += len(expired)
@@ -937,8 +938,6 @@ class Coordinator:
             if held is not None:
                 held.timed_out[txn.id] = _held_back(txn)
         for conn, personality in closing.items():
-            held = self._by_conn.get(conn)
-            self.counters.timed_out += len(held.open) if held is not None else 0
             err = error(Condition.TRANSACTION_TIMEOUT, personality.timeout_text)
             if contain is None:
                 self.close_connection(conn, err)
