@@ -136,3 +136,23 @@ def test_two_namespaces_with_different_time_outs_fire_in_order() -> None:
     assert answer(w, mb, mb.discharge("ctl", mb_txn, fail=False))[0].error.condition == TIMEOUT
     assert answer(w, sb, sb.discharge("ctl", sb_txn, fail=False))[0].error.condition == TIMEOUT
     assert w.broker.internal_errors == 0
+
+
+def test_broker_j_counts_only_the_transactions_that_timed_out() -> None:
+    """broker-j closes the connection of a transaction that timed out; the other transaction of that connection
+    (never used, so never timed) is rolled back by the close but did not time out: ``timed_out`` counts 1 (the
+    counter is "rolled back because they outlived transaction_timeout"), ``rolled_back`` counts both."""
+    w = world("broker-j", transaction_timeout=10)
+    p = peer(w)
+    txn = declare(w, p)
+    declare(w, p)
+    p.attach_producer("in", "q")
+    w.settle()
+    p.transfer("in", payload("m"), state=TransactionalState(txn_id=txn))
+    w.settle()
+    w.advance(11)
+    w.settle()
+    stats = w.broker.txn_stats
+    assert stats.timed_out == 1
+    assert stats.rolled_back == 2
+    assert w.broker.internal_errors == 0
