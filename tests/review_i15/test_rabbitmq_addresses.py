@@ -142,3 +142,21 @@ def test_exchange_message_to_field_unused() -> None:
     w.settle()
     data = frames.message("<<m>>", Properties(to="/exchanges/amq.fanout/zzz"))
     assert answer(w, p, p.transfer("x", data))[0] == Accepted()
+
+
+def test_coordinator_asking_second_is_refused_for_transactions_first() -> None:
+    """validate_attach's first clause refuses any coordinator target ("Transactions not supported") before the
+    rcv-settle-mode clause is reached: a coordinator attach asking rcv-settle-mode second gets that error."""
+    from minibroker.amqp.definitions import Coordinator, Source
+
+    w = world("rabbitmq")
+    p = peer(w)
+    target = Coordinator(capabilities=[Symbol("amqp:local-transactions")])
+    second = UInt(1)
+    handle = p.new_handle("ctl")
+    attach = frames.attach_sender(None, handle, "ctl", target=target, source=Source(), rcv_settle_mode=second)
+    p.send(attach)
+    ((link, err),) = w.settle()[p].detached
+    assert link == "ctl"
+    assert err is not None
+    assert (err.condition, err.description) == (Symbol("amqp:not-implemented"), "Transactions not supported")
