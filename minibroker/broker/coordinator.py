@@ -103,9 +103,11 @@ class _Waiting:
 class _Held:
     """The transactions of one connection: open ones, and timed-out ones not yet discharged."""
 
-    __slots__ = ("open", "timed_out")
+    __slots__ = ("declared", "open", "timed_out")
 
     def __init__(self) -> None:
+        self.declared = 0
+        """Transactions the connection declared so far (a personality's txn-ids may number them)."""
         self.open: dict[bytes, Transaction] = {}
         self.timed_out: dict[bytes, list[OutgoingDelivery]] = {}
         """Timed-out id -> its acquired deliveries whose aborted transfers were still held back at the time-out
@@ -136,7 +138,6 @@ class Coordinator:
         self._txn_ids = txn_ids
         self._new_deadline = new_deadline
         self._open: dict[Transaction, None] = {}  # every open transaction, in the order declared
-        self._serial = 0  # transactions declared so far (a personality's txn-ids may number them)
         self._deadlines: list[tuple[float, int, Transaction]] = []
         """A heap of (when, tie-break, transaction) time-outs; entries of ended or re-timed transactions are stale
         and skipped (``_due``)."""
@@ -255,13 +256,13 @@ class Coordinator:
             err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} transactions per connection ({counts})")
             self._control_error(conn, controller, delivery, err)
             return
-        self._serial += 1
+        held.declared += 1
         make = personality.txn_id
         if make is None:
             txn_id = next(self._txn_ids)
             assert len(txn_id) <= MAX_TXN_ID, "txn-id generator gave an id longer than 32 bytes"
         else:
-            txn_id = make(self._serial, conn.conn_id, {*held.open, *held.timed_out})
+            txn_id = make(held.declared, conn.conn_id, {*held.open, *held.timed_out})
         assert txn_id not in held.open, "txn-id generator repeated an id"
         txn = Transaction(txn_id, conn, controller, self.clock.now)
         self._open[txn] = None

@@ -74,8 +74,8 @@ class Personality:
 
     # -- ids and discharge ------------------------------------------------------------------------------------
     txn_id: TxnIds | None = None
-    """The txn-id of the broker's ``serial``-th transaction, on connection ``conn_id``, not one of ``in_use`` (the
-    connection's ids); None: the broker's own generator (unique, 16 opaque bytes)."""
+    """The txn-id of the ``serial``-th transaction of connection ``conn_id``, not one of ``in_use`` (the connection's
+    ids); None: the broker's own generator (unique, 16 opaque bytes)."""
     txn_scope: Literal["connection", "namespace"] = "connection"
     """Where a txn-id is valid: on the connection that declared it, or on every connection of the namespace."""
     unknown_discharge: tuple[str, str] | None = None
@@ -202,7 +202,7 @@ def _urldecode(segment: str) -> str | None:
 
 
 def _counter(width: int) -> TxnIds:
-    """Ids from the broker-wide serial, ``width`` octets big-endian."""
+    """Ids numbering the connection's transactions from 1, ``width`` octets big-endian."""
 
     def txn_id(serial: int, conn_id: int, in_use: set[bytes]) -> bytes:
         return (serial % (1 << (8 * width))).to_bytes(width, "big")
@@ -367,7 +367,7 @@ ACTIVEMQ = Personality(
     'Apache ActiveMQ 5.x "Classic"',
     quirks=(
         Quirk(
-            "txn-ids are 8-octet big-endian counters",
+            "txn-ids are 8-octet big-endian counters, per connection (from 1)",
             _ACTIVEMQ + "AmqpTransactionCoordinator.java (processDelivery); AmqpConnection.java (getNextTransactionId)",
         ),
         Quirk(
