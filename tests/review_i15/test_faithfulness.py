@@ -50,3 +50,14 @@ def test_proton_declares_whatever_the_global_id() -> None:
     w.settle()
     state, _ = answer(w, p, p.control("ctl", frames.message(AmqpValue(Declare(global_id=b"global")))))
     assert isinstance(state, Declared), state
+
+
+def test_activemq_numbers_transactions_per_connection() -> None:
+    """apache/activemq AmqpConnection.getNextTransactionId: ``new LocalTransactionId(getConnectionId(),
+    ++nextTransactionId)``, a counter of the connection: every connection's first transaction is 1, whatever other
+    connections declared before."""
+    w = world("activemq")
+    a, b = peer(w, "a"), peer(w, "b")
+    assert [declare(w, a), declare(w, a)] == [(1).to_bytes(8, "big"), (2).to_bytes(8, "big")]
+    assert declare(w, b) == (1).to_bytes(8, "big")
+    assert declare(w, a) == (3).to_bytes(8, "big")
