@@ -302,7 +302,8 @@ ARTEMIS = Personality(
         ),
         Quirk(
             "a discharge of an unknown txn-id is rejected with amqp:illegal-state "
-            "'AMQ119014: Transaction not found: xid=...'",
+            "'AMQ119014: Transaction not found: xid=...'; declare and discharge errors are always sent as rejected, "
+            "whatever the controller's source lists",
             _ARTEMIS + "proton/transaction/ProtonTransactionHandler.java (onMessage, txError); "
             "broker/AMQPConnectionCallback.java (getTransaction)",
         ),
@@ -349,6 +350,7 @@ ARTEMIS = Personality(
     ),
     txn_id=_uuid_text,
     unknown_discharge=(Condition.ILLEGAL_STATE, "AMQ119014: Transaction not found: xid={xid}"),
+    errors="always",
     commit_failed=(FAILED, None),
     commit_failed_keeps_cause=True,
     unknown_txn_closes=(Condition.INTERNAL_ERROR, "AMQ119014: Transaction not found: xid={xid}"),
@@ -379,7 +381,8 @@ ACTIVEMQ = Personality(
             _ACTIVEMQ + "AmqpTransactionCoordinator.java (processDelivery)",
         ),
         Quirk(
-            "a discharge of an unknown txn-id is rejected with 'failed' \"Transaction '...' has not been started.\"",
+            "a discharge of an unknown txn-id is rejected with 'failed' \"Transaction '...' has not been started.\" "
+            "(errors are always sent as rejected, whatever the controller's source lists)",
             "apache/activemq: activemq-broker/src/main/java/org/apache/activemq/broker/TransactionBroker.java "
             "(getTransaction)",
         ),
@@ -396,6 +399,7 @@ ACTIVEMQ = Personality(
     txn_id=_counter(8),
     coordinator_capabilities=ECHO,
     unknown_discharge=(FAILED, "Transaction '{xid}' has not been started."),
+    errors="always",
     commit_failed=(FAILED, None),
     retire_accepted_only=True,
     retire_answered=True,
