@@ -182,6 +182,8 @@ def decide(link: Link, context: AttachContext) -> AttachDecision:
         refusal = fields_error(link.attach.properties, "the attach's properties")
         if refusal is not None:
             return Refuse(refusal)
+    if not personality.transactions and not link.is_sender and isinstance(link.target, Coordinator):
+        return Refuse(wire_error(*personality.no_transactions))  # (RabbitMQ checks this before the settle modes)
     if (
         personality.refuse_rcv_second is not None
         and link.rcv_settle_mode == _RCV_SECOND

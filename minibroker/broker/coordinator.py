@@ -103,9 +103,11 @@ class _Waiting:
 class _Held:
     """The transactions of one connection: open ones, and timed-out ones not yet discharged."""
 
-    __slots__ = ("open", "timed_out")
+    __slots__ = ("declared", "open", "timed_out")
 
     def __init__(self) -> None:
+        self.declared = 0
+        """Transactions the connection declared so far (a personality's txn-ids may number them)."""
         self.open: dict[bytes, Transaction] = {}
         self.timed_out: dict[bytes, list[OutgoingDelivery]] = {}
         """Timed-out id -> its acquired deliveries whose aborted transfers were still held back at the time-out
@@ -136,7 +138,6 @@ class Coordinator:
         self._txn_ids = txn_ids
         self._new_deadline = new_deadline
         self._open: dict[Transaction, None] = {}  # every open transaction, in the order declared
-        self._serial = 0  # transactions declared so far (a personality's txn-ids may number them)
         self._deadlines: list[tuple[float, int, Transaction]] = []
         """A heap of (when, tie-break, transaction) time-outs; entries of ended or re-timed transactions are stale
         and skipped (``_due``)."""
@@ -255,13 +256,13 @@ class Coordinator:
             err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} transactions per connection ({counts})")
             self._control_error(conn, controller, delivery, err)
             return
-        self._serial += 1
+        held.declared += 1
         make = personality.txn_id
         if make is None:
             txn_id = next(self._txn_ids)
             assert len(txn_id) <= MAX_TXN_ID, "txn-id generator gave an id longer than 32 bytes"
         else:
-            txn_id = make(self._serial, conn.conn_id, {*held.open, *held.timed_out})
+            txn_id = make(held.declared, conn.conn_id, {*held.open, *held.timed_out})
         assert txn_id not in held.open, "txn-id generator repeated an id"
         txn = Transaction(txn_id, conn, controller, self.clock.now)
         self._open[txn] = None
@@ -678,8 +679,10 @@ class Coordinator:
         if is_outcome(state.outcome):
             txn.outcomes[dispatched] = state.outcome
             self._holder[dispatched] = txn
-            if personality.retire_answered and not settled and dispatched.delivery.open:
-                conn.update([dispatched.delivery], TransactionalState(txn_id=txn.id, outcome=ACCEPTED))
+            delivery = dispatched.delivery
+            if personality.retire_answered and not settled and delivery.open and delivery.complete:
+                # (a delivery whose last frames the peer's window still holds back gets no disposition before them)
+                conn.update([delivery], TransactionalState(txn_id=txn.id, outcome=ACCEPTED))
                 self.outbox.touch(conn)
         elif settled and holder is None:
             # settled without an outcome, and no transaction holds it: the source's default outcome (§3.5.3)
@@ -926,6 +929,7 @@ class Coordinator:
             personality = txn.controller.personality
             if personality.timeout_mode == "close":
                 closing[txn.conn] = personality
+                self.counters.timed_out += 1  # (the close rolls back the connection's others, which did not time out)
             else:
                 expired.append(txn)
         self.counters.timed_out += len(expired)
@@ -935,8 +939,6 @@ class Coordinator:
             if held is not None:
                 held.timed_out[txn.id] = _held_back(txn)
         for conn, personality in closing.items():
-            held = self._by_conn.get(conn)
-            self.counters.timed_out += len(held.open) if held is not None else 0
             err = error(Condition.TRANSACTION_TIMEOUT, personality.timeout_text)
             if contain is None:
                 self.close_connection(conn, err)

@@ -175,10 +175,13 @@ class Broker:
 
     def _handle_caused(self) -> None:
         """Handle the events our own commands caused outside any read (a connection closed by a timer)."""
-        for conn in list(self.outbox.dirty):
+        dirty = self.outbox.dirty
+        for conn in list(dirty):
             caused = conn.take_events()
             if caused:
                 self._apply_contained(conn, caused)
+                if conn.has_output:  # (a closed connection is forgotten by the outbox, but its close must go out)
+                    dirty.add(conn)
 
     def _deadline_moved(self) -> None:
         if self.on_new_deadline is not None:

@@ -15,6 +15,7 @@ each meet the behaviour of theirs.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -73,8 +74,8 @@ class Personality:
 
     # -- ids and discharge ------------------------------------------------------------------------------------
     txn_id: TxnIds | None = None
-    """The txn-id of the broker's ``serial``-th transaction, on connection ``conn_id``, not one of ``in_use`` (the
-    connection's ids); None: the broker's own generator (unique, 16 opaque bytes)."""
+    """The txn-id of the ``serial``-th transaction of connection ``conn_id``, not one of ``in_use`` (the connection's
+    ids); None: the broker's own generator (unique, 16 opaque bytes)."""
     txn_scope: Literal["connection", "namespace"] = "connection"
     """Where a txn-id is valid: on the connection that declared it, or on every connection of the namespace."""
     unknown_discharge: tuple[str, str] | None = None
@@ -168,25 +169,40 @@ RABBITMQ_EXCHANGES = frozenset({"amq.direct", "amq.fanout", "amq.topic", "amq.he
 def rabbitmq_address(address: str, *, source: bool) -> tuple[str, bool] | Error:
     """The queue a RabbitMQ 4 address (v2) names, and whether it names it through an exchange.
 
-    ``/queues/NAME`` is queue NAME; a target may also be ``/exchanges/NAME/KEY`` naming one of the built-in
-    exchanges, which routes by KEY to the queue of that name (the direct routing this personality models; another
-    exchange name is amqp:not-found). Segments are percent-decoded; anything else is refused as RabbitMQ 4.3 does
-    (the v1 formats are denied there by default).
+    ``/queues/NAME`` is queue NAME (everything after ``/queues/``, slashes included); a target may also be
+    ``/exchanges/NAME/KEY`` or ``/exchanges/NAME`` (the empty key) naming one of the built-in exchanges, which routes
+    by KEY to the queue of that name (the direct routing this personality models; another exchange name is
+    amqp:not-found). Segments are percent-decoded, a malformed escape being a bad address as ``cow_uri:urldecode``
+    makes it; anything else is refused as RabbitMQ 4.3 does (parse_target_v2_string0; the v1 formats are denied
+    there by default).
     """
-    parts = address.split("/")
-    if len(parts) == 3 and parts[:2] == ["", "queues"] and parts[2]:
-        return unquote(parts[2]), False
-    if not source and len(parts) == 4 and parts[:2] == ["", "exchanges"] and parts[3]:
-        exchange = unquote(parts[2])
-        if exchange in RABBITMQ_EXCHANGES:
-            return unquote(parts[3]), True
-        if exchange and exchange != "amq.default":  # (the default exchange cannot be named in v2)
+    bad = error(Condition.INVALID_FIELD, f"Attach refused: bad address {address!r} (RabbitMQ 4 address v2)")
+    if address.startswith("/queues/"):
+        name = _urldecode(address[len("/queues/") :])
+        return bad if not name else (name, False)
+    if not source and address.startswith("/exchanges/"):
+        segments = address[len("/exchanges/") :].split("/")
+        if len(segments) > 2 or segments[0] in ("", "amq.default"):  # (the default exchange cannot be named in v2)
+            return bad
+        exchange, key = _urldecode(segments[0]), _urldecode(segments[1]) if len(segments) == 2 else ""
+        if exchange is None or key is None:
+            return bad
+        if exchange not in RABBITMQ_EXCHANGES:
             return error(Condition.NOT_FOUND, f"no exchange {exchange!r} in vhost '/'")
-    return error(Condition.INVALID_FIELD, f"Attach refused: bad address {address!r} (RabbitMQ 4 address v2)")
+        return key, True
+    return bad
+
+
+_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _urldecode(segment: str) -> str | None:
+    """A percent-decoded address segment; None when an escape is malformed (RabbitMQ's cow_uri:urldecode fails)."""
+    return None if _ESCAPE.search(segment) else unquote(segment)
 
 
 def _counter(width: int) -> TxnIds:
-    """Ids from the broker-wide serial, ``width`` octets big-endian."""
+    """Ids numbering the connection's transactions from 1, ``width`` octets big-endian."""
 
     def txn_id(serial: int, conn_id: int, in_use: set[bytes]) -> bytes:
         return (serial % (1 << (8 * width))).to_bytes(width, "big")
@@ -274,8 +290,9 @@ ARTEMIS = Personality(
     "Apache ActiveMQ Artemis",
     quirks=(
         Quirk(
-            "a transactional retirement honours only accepted: released, rejected and modified are ignored (no "
-            "disposition; the message stays acquired by the consumer until its link closes)",
+            "a transactional retirement honours only accepted, answered at once with an unsettled "
+            "transactional-state(accepted) when the client left it unsettled: released, rejected and modified are "
+            "ignored (no disposition; the message stays acquired by the consumer until its link closes)",
             _ARTEMIS + "proton/ProtonServerSenderContext.java (handleExtendedDeliveryOutcomes)",
         ),
         Quirk(
@@ -285,7 +302,8 @@ ARTEMIS = Personality(
         ),
         Quirk(
             "a discharge of an unknown txn-id is rejected with amqp:illegal-state "
-            "'AMQ119014: Transaction not found: xid=...'",
+            "'AMQ119014: Transaction not found: xid=...'; declare and discharge errors are always sent as rejected, "
+            "whatever the controller's source lists",
             _ARTEMIS + "proton/transaction/ProtonTransactionHandler.java (onMessage, txError); "
             "broker/AMQPConnectionCallback.java (getTransaction)",
         ),
@@ -332,6 +350,7 @@ ARTEMIS = Personality(
     ),
     txn_id=_uuid_text,
     unknown_discharge=(Condition.ILLEGAL_STATE, "AMQ119014: Transaction not found: xid={xid}"),
+    errors="always",
     commit_failed=(FAILED, None),
     commit_failed_keeps_cause=True,
     unknown_txn_closes=(Condition.INTERNAL_ERROR, "AMQ119014: Transaction not found: xid={xid}"),
@@ -340,6 +359,7 @@ ARTEMIS = Personality(
     post_refusal_wrapped=False,
     transactional_acquisition="ignore",
     retire_accepted_only=True,
+    retire_answered=True,
     rcv_settle_first=True,
     global_id="ignore",
 )
@@ -349,7 +369,7 @@ ACTIVEMQ = Personality(
     'Apache ActiveMQ 5.x "Classic"',
     quirks=(
         Quirk(
-            "txn-ids are 8-octet big-endian counters",
+            "txn-ids are 8-octet big-endian counters, per connection (from 1)",
             _ACTIVEMQ + "AmqpTransactionCoordinator.java (processDelivery); AmqpConnection.java (getNextTransactionId)",
         ),
         Quirk(
@@ -361,7 +381,8 @@ ACTIVEMQ = Personality(
             _ACTIVEMQ + "AmqpTransactionCoordinator.java (processDelivery)",
         ),
         Quirk(
-            "a discharge of an unknown txn-id is rejected with 'failed' \"Transaction '...' has not been started.\"",
+            "a discharge of an unknown txn-id is rejected with 'failed' \"Transaction '...' has not been started.\" "
+            "(errors are always sent as rejected, whatever the controller's source lists)",
             "apache/activemq: activemq-broker/src/main/java/org/apache/activemq/broker/TransactionBroker.java "
             "(getTransaction)",
         ),
@@ -378,6 +399,7 @@ ACTIVEMQ = Personality(
     txn_id=_counter(8),
     coordinator_capabilities=ECHO,
     unknown_discharge=(FAILED, "Transaction '{xid}' has not been started."),
+    errors="always",
     commit_failed=(FAILED, None),
     retire_accepted_only=True,
     retire_answered=True,
@@ -529,7 +551,8 @@ PROTON = Personality(
             _PROTON + " (_discharge_txn)",
         ),
         Quirk(
-            "declare and discharge errors are always sent as rejected, whatever the controller's source lists",
+            "declare and discharge errors are always sent as rejected, whatever the controller's source lists; a "
+            "declare's global-id is not looked at (declared as a local transaction)",
             _PROTON + " (_coordinator_message)",
         ),
         Quirk(
@@ -543,6 +566,7 @@ PROTON = Personality(
     coordinator_capabilities=ECHO,
     timeout_mode="lazy",
     errors="always",
+    global_id="ignore",
     redelivery_limit=5,
 )
 

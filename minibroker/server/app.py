@@ -624,9 +624,12 @@ class RunningBroker(NamespaceView):
 
 def resolve_personality(personality: str | Personality | None) -> Personality | None:
     """The ``Personality`` a name stands for (``ValueError`` listing the known names when it stands for none);
-    a ``Personality`` or None as they are."""
+    a ``Personality`` or None as they are; ``TypeError`` for anything else."""
     if isinstance(personality, str):
         return personalities.get(personality)
+    if personality is not None and not isinstance(personality, Personality):
+        known = ", ".join(personalities.names())
+        raise TypeError(f"personality: expected a name ({known}) or a Personality, not {type(personality).__name__}")
     return personality
 
 
