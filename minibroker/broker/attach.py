@@ -64,8 +64,12 @@ def _rcv_settle_answer(link: Link, personality: Personality) -> int | None:
     """The rcv-settle-mode a personality answers a consumer's or producer's attach with (None: the peer's)."""
     if link.rcv_settle_mode != _RCV_SECOND:
         return None
-    if personality.rcv_settle_first or personality.refuse_rcv_second is not None:
-        return _RCV_FIRST  # (a link asking second and not sending settled was refused by ``decide``)
+    if personality.rcv_settle_first:
+        return _RCV_FIRST
+    if personality.refuse_rcv_second is not None and not link.is_sender:
+        # a producer that sends settled (one that does not was refused by ``decide``) is answered first, as RabbitMQ
+        # answers its publishers; a consumer's mode is echoed (rabbit_amqp_session.erl handle_attach)
+        return _RCV_FIRST
     return None
 
 

@@ -474,7 +474,7 @@ RABBITMQ = Personality(
             _RABBITMQ + " (validate_attach)",
         ),
         Quirk(
-            "rcv-settle-mode second is refused (amqp:not-implemented) on any link not sending settled; a link "
+            "rcv-settle-mode second is refused (amqp:not-implemented) on any link not sending settled; a producer "
             "sending settled is answered first",
             _RABBITMQ + " (validate_attach)",
         ),

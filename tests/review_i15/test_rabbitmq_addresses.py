@@ -111,11 +111,6 @@ def test_permissions_apply_to_the_queue_an_address_names() -> None:
     assert census(BrokerView(w))["secret"].ready == ()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rabbitmq answers every rcv-settle-mode second that passes validate_attach with first, but RabbitMQ echoes "
-    "the client's mode on a consumer (it is the sender); tests/personalities/test_rabbitmq.py asserts first for both",
-)
 def test_consumer_sending_settled_asking_second_keeps_second() -> None:
     """RabbitMQ answers a consumer's attach (it is the sender) with the rcv-settle-mode the client asked for
     (handle_attach, role receiver: ``rcv_settle_mode = RcvSettleMode``) once validate_attach let it through (the
