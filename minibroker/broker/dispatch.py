@@ -591,7 +591,7 @@ class Dispatcher:
                             queue, message, "max-delivery-attempts", f"delivery failed {message.delivery_count} times"
                         )
                     return
-                dropped_after = self.nodes.personality_of(consumer.conn).redelivery_limit
+                dropped_after = queue.namespace.personality.redelivery_limit if queue.namespace is not None else 0
                 if dropped_after and message.delivery_count > dropped_after:
                     # a personality's redelivery limit: Qpid Proton's example broker drops a failed message whose
                     # delivery-count had already reached it (_modify_delivery checks before counting)
