@@ -39,7 +39,7 @@ from minibroker.broker.clock import WallClock
 from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.engine.connection import ServerConnection
 from minibroker.handles import NamespaceView
-from minibroker.server.connection import ConnectionTask, run_broker_timer
+from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.journal import JournalWriter
 from minibroker.store.journal import Journal
 from minibroker.testing import client, frames
@@ -242,7 +242,9 @@ class MemoryBroker(NamespaceView):
         return MemoryPeer(client, self._timeout)
 
     def _call(self, fn: Callable[[Broker], T]) -> T:
-        return fn(self.broker)
+        result = fn(self.broker)
+        wake_writers(self.broker)  # what a call gave connections to do (a fault dropping one) goes out
+        return result
 
     def _now(self) -> float:
         return trio.current_time()
