@@ -231,12 +231,10 @@ class TopicHandle(_NodeHandle):
         return _views(self._owner._call(read))
 
 
-class FaultsHandle:
-    """The broker's fault injection rules (broker-wide, whichever namespace's handle gives it): see
-    ``minibroker.broker.faults`` for the points, actions and how a rule matches."""
-
-    def __init__(self, owner: Inspectable) -> None:
-        self._owner = owner
+class FaultRules:
+    """Fault injection rules, as every handle offers them (embedded here, over HTTP in ``remote.py``): see
+    ``minibroker.broker.faults`` for the points, actions and how a rule matches. Rules are broker-wide, whichever
+    namespace's handle gives them."""
 
     def add(
         self,
@@ -253,20 +251,41 @@ class FaultsHandle:
     ) -> int:
         """Add a rule: at ``point``, do ``action`` on matching events, ``times`` times (0: always) after letting the
         first ``after`` through; its id. ``ValueError`` on an unknown point, action or condition, or a bad value."""
-        spec = FaultSpec(point, action, times, after, condition, description, delay, address, container_id)
+        return self._add(FaultSpec(point, action, times, after, condition, description, delay, address, container_id))
+
+    def _add(self, spec: FaultSpec) -> int:
+        raise NotImplementedError
+
+    def list(self) -> list[FaultInfo]:
+        """Every rule, in the order added, with ``hits``: how often it fired."""
+        raise NotImplementedError
+
+    def remove(self, rule_id: int) -> bool:
+        """Remove rule ``rule_id``; whether there was one."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        """Remove every rule."""
+        raise NotImplementedError
+
+
+class FaultsHandle(FaultRules):
+    """The fault rules of a broker in this process (read and changed through ``_call``)."""
+
+    def __init__(self, owner: Inspectable) -> None:
+        self._owner = owner
+
+    def _add(self, spec: FaultSpec) -> int:
         now = self._owner._now()
         return self._owner._call(lambda broker: broker.add_fault(spec, now))
 
     def list(self) -> list[FaultInfo]:
-        """Every rule, in the order added, with ``hits``: how often it fired."""
         return self._owner._call(lambda broker: broker.faults.list())
 
     def remove(self, rule_id: int) -> bool:
-        """Remove rule ``rule_id``; whether there was one."""
         return self._owner._call(lambda broker: broker.faults.remove(rule_id))
 
     def clear(self) -> None:
-        """Remove every rule."""
         self._owner._call(lambda broker: broker.faults.clear())
 
 
