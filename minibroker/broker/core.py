@@ -142,6 +142,7 @@ class Broker:
         self.faults = Faults()
         """Fault injection rules (``faults.py``); ``add_fault`` adds one."""
         self.injection = Injection(self.faults, self.clock, self._deadline_moved, self._drop)
+        self._dropped: set[ServerConnection] = set()
         for component in (self.dispatcher, self.coordinator, self.endpoints):
             component.injection = self.injection
         self.coordinator.close_connection = self._close
@@ -194,6 +195,7 @@ class Broker:
         that dropped it, as for any connection closed by a command."""
         conn.drop()
         self.outbox.dirty.add(conn)
+        self._dropped.add(conn)
 
     def add_fault(self, spec: FaultSpec, now: float | None = None) -> int:
         """Add a fault rule (at broker time ``now``, when given); its id. A ``connection`` rule also fires at once on
@@ -259,6 +261,11 @@ class Broker:
         self._changed()
 
     def _changed(self) -> None:
+        if self._dropped:
+            # connections a fault dropped: their close took them out of ``dirty`` (``Outbox.forget``), yet the I/O
+            # layer must still be woken for them, to see them finished and close their sockets
+            self.outbox.dirty.update(self._dropped)
+            self._dropped.clear()
         if self.on_change is not None:
             self._contain("a change listener", self.on_change)
 
