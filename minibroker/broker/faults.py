@@ -6,7 +6,8 @@ A rule names a *point* (where the broker decides something: an attach, a declare
 post, a transfer arriving, a delivery leaving, a connection opening) and an *action* (what to do instead of the
 normal answer). Each matching event is counted: the first ``after`` are let through, then the rule fires ``times``
 times (0: on every later match). A rule may be narrowed to an ``address`` (the node, ``"$coordinator"`` for a
-coordinator link) and to a ``container_id`` (the client's). The rules are tried in the order they were added; the
+coordinator link; at point ``connection``, the hostname the client's open names) and to a ``container_id`` (the
+client's). The rules are tried in the order they were added; the
 first that fires wins, and the rules after it do not see that event.
 
 This module is the registry only: it validates rules (``FaultSpec``), counts and logs firings (logger
