@@ -15,6 +15,7 @@ from typing import Any
 
 from minibroker.auth import is_hashed, valid_hash
 from minibroker.broker import personality as personalities
+from minibroker.broker.faults import FaultSpec
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.policy import OVERFLOW_POLICIES, NodePolicy
 from minibroker.store.journal import RECOVER_MODES
@@ -183,6 +184,8 @@ class Config:
     data_recover: str = "strict"
     """With a data_dir: "strict" refuses to start on a corrupt journal (exit 2, naming segment and offset);
     "skip-corrupt" skips the corrupt records (a copy of the segment is kept in ``quarantine/``)."""
+    faults: tuple[FaultSpec, ...] = ()
+    """``[[faults]]``: fault injection rules in force from the start (``minibroker.broker.faults``)."""
 
     @classmethod
     def load(cls, path: str | Path) -> Config:
@@ -309,6 +312,8 @@ def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
             }
         elif cls is Config and key in _SECTIONS:
             values[key] = _build(_SECTIONS[key], value, source, f"{key}.")
+        elif cls is Config and key == "faults":
+            values[key] = _faults(value, where)
         elif cls is Config and key in ("queues", "topics"):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: expected a table of {key}")
@@ -324,6 +329,20 @@ def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
     config = cls(**values)
     _validate(config, source, prefix)
     return config
+
+
+def _faults(value: Any, where: str) -> tuple[FaultSpec, ...]:
+    """The ``[[faults]]`` tables, each a rule (``FaultSpec``); an error names the table's index and the field."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected an array of tables ([[faults]])")
+    rules = []
+    for index, raw in enumerate(value):
+        table = _table(raw, f"{where}[{index}]")
+        try:
+            rules.append(FaultSpec.from_mapping(table))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}[{index}].{exc}") from None
+    return tuple(rules)
 
 
 def _validate(config: Any, source: str, prefix: str) -> None:

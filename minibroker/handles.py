@@ -16,6 +16,7 @@ runner. So one set of classes serves both, and a test never touches broker state
     broker.queue("orders").delete()         # delete the node, detaching its links
     broker.post("orders", payload)          # enqueue an encoded message as a settled transfer would
     broker.close_connection(3)              # close one connection (amqp:connection:forced)
+    broker.faults.add("discharge", "lose-outcome")  # fault injection: rules, with list(), remove(id), clear()
 
 ``CoreView(broker)`` gives the same handles on a bare core ``Broker`` driven without a runner.
 """
@@ -28,6 +29,7 @@ from typing import TypeVar
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.types import Symbol
 from minibroker.broker.core import Broker
+from minibroker.broker.faults import FaultInfo, FaultSpec
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Subscription, Topic
@@ -229,6 +231,64 @@ class TopicHandle(_NodeHandle):
         return _views(self._owner._call(read))
 
 
+class FaultRules:
+    """Fault injection rules, as every handle offers them (embedded here, over HTTP in ``remote.py``): see
+    ``minibroker.broker.faults`` for the points, actions and how a rule matches. Rules are broker-wide, whichever
+    namespace's handle gives them."""
+
+    def add(
+        self,
+        point: str,
+        action: str,
+        *,
+        times: int = 1,
+        after: int = 0,
+        condition: str | None = None,
+        description: str | None = None,
+        delay: float | None = None,
+        address: str | None = None,
+        container_id: str | None = None,
+    ) -> int:
+        """Add a rule: at ``point``, do ``action`` on matching events, ``times`` times (0: always) after letting the
+        first ``after`` through; its id. ``ValueError`` on an unknown point, action or condition, or a bad value."""
+        return self._add(FaultSpec(point, action, times, after, condition, description, delay, address, container_id))
+
+    def _add(self, spec: FaultSpec) -> int:
+        raise NotImplementedError
+
+    def list(self) -> list[FaultInfo]:
+        """Every rule, in the order added, with ``hits``: how often it fired."""
+        raise NotImplementedError
+
+    def remove(self, rule_id: int) -> bool:
+        """Remove rule ``rule_id``; whether there was one."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        """Remove every rule."""
+        raise NotImplementedError
+
+
+class FaultsHandle(FaultRules):
+    """The fault rules of a broker in this process (read and changed through ``_call``)."""
+
+    def __init__(self, owner: Inspectable) -> None:
+        self._owner = owner
+
+    def _add(self, spec: FaultSpec) -> int:
+        now = self._owner._now()
+        return self._owner._call(lambda broker: broker.add_fault(spec, now))
+
+    def list(self) -> list[FaultInfo]:
+        return self._owner._call(lambda broker: broker.faults.list())
+
+    def remove(self, rule_id: int) -> bool:
+        return self._owner._call(lambda broker: broker.faults.remove(rule_id))
+
+    def clear(self) -> None:
+        self._owner._call(lambda broker: broker.faults.clear())
+
+
 class NamespaceView(Inspectable):
     """Inspection of one namespace (the default one unless told)."""
 
@@ -236,6 +296,11 @@ class NamespaceView(Inspectable):
 
     def _namespace(self, broker: Broker) -> Namespace:
         return _namespace(broker, self.namespace_name)
+
+    @property
+    def faults(self) -> FaultsHandle:
+        """Fault injection (broker-wide): ``add(point, action, ...)``, ``list()``, ``remove(id)``, ``clear()``."""
+        return FaultsHandle(self)
 
     @property
     def personality(self) -> str:

@@ -8,7 +8,7 @@
 ``connect`` returns a ``RemoteBroker``: the same names as ``ThreadedBroker`` (``queue(name)`` with ``depth``,
 ``acquired``, ``staged``, ``stats()``, ``peek()``, ``purge()``, ``exists``; ``queues``, ``topic(name)``, ``topics``,
 ``transactions``, ``txn_stats``, ``connections``, ``personality``, ``clock`` (``mode``, ``now``, ``advance()``),
-``reset()``, ``create_namespace()``, ``drop_namespace()``), so a
+``faults``, ``reset()``, ``create_namespace()``, ``drop_namespace()``), so a
 test written against the ``minibroker`` fixture runs unchanged against a broker in a container. Every read is one
 HTTP request, synchronous, made with the standard library only; nothing is cached.
 
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
+from minibroker.broker.faults import FaultInfo, FaultSpec
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import (
@@ -43,6 +44,7 @@ from minibroker.broker.views import (
     QueueStats,
     SubscriptionStats,
 )
+from minibroker.handles import FaultRules
 
 DEFAULT_HTTP_URL = "http://127.0.0.1:8672"
 DEFAULT_TIMEOUT = 10.0
@@ -326,6 +328,25 @@ class RemoteClock:
         return f"RemoteClock({self._owner.http_url})"
 
 
+class RemoteFaults(FaultRules):
+    """The broker's fault injection rules through ``/api/faults`` (validated here first, as embedded)."""
+
+    def __init__(self, owner: RemoteBroker) -> None:
+        self._owner = owner
+
+    def _add(self, spec: FaultSpec) -> int:
+        return int(self._owner._request("POST", "/faults", spec.as_json())["id"])
+
+    def list(self) -> list[FaultInfo]:
+        return [FaultInfo.from_json(rule) for rule in self._owner._request("GET", "/faults")]
+
+    def remove(self, rule_id: int) -> bool:
+        return self._owner._request("DELETE", f"/faults/{int(rule_id)}", missing_ok=True) is not None
+
+    def clear(self) -> None:
+        self._owner._request("DELETE", "/faults")
+
+
 class RemoteBroker:
     """A broker (one namespace of it: the default unless created) through its HTTP management API.
 
@@ -385,6 +406,11 @@ class RemoteBroker:
     def queue(self, name: str) -> RemoteQueue:
         """The queue called ``name`` (it need not exist yet)."""
         return RemoteQueue(self, name)
+
+    @property
+    def faults(self) -> RemoteFaults:
+        """Fault injection (broker-wide): ``add(point, action, ...)``, ``list()``, ``remove(id)``, ``clear()``."""
+        return RemoteFaults(self)
 
     @property
     def queues(self) -> list[str]:

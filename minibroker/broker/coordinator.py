@@ -47,6 +47,8 @@ from minibroker.amqp.states import Outcome, as_delivery_state, is_outcome
 from minibroker.amqp.types import DecodeError, Symbol
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher
+from minibroker.broker.faults import COORDINATOR_ADDRESS
+from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import TOPIC, Namespace, Node
@@ -158,6 +160,8 @@ class Coordinator:
         """Answers to discharges that rolled back, sent once the aborted transfers are out, by the connection of
         those transfers (only a read of that connection can let them out: ``answer_waiting``)."""
         dispatcher.acquirer = self
+        self.injection = Injection()
+        """Fault injection (set by the core): points ``declare``, ``discharge`` and ``post``."""
 
     # -- the Acquirer seam of the dispatcher (§4.4.3) ---------------------------------------------------
     def transfer_state(self, consumer: Consumer) -> TransactionalState | None:
@@ -194,6 +198,14 @@ class Coordinator:
         except DecodeError as exc:
             self._control_error(conn, controller, delivery, error(Condition.DECODE_ERROR, str(exc)))
             return
+        if self.injection.rules and self._control_fault(conn, controller, delivery, body):
+            return
+        self._control_body(conn, controller, delivery, body, unsettled)
+
+    def _control_body(
+        self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Any, unsettled: int
+    ) -> None:
+        """Answer a decoded declare or discharge."""
         if isinstance(body, Declare) and unsettled:
             # Qpid Proton's rule (cpp/src/session.cpp, session::transaction_declare), which its tx_tester expects
             err = error(
@@ -209,6 +221,58 @@ class Coordinator:
         else:
             err = error(Condition.DECODE_ERROR, "a coordinator message must carry declare or discharge")
             self._control_error(conn, controller, delivery, err)
+
+    def _control_fault(
+        self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Any
+    ) -> bool:
+        """Fault points ``declare`` and ``discharge``; whether a rule fired and took the control message."""
+        point = "declare" if isinstance(body, Declare) else "discharge" if isinstance(body, Discharge) else None
+        rule = self.injection.fire(point, conn, COORDINATOR_ADDRESS) if point is not None else None
+        if rule is None:
+            return False
+        action = rule.action
+        if action == "delay":
+            # handled (declared, committed) only once the delay is over, as by a slow broker
+            self.injection.later(rule.delay, partial(self._late_control, conn, controller, delivery, body))
+        elif action == "drop-connection":
+            self.injection.drop(conn)  # before anything is applied: the transaction rolls back with the connection
+        elif action == "lose-outcome":
+            self._discharge(conn, controller, delivery, body)  # applied (committed) ...
+            self.injection.drop(conn)  # ... and its answer never sent: the controller cannot know
+        elif action == "detach":
+            self._detach(controller, rule.error())  # its transactions roll back when the detach is handled
+        else:  # reject; a discharge's transaction is rolled back, as the rejection says
+            txn = self._live(conn, body.txn_id) if isinstance(body, Discharge) else None
+            if txn is not None:
+                self._rollback_all([txn])
+            err = rule.error()
+            self._after(
+                _held_back(txn) if txn is not None else [], lambda: self._control_error(conn, controller, delivery, err)
+            )
+        return True
+
+    def _late_control(
+        self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Any
+    ) -> None:
+        """A declare or discharge a ``delay`` fault held back, answered now (unless its link went meanwhile)."""
+        if controller.link.state is LinkState.ATTACHED and not conn.finished:
+            self._control_body(conn, controller, delivery, body, 0)
+
+    def _post_fault(self, conn: ServerConnection, txn: Transaction, target: Any, message: Message) -> Error | None:
+        """Fault point ``post`` (a transactional transfer, matched on its node or ``to``): ``reject`` gives the error
+        the post is refused with (a rejected provisional outcome, and the commit fails); ``rollback-only`` takes the
+        post, but the commit will fail with amqp:transaction:rollback."""
+        address = target.name if target is not None else message.to
+        rule = self.injection.fire("post", conn, address if isinstance(address, str) else None)
+        if rule is None:
+            return None
+        if rule.action == "reject":
+            return rule.error()
+        if txn.failed is None:
+            txn.failed = error(
+                Condition.TRANSACTION_ROLLBACK, rule.spec.description or f"marked rollback-only by fault rule {rule.id}"
+            )
+        return None
 
     def replenish(self, conn: ServerConnection, controller: Controller, *, answered: bool = False) -> None:
         """Keep the controller's credit topped up, so declares and discharges can be pipelined; or, for a
@@ -490,6 +554,8 @@ class Coordinator:
         personality = txn.controller.personality
         if txn.deadline is None and personality.timeout_from == "first-operation":
             self._time(txn)
+        if refusal is None and self.injection.rules:
+            refusal = self._post_fault(conn, txn, target, message)
         err: Error | None
         if refusal is not None:
             err = refusal

@@ -42,6 +42,8 @@ from minibroker.broker.clock import BrokerClock, WallClock
 from minibroker.broker.coordinator import Coordinator
 from minibroker.broker.dispatch import Dispatcher
 from minibroker.broker.endpoints import Endpoints
+from minibroker.broker.faults import Faults, FaultSpec
+from minibroker.broker.injection import Injection
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.nodes import Nodes
@@ -137,6 +139,12 @@ class Broker:
             self.settings, self.nodes, self.dispatcher, self.coordinator, self.outbox, clock=self.clock
         )
         self.nodes.first_auto_node = self._deadline_moved  # the idle sweep has something to look at
+        self.faults = Faults()
+        """Fault injection rules (``faults.py``); ``add_fault`` adds one."""
+        self.injection = Injection(self.faults, self.clock, self._deadline_moved, self._drop)
+        self._dropped: set[ServerConnection] = set()
+        for component in (self.dispatcher, self.coordinator, self.endpoints):
+            component.injection = self.injection
         self.coordinator.close_connection = self._close
         self.take_dirty = self.outbox.take_dirty
         """Engines that have bytes to write since the last call."""
@@ -149,7 +157,7 @@ class Broker:
         """Set by the I/O layer: the journal writer, told after every batch (see server/journal.py); records go
         to it as they are made (``recorder.sink``)."""
         self._handlers: dict[type[Event], Callable[[ServerConnection, Any], None]] = {
-            ConnectionOpened: lambda conn, event: self.nodes.connection_opened(conn, event.open.hostname),
+            ConnectionOpened: self._connection_opened,
             ConnectionClosed: self._connection_closed,
             LinkAttached: self.endpoints.attached,
             LinkDetached: self.endpoints.detached,
@@ -159,6 +167,50 @@ class Broker:
             TransferDiscarded: self.endpoints.transfer_discarded,
             DeliveryUpdated: self.coordinator.disposition,
         }
+
+    def _connection_opened(self, conn: ServerConnection, event: ConnectionOpened) -> None:
+        self.nodes.connection_opened(conn, event.open.hostname)
+        if self.injection.rules:
+            self._connection_fault(conn)
+
+    def _connection_fault(self, conn: ServerConnection) -> None:
+        """Fault point ``connection``: ``close`` (with the rule's condition, after its delay) or ``drop``."""
+        remote = conn.remote_open
+        rule = self.injection.fire("connection", conn, remote.hostname if remote is not None else None)
+        if rule is None:
+            return
+        if rule.action == "drop":
+            self._drop(conn)
+        elif rule.delay:
+            self.injection.later(rule.delay, partial(self._close_open, conn, rule.error()))
+        else:
+            self._close(conn, rule.error())
+
+    def _close_open(self, conn: ServerConnection, err: Error) -> None:
+        if conn in self.nodes.connections and not conn.finished:
+            self._close(conn, err)
+
+    def _drop(self, conn: ServerConnection) -> None:
+        """Cut ``conn`` with no close frame (a fault's ``drop``); the events that follow are handled with the step
+        that dropped it, as for any connection closed by a command."""
+        conn.drop()
+        self.outbox.dirty.add(conn)
+        self._dropped.add(conn)
+
+    def add_fault(self, spec: FaultSpec, now: float | None = None) -> int:
+        """Add a fault rule (at broker time ``now``, when given); its id. A ``connection`` rule also fires at once on
+        the open connections it matches (in the order they came), so a test can close or drop a connection it
+        already has."""
+        if now is not None:
+            self.clock.now = now
+        rule = self.faults.add(spec)
+        if spec.point == "connection":
+            for conn in sorted(self.nodes.connections, key=lambda c: c.conn_id):
+                if conn.remote_open is not None and not conn.finished:
+                    self._connection_fault(conn)
+            self._handle_caused()
+            self._changed()
+        return rule.id
 
     def _connection_closed(self, conn: ServerConnection, event: ConnectionClosed) -> None:
         # each part on its own: a failure in one must not leave the connection registered elsewhere
@@ -212,6 +264,11 @@ class Broker:
         self._changed()
 
     def _changed(self) -> None:
+        if self._dropped:
+            # connections a fault dropped: their close took them out of ``dirty`` (``Outbox.forget``), yet the I/O
+            # layer must still be woken for them, to see them finished and close their sockets
+            self.outbox.dirty.update(self._dropped)
+            self._dropped.clear()
         if self.on_change is not None:
             self._contain("a change listener", self.on_change)
 
@@ -292,6 +349,7 @@ class Broker:
                 self.dispatcher.next_deadline(),
                 self.coordinator.next_deadline(),
                 self.endpoints.next_deadline(),
+                self.injection.next_deadline(),
             )
             if d is not None
         ]
@@ -305,6 +363,7 @@ class Broker:
         contain("the message timers", lambda: self.dispatcher.handle_timeout(now, contain))
         contain("the transaction time-outs", lambda: self.coordinator.handle_timeout(now, contain))
         contain("the idle-node sweep", lambda: self.endpoints.handle_timeout(now))
+        self.injection.run_due(now, contain)
         self._handle_caused()
         self._changed()
 

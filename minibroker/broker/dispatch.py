@@ -37,6 +37,7 @@ from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, Tra
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome, is_outcome
 from minibroker.broker.clock import BrokerClock
+from minibroker.broker.injection import Injection
 from minibroker.broker.links import Consumer, ConsumerGroup, Dispatched
 from minibroker.broker.message import MAX_DELIVERY_COUNT, Message
 from minibroker.broker.namespace import QUEUE, Node
@@ -146,6 +147,9 @@ class Dispatcher:
         # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
         self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
         nodes.queue_gone = self.timers.queue_gone
+        self.injection = Injection()
+        """Fault injection (set by the core): point ``deliver``."""
+        self._late: dict[int, Message] = {}  # messages a ``delay`` fault held back (by id), sent once it is over
 
     # -- into nodes ---------------------------------------------------------------------------------
     def arrive(self, message: Message) -> None:
@@ -508,6 +512,8 @@ class Dispatcher:
 
     def _send(self, consumer: Consumer, message: Message) -> None:
         """Deliver an acquired message on ``consumer``'s link."""
+        if self.injection.rules and self._deliver_fault(consumer, message):
+            return
         conn = consumer.conn
         presettled = consumer.presettled
         state = self.acquirer.transfer_state(consumer)
@@ -521,6 +527,26 @@ class Dispatcher:
             consumer.queue.retire(message)
         else:
             consumer.unsettled[delivery] = Dispatched(consumer, delivery, message)
+
+    def _deliver_fault(self, consumer: Consumer, message: Message) -> bool:
+        """Fault point ``deliver`` (a message going to a consumer, matched on its queue's node): ``delay`` makes the
+        acquired message wait as a redelivery delay does, then go out; ``drop-connection`` puts it back and cuts the
+        consumer's connection. Whether a rule fired (then nothing was sent)."""
+        if self._late.pop(id(message), None) is not None:
+            return False  # its delay is over
+        queue = consumer.queue
+        rule = self.injection.fire("deliver", consumer.conn, queue.node_name)
+        if rule is None:
+            return False
+        if rule.action == "delay":
+            self._late[id(message)] = message
+            queue.unacquire_for_later(message)
+            self.timers.due(self.clock.now + rule.delay, [(queue, message)])
+            self._new_deadline()
+        else:
+            queue.requeue(message)
+            self.injection.drop(consumer.conn)
+        return True
 
     # -- outcomes -----------------------------------------------------------------------------------
     def apply_outcome(self, conn: ServerConnection, deliveries: list[Dispatched], state: object, settled: bool) -> None:

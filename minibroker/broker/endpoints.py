@@ -27,9 +27,11 @@ no transactional work, nothing arrived) at two sweeps ``auto_delete_idle`` apart
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from minibroker.amqp.definitions import Error, Rejected, Source, Target, TransactionalState
+from minibroker.amqp import definitions
+from minibroker.amqp.definitions import Error, Modified, Rejected, Source, Target, TransactionalState
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.types import Symbol
 from minibroker.broker.attach import (
@@ -48,6 +50,8 @@ from minibroker.broker.attach import (
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
 from minibroker.broker.dispatch import Dispatcher
+from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
+from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, Node, parse_address
@@ -70,6 +74,14 @@ from minibroker.engine.events import (
 )
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
+
+
+def _transactional(delivery: IncomingDelivery) -> bool:
+    """Whether a transfer is transactional work: frames that carry different states, none naming a transaction,
+    are not (§4.4.1)."""
+    return isinstance(delivery.state, TransactionalState) or (
+        bool(delivery.earlier_states) and bool(named_transactions(delivery))
+    )
 
 
 class Endpoints:
@@ -99,6 +111,9 @@ class Endpoints:
         self._linked: dict[ServerConnection, set[Consumer | Producer | Controller]] = {}
         self._topic_links: dict[ServerConnection, int] = {}  # receiver links on topics, per connection
         self._next_sweep: float | None = None
+        self.injection = Injection()
+        """Fault injection (set by the core): points ``attach`` and ``transfer``."""
+        self._late: dict[int, TransferReceived] = {}  # transfers a ``delay`` fault held back, being taken now
 
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open
@@ -112,6 +127,9 @@ class Endpoints:
         limit = self.settings.max_links
         if limit and self.links >= limit and not isinstance(decision, Refuse):
             decision = Refuse(error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} links on this broker"))
+        fault = self._attach_fault(conn, link) if self.injection.rules else None
+        if fault is not None and fault.action == "refuse":
+            decision = Refuse(fault.error())
         if isinstance(decision, Refuse):
             conn.refuse_attach(link, decision.error)
         elif isinstance(decision, AttachConsumer):
@@ -128,7 +146,19 @@ class Endpoints:
             if context not in linked:
                 linked.add(context)
                 self.links += 1
+        if fault is not None and fault.action == "detach":
+            conn.detach(link, fault.error())  # accepted, then detached at once
         self.outbox.touch(conn)
+
+    def _attach_fault(self, conn: ServerConnection, link: Link) -> FaultRule | None:
+        """Fault point ``attach``, matched on the link's address (``$coordinator`` for a coordinator)."""
+        address: Any
+        if isinstance(link.target, definitions.Coordinator):
+            address = COORDINATOR_ADDRESS
+        else:
+            terminus = link.source if link.is_sender else link.target
+            address = getattr(terminus, "address", None)
+        return self.injection.fire("attach", conn, address if isinstance(address, str) else None)
 
     def links_of(self, conn: ServerConnection) -> list[Consumer | Producer | Controller]:
         """``conn``'s links counted as attached (whose detach the broker has not handled)."""
@@ -400,6 +430,8 @@ class Endpoints:
             return
         if not isinstance(context, Producer):
             return
+        if self.injection.rules and self._transfer_fault(conn, context, event):
+            return
         delivery = event.delivery
         message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
         # frames that carry different states, none naming a transaction, are no transactional work (§4.4.1)
@@ -450,6 +482,39 @@ class Endpoints:
             assert not isinstance(target, Deferred)
             self.dispatcher.publish(conn, delivery, target, message)
         self._top_up(conn, context.link)
+
+    def _transfer_fault(self, conn: ServerConnection, producer: Producer, event: TransferReceived) -> bool:
+        """Fault point ``transfer`` (a message arriving for the rule's address: the node's name, or the ``to`` of a
+        message for the anonymous relay); whether a rule fired and took the transfer."""
+        if self._late.pop(id(event), None) is not None:
+            return False  # held back by a ``delay`` fault: taken now
+        node = producer.node
+        message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
+        address = node.name if node is not None else producer.route or message.to
+        rule = self.injection.fire("transfer", conn, address if isinstance(address, str) else None)
+        if rule is None:
+            return False
+        link, delivery = producer.link, event.delivery
+        action = rule.action
+        if action == "drop-connection":
+            self.injection.drop(conn)
+            return True
+        if action == "delay":
+            self.injection.later(rule.delay, partial(self._late_take, conn, producer, event))
+            return True
+        if action == "reject":
+            self._refuse_post(conn, link, delivery, message, _transactional(delivery), rule.error())
+            return True
+        self.outbox.answer_now(conn, delivery, RELEASED if action == "release" else Modified(delivery_failed=True))
+        self._top_up(conn, link)
+        return True
+
+    def _late_take(self, conn: ServerConnection, producer: Producer, event: TransferReceived) -> None:
+        """A transfer a ``delay`` fault held back, taken now (unless its link went meanwhile)."""
+        if producer.link.state is LinkState.ATTACHED and not conn.finished:
+            self._late[id(event)] = event
+            self.transfer(conn, event)
+            self.outbox.flush(conn)  # its answer goes now: no read of ``conn`` ends this step
 
     def _refuse_post(
         self,

@@ -1082,6 +1082,14 @@ class ServerConnection:
         else:
             self._finish(err, by_peer=False)
 
+    def drop(self) -> None:
+        """Cut the connection with no close frame (fault injection's ``drop``): what is queued for the peer is
+        discarded and nothing more is sent; the links detach and ``ConnectionClosed`` follows, as when the peer's
+        socket goes. ``finished`` turns true, so the I/O layer closes the socket."""
+        self._out.clear()
+        self._finish(error(Condition.CONNECTION_FORCED, "connection dropped (fault injection)"), by_peer=False)
+        self._out.clear()
+
     def take_events(self) -> list[Event]:
         """Events produced by commands (for example a detach after a refused attach)."""
         events, self._events = self._events, []

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import math
@@ -32,11 +33,12 @@ from minibroker.amqp import codec
 from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Data, Header, MessageAnnotations, Properties
 from minibroker.amqp.types import EncodeError, Symbol
 from minibroker.broker import personality as personalities
+from minibroker.broker.faults import FaultSpec
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import PROPERTY_FIELDS, ConnectionInfo, MessageView, QueueStats, SubscriptionStats
-from minibroker.handles import CaptureOff, PostRefused, QueueHandle, TopicHandle
+from minibroker.handles import CaptureOff, FaultsHandle, PostRefused, QueueHandle, TopicHandle
 from minibroker.http import console, metrics
 from minibroker.http.auth import MUTATING, Verify, authorize
 from minibroker.http.server import Request, Response
@@ -93,6 +95,8 @@ class ManagedBroker(Protocol):
     def capture(self, connection: int) -> dict[str, Any] | None: ...
     def frames(self, connection: int | None = None) -> list[dict[str, Any]]: ...
     def pcap(self) -> bytes: ...
+    @property
+    def faults(self) -> FaultsHandle: ...
     @property
     def personality(self) -> str: ...
     @property
@@ -269,6 +273,10 @@ class ManagementApi:
         router.add("GET", "/api/connections/{id}/frames", connection_frames)
         router.add("GET", "/api/frames", all_frames)
         router.add("GET", "/api/capture.pcap", capture_pcap)
+        router.add("POST", "/api/faults", add_fault)
+        router.add("GET", "/api/faults", list_faults)
+        router.add("DELETE", "/api/faults", clear_faults)
+        router.add("DELETE", "/api/faults/{id}", remove_fault)
         router.add("POST", "/api/reset", reset)
         router.add("GET", "/api/wait", wait)
         router.add("GET", "/api/clock", get_clock)
@@ -611,6 +619,38 @@ async def capture_pcap(call: Call) -> Response:
     data = _captured(call.broker.pcap)
     disposition = 'attachment; filename="minibroker.pcap"'
     return Response(200, data, (("content-type", PCAP_CONTENT_TYPE), ("content-disposition", disposition)))
+
+
+# -- fault injection (issue 16 §1; the rules are broker-wide, whichever namespace's path names them) ----------
+async def add_fault(call: Call) -> Response:
+    raw = call.json()
+    if not isinstance(raw, dict):
+        raise HttpError(400, "expected a JSON object with point, action and the rule's other fields")
+    try:
+        spec = FaultSpec.from_mapping(raw)
+    except (TypeError, ValueError) as exc:
+        raise HttpError(400, str(exc)) from None
+    return Response.json(201, {"id": call.broker.faults.add(**spec.as_json())})
+
+
+async def list_faults(call: Call) -> Response:
+    return Response.json(200, [dataclasses.asdict(rule) for rule in call.broker.faults.list()])
+
+
+async def clear_faults(call: Call) -> Response:
+    faults = call.broker.faults
+    count = len(faults.list())
+    faults.clear()
+    return Response.json(200, {"removed": count})
+
+
+async def remove_fault(call: Call) -> Response:
+    text = call.params["id"]
+    if not (text.isascii() and text.isdigit()):
+        raise HttpError(400, f"{text!r} is not a fault rule id")
+    if not call.broker.faults.remove(int(text)):
+        raise HttpError(404, f"no fault rule {text}")
+    return Response.json(200, {"removed": int(text)})
 
 
 # -- namespaces, reset, wait ------------------------------------------------------------------------------

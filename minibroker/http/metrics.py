@@ -170,6 +170,15 @@ def exposition(broker: Broker, journal: Journal | None = None) -> str:
         "Internal errors the broker contained and logged (0 unless it has a bug).",
         [((), broker.internal_errors)],
     )
+    page.family(
+        "minibroker_fault_firings_total",
+        "counter",
+        "Times each fault injection rule fired (issue 16; rules that exist now, by id, point and action).",
+        [
+            ((("rule", str(rule.id)), ("point", rule.point), ("action", rule.action)), rule.hits)
+            for rule in broker.faults.list()
+        ],
+    )
 
     if journal is not None:
         page.family(

@@ -97,7 +97,8 @@ def minibroker(proc_fixture_name: str = "minibroker_proc", *, personality: str |
 
     The namespace has its own listener, so its ``url`` needs no client option to select it (a remote broker's
     namespace listener must be reachable too: publish its ports when it runs in a container); it is
-    dropped (nodes, messages, transactions, connections) when the test ends. Its personality is the one a test
+    dropped (nodes, messages, transactions, connections) when the test ends, and the fault rules the test added
+    (``faults.add``, broker-wide) are removed. Its personality is the one a test
     parametrizes the fixture with indirectly (``@pytest.mark.parametrize("minibroker", ["strict"],
     indirect=True)``), else ``personality``, else the broker's.
     """
@@ -111,9 +112,14 @@ def minibroker(proc_fixture_name: str = "minibroker_proc", *, personality: str |
         proc: ThreadedBroker | RemoteBroker = request.getfixturevalue(proc_fixture_name)
         chosen: str | None = getattr(request, "param", personality)
         namespace = proc.create_namespace(personality=chosen)
+        before = {rule.id for rule in namespace.faults.list()}
         try:
             yield namespace
         finally:
+            # fault rules are broker-wide: those the test added go with its namespace, so no other test meets them
+            for rule in namespace.faults.list():
+                if rule.id not in before:
+                    namespace.faults.remove(rule.id)
             namespace.drop_namespace()
 
     return minibroker_fixture

@@ -634,8 +634,8 @@ def resolve_personality(personality: str | Personality | None) -> Personality | 
 
 
 def make_broker(config: Config, *, durable: bool = False) -> Broker:
-    """The broker core configured from ``config``, with its declared queues."""
-    return Broker(
+    """The broker core configured from ``config``, with its declared queues and its ``[[faults]]`` rules."""
+    broker = Broker(
         BrokerSettings(
             auto_create=config.broker.auto_create,
             link_credit=config.broker.link_credit,
@@ -660,6 +660,9 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
         clock=WallClock(time.time() - trio.current_time()),
         durable=durable,
     )
+    for spec in config.faults:
+        broker.add_fault(spec)
+    return broker
 
 
 @asynccontextmanager

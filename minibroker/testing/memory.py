@@ -40,7 +40,7 @@ from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.engine.connection import ServerConnection
 from minibroker.handles import NamespaceView
 from minibroker.server.clock import BrokerTime
-from minibroker.server.connection import ConnectionTask, run_broker_timer
+from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.journal import JournalWriter
 from minibroker.store.journal import Journal
 from minibroker.testing import client, frames
@@ -247,7 +247,9 @@ class MemoryBroker(NamespaceView):
 
     def _call(self, fn: Callable[[Broker], T]) -> T:
         self.broker.clock.move_to(self.clock.time())
-        return fn(self.broker)
+        result = fn(self.broker)
+        wake_writers(self.broker)  # what a call gave connections to do (a fault dropping one) goes out
+        return result
 
     def _now(self) -> float:
         return self.clock.time()
