@@ -15,8 +15,11 @@ from proton import Data, Message, symbol
 from proton.handlers import TransactionHandler
 from proton.reactor import Container, Transaction
 
-from minibroker.testing.thread import ThreadedBroker
+from minibroker.testing.peer import ScriptedPeer
+from minibroker.testing.thread import ThreadedBroker, run_in_thread
+from tests.http.client import open_transaction
 from tests.integration.helpers import Scenario, blocking_connection, run
+from tests.test_readme_examples import python_block
 
 CHECK = "$txn-check"
 
@@ -132,3 +135,16 @@ def test_an_idempotent_producer_recovers_an_in_doubt_commit(broker: ThreadedBrok
         assert got.body == "order-1"
     assert broker.queue("orders").depth == 0  # exactly once
     assert broker.txn_stats.committed == 1
+
+
+def test_the_readme_example_commits_an_in_doubt_transaction() -> None:
+    """The README's example, run as written against a transaction held in doubt for ``orders-app``."""
+    with run_in_thread({"server": {"port": 0}, "transactions": {"orphaned": "hold"}}) as broker:
+        with ScriptedPeer.connect("127.0.0.1", broker.port) as peer:
+            txn_id = open_transaction(peer, container_id="orders-app")
+        broker.wait_for(lambda: [t.state for t in broker.transactions] == ["in-doubt"])
+        code = python_block("### In-doubt transactions with check-back")
+        exec(compile(code, "README.md (in-doubt)", "exec"), {"url": broker.url, "txn_id": txn_id})
+        broker.wait_for(queue="staging", depth=1)
+        assert broker.transactions == []
+        assert broker.queue("orders").depth == 0  # not sent again
