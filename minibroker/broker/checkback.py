@@ -75,6 +75,9 @@ UNKNOWN = "unknown"
 MAX_PENDING = 64
 """Check messages and answers kept for a ``$txn-check`` link without credit (the oldest go first: a check
 comes again)."""
+MAX_IN_DOUBT = 10_000
+"""In-doubt transactions held at once on the whole broker; beyond, a lost connection's transactions roll back (each
+holds its staged bytes, counted in ``max_total_staged_bytes``, for at most immunity + check_max intervals)."""
 MAX_OUTCOMES = 100_000
 """Ended transactions remembered at once, whatever ``outcome_retention`` says."""
 
@@ -194,8 +197,9 @@ class CheckBack:
 
     # -- the registry -----------------------------------------------------------------------------------
     def hold(self, txn: Transaction, namespace: Namespace, container: str, now: float) -> bool:
-        """Hold ``txn`` in doubt from ``now``; False (and nothing held) when its id is in doubt already."""
-        if txn.id in self._doubts:
+        """Hold ``txn`` in doubt from ``now``; False (and nothing held) when its id is in doubt already, or
+        ``MAX_IN_DOUBT`` are."""
+        if txn.id in self._doubts or len(self._doubts) >= MAX_IN_DOUBT:
             return False
         doubt = Doubt(txn, namespace, container, now + self.settings.check_immunity)
         self._doubts[txn.id] = doubt

@@ -118,7 +118,7 @@ class Transaction:
 
 @dataclass(frozen=True)
 class TransactionInfo:
-    """A snapshot of one open transaction, for tests and introspection."""
+    """A snapshot of one open or in-doubt transaction, for tests and introspection."""
 
     txn_id: bytes
     connection: str

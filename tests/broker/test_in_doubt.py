@@ -23,6 +23,7 @@ from minibroker.amqp.definitions import (
 )
 from minibroker.amqp.errors import Condition
 from minibroker.amqp.types import Symbol
+from minibroker.broker import checkback
 from minibroker.broker.checkback import CHECK_ADDRESS, CHECK_BACK, CheckBackSettings
 from minibroker.broker.core import Broker
 from minibroker.broker.personality import STRICT, Personality
@@ -134,6 +135,9 @@ def test_strict_never_grants_nor_holds() -> None:
     peer.attach_controller("ctl", capabilities=(CHECK_BACK,))
     world.settle()
     assert Symbol(CHECK_BACK) not in (peer.observed.attached["ctl"].target.capabilities or [])
+    peer.attach_consumer("checks", CHECK_ADDRESS, presettled=False, default_outcome=None)
+    world.settle()
+    assert CHECK_ADDRESS in BrokerView(world).queues  # an ordinary address under strict
     world.peers.remove(peer)
     lost(world)
     assert states(world) == []
@@ -418,6 +422,15 @@ def test_a_retired_delivery_is_held_then_settled_once(commit: bool) -> None:
     got = [c.name for c in world.settle()[worker].completed]
     assert got == ([] if commit else ["job"])
     assert census(view)["jobs"].acquired == (0 if commit else 1)
+
+
+def test_in_doubt_transactions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkback, "MAX_IN_DOUBT", 1)
+    world = make_world()
+    first = lost(world)
+    lost(world)
+    assert states(world) == [(first, "in-doubt")]
+    assert BrokerView(world).txn_stats.rolled_back == 1
 
 
 def test_reset_drops_in_doubt_transactions() -> None:
