@@ -7,9 +7,10 @@ producer group when the second acknowledgement is lost. This is the same over AM
 back a transaction whose connection is lost (Part 4 §4 intro, DESIGN §4); a controller that opts in, with the
 coordinator target capability ``minibroker:check-back`` (echoed in our attach reply when granted), or every
 controller of a broker configured ``[transactions] orphaned = "hold"``, has its open transactions held **in
-doubt** instead when its connection closes or drops. A controller link that detaches, a discharge, a transaction
-that failed or timed out, and the ``strict`` personality (which never grants the capability nor honours
-``orphaned``) all roll back as the specification says.
+doubt** instead when its connection closes or drops. A controller link that detaches (or whose session ends), a
+discharge, a transaction that failed or timed out, and the ``strict`` personality (which never grants the
+capability nor honours ``orphaned``, and for which ``$txn-check`` is an ordinary address) all roll back as the
+specification says.
 
 What an in-doubt transaction holds stays held: its posts stay staged, invisible to every consumer and to queue
 depth; a delivery it acquired (§4.4.3) or staged an outcome for (§4.4.2) stays acquired, on whichever connection

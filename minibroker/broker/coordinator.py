@@ -245,7 +245,8 @@ class Coordinator:
 
     def controller_gone(self, controller: Controller) -> None:
         """§4 intro: a control link that closes rolls back the transactions it created (unless the personality
-        leaves that to the end of the connection)."""
+        leaves that to the end of the connection, or the connection is ending and ``connection_closed`` holds them
+        in doubt: ``checkback.py``)."""
         if not controller.personality.controller_detach_rolls_back:
             return
         held = self._by_conn.get(controller.conn)
