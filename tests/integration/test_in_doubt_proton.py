@@ -4,7 +4,8 @@ It declares a transaction with the coordinator capability ``minibroker:check-bac
 and its socket is cut (the transport closed under it: no AMQP close goes out) before it commits. The broker holds
 the transaction in doubt. The producer reconnects with the same container-id, asks ``$txn-check`` what became of
 the transaction, commits it with an outcome message, asks again to be sure, and does not send the order a second
-time: the order is on the queue exactly once.
+time: the order is on the queue exactly once. A second run waits for the broker's check message instead (on the
+virtual clock, moved past ``check_immunity``) and answers it; the README's example runs as written.
 """
 
 from __future__ import annotations
@@ -34,11 +35,15 @@ def symbols(data: Data) -> list[str]:
 
 
 class IdempotentProducer(Scenario, TransactionHandler):  # type: ignore[misc]
-    """The producer; ``states`` are the answers its queries got, in order."""
+    """The producer; ``states`` are the answers its queries got, ``checks`` the check messages it saw, in order.
+    ``wait_for_check``: it waits for the broker's check (moving the broker's virtual clock past the immunity)
+    instead of asking first."""
 
-    def __init__(self, url: str, broker: ThreadedBroker) -> None:
+    def __init__(self, url: str, broker: ThreadedBroker, *, wait_for_check: bool = False) -> None:
         super().__init__(url)
         self.broker = broker
+        self.wait_for_check = wait_for_check
+        self.checks_seen: list[dict[str, Any]] = []
         self.txn_id: bytes | None = None
         self.states: list[str] = []
         self.granted: list[str] = []
@@ -91,7 +96,13 @@ class IdempotentProducer(Scenario, TransactionHandler):  # type: ignore[misc]
         self.second = self.connect()  # the same container, so the same container-id
         self.checks = self.container.create_receiver(self.second, CHECK)
         self.answers = self.container.create_sender(self.second, CHECK)
-        self.query()
+        if not self.wait_for_check:
+            self.query()
+
+    def on_link_opened(self, event: Any) -> None:
+        link = event.link
+        if self.wait_for_check and link.is_receiver and link.remote_source.address == CHECK:
+            self.broker.clock.advance(60)  # past check_immunity: the check goes out on this link
 
     def query(self) -> None:
         assert self.txn_id is not None
@@ -109,9 +120,14 @@ class IdempotentProducer(Scenario, TransactionHandler):  # type: ignore[misc]
             return
         message = event.message
         assert bytes(message.correlation_id) == self.txn_id
+        assert self.txn_id is not None
+        if "check" in message.properties:  # the broker asks: the order is in doubt, commit it
+            self.checks_seen.append(dict(message.properties))
+            self.answers.send(Message(properties={"txn-id": self.txn_id.hex(), "outcome": "commit"}))
+            self.query()
+            return
         state = message.properties["state"]
         self.states.append(state)
-        assert self.txn_id is not None
         if state == "in-doubt":  # the broker has it: decide, without sending the order again
             self.answers.send(Message(properties={"txn-id": self.txn_id.hex(), "outcome": "commit"}))
             self.query()
@@ -135,6 +151,18 @@ def test_an_idempotent_producer_recovers_an_in_doubt_commit(broker: ThreadedBrok
         assert got.body == "order-1"
     assert broker.queue("orders").depth == 0  # exactly once
     assert broker.txn_stats.committed == 1
+
+
+def test_the_producer_answers_the_check_message() -> None:
+    """The same producer waits for the broker to ask: on the virtual clock, 60 s pass in no real time."""
+    config = {"server": {"port": 0}, "broker": {"clock": "virtual"}}
+    with run_in_thread(config) as broker:
+        producer = IdempotentProducer(broker.url, broker, wait_for_check=True)
+        run(producer)
+        assert producer.txn_id is not None
+        assert producer.checks_seen == [{"txn-id": producer.txn_id.hex(), "posts": 1, "check": 1}]
+        assert producer.states == ["committed"]
+        assert broker.queue("orders").depth == 1
 
 
 def test_the_readme_example_commits_an_in_doubt_transaction() -> None:
