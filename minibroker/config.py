@@ -15,6 +15,7 @@ from typing import Any
 
 from minibroker.auth import is_hashed, valid_hash
 from minibroker.broker import personality as personalities
+from minibroker.broker.checkback import ORPHANED
 from minibroker.broker.faults import FaultSpec
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.policy import OVERFLOW_POLICIES, NodePolicy
@@ -161,6 +162,23 @@ class BrokerConfig:
 
 
 @dataclass(frozen=True)
+class TransactionsConfig:
+    """``[transactions]``: in-doubt transactions with check-back (``minibroker/broker/checkback.py``)."""
+
+    orphaned: str = "rollback"
+    """The open transactions of a lost connection: "rollback" (the specification) or "hold" (in doubt, for every
+    controller; one may also ask with the coordinator capability ``minibroker:check-back``). Never under strict."""
+    check_immunity: float = 60.0
+    """Seconds after the loss before the first check message on ``$txn-check``."""
+    check_interval: float = 30.0
+    """Seconds between checks, and after the last one before the transaction is abandoned (rolled back)."""
+    check_max: int = 15
+    """Checks sent before an undecided transaction is abandoned."""
+    outcome_retention: float = 600.0
+    """Seconds the outcome of an ended check-back transaction is remembered for outcome queries."""
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -169,6 +187,7 @@ class Config:
     tls: TlsConfig = field(default_factory=TlsConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    transactions: TransactionsConfig = field(default_factory=TransactionsConfig)
     node_defaults: NodePolicy = field(default_factory=NodePolicy)
     """``[node_defaults]``: the policy of nodes created on demand, and the base of declared ones."""
     queues: dict[str, NodePolicy] = field(default_factory=dict)
@@ -229,6 +248,7 @@ _SECTIONS: dict[str, type] = {
     "node_defaults": NodePolicy,
     "tls": TlsConfig,
     "http": HttpConfig,
+    "transactions": TransactionsConfig,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -429,6 +449,16 @@ def _validate(config: Any, source: str, prefix: str) -> None:
             raise bad("personality", f"unknown personality {config.personality!r} (known: {known})")
         if config.clock not in CLOCK_MODES:
             raise bad("clock", f"{config.clock!r} is not one of {', '.join(CLOCK_MODES)}")
+    elif isinstance(config, TransactionsConfig):
+        if config.orphaned not in ORPHANED:
+            raise bad("orphaned", f"{config.orphaned!r} is not one of {', '.join(ORPHANED)}")
+        for key in ("check_immunity", "check_interval", "outcome_retention"):
+            if getattr(config, key) < 0:
+                raise bad(key, "must not be negative")
+        if config.check_interval == 0:
+            raise bad("check_interval", "must be positive")
+        if config.check_max < 1:
+            raise bad("check_max", "must be at least 1")
     elif isinstance(config, NodePolicy):
         for key in ("max_messages", "max_bytes", "max_delivery_attempts"):
             if getattr(config, key) < 0:

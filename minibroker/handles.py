@@ -10,7 +10,8 @@ runner. So one set of classes serves both, and a test never touches broker state
     broker.queue("orders").purge()          # drop the ready messages
     broker.topic("news").subscriptions()    # each subscription's name, kind and counts
     broker.topic("news").peek(container, name)  # one subscription's ready messages, not consumed
-    broker.transactions                     # open transactions and what each staged
+    broker.transactions                     # open and in-doubt transactions and what each staged
+    broker.resolve_transaction(txn_id)      # commit (or roll back) an in-doubt transaction
     broker.connections                      # who is connected
     broker.reset()                          # drop every node, message and transaction
     broker.queue("orders").delete()         # delete the node, detaching its links
@@ -327,14 +328,31 @@ class NamespaceView(Inspectable):
 
     @property
     def transactions(self) -> list[TransactionInfo]:
-        """Open transactions of this namespace's connections, oldest first, with what each staged."""
+        """Open transactions of this namespace's connections and those held in doubt for it, oldest first, with
+        what each staged (``state``: "open" or "in-doubt")."""
         now = self._now()
 
         def read(broker: Broker) -> list[TransactionInfo]:
-            conns = self._namespace(broker).connections
-            return [t for t in broker.transactions_at(now, conns)]
+            namespace = self._namespace(broker)
+            return broker.transactions_at(now, namespace.connections, namespace)
 
         return self._call(read)
+
+    def resolve_transaction(self, txn_id: bytes | str, *, commit: bool = True) -> str:
+        """Commit (``commit=False``: roll back) the in-doubt transaction ``txn_id`` (bytes, or hex) of this
+        namespace; its state afterwards: "committed", or "rolled-back" (asked for, or a commit that could not be
+        applied). ``LookupError`` when no such transaction is in doubt here."""
+        if isinstance(txn_id, str):
+            try:
+                txn_id = bytes.fromhex(txn_id)
+            except ValueError:
+                raise ValueError(f"txn_id: {txn_id!r} is not hex") from None
+        key = txn_id
+
+        def resolve(broker: Broker) -> str:
+            return broker.resolve_transaction(key, commit=commit, namespace=self._namespace(broker))[0]
+
+        return self._call(resolve)
 
     @property
     def connections(self) -> list[ConnectionInfo]:

@@ -439,6 +439,7 @@ class RemoteBroker:
                 acquisitions=int(item["acquisitions"]),
                 failed=item.get("failed"),
                 staged_addresses=tuple(item.get("addresses", ())),
+                state="in-doubt" if item.get("state") == "in-doubt" else "open",
             )
             for item in self._request("GET", "/transactions")
         ]
@@ -469,6 +470,8 @@ class RemoteBroker:
             rolled_back=int(counters["rolled_back"]),
             timed_out=int(counters["timed_out"]),
             failed_commits=int(counters["failed"]),
+            in_doubt=int(counters.get("in_doubt", 0)),
+            abandoned=int(counters.get("abandoned", 0)),
         )
 
     def wait_for(
@@ -510,6 +513,20 @@ class RemoteBroker:
         """Close connection ``conn_id`` of this namespace with ``condition``; whether it was open here."""
         query = {"condition": condition} | ({} if description is None else {"description": description})
         return self._request("DELETE", f"/connections/{conn_id}?{urlencode(query)}", missing_ok=True) is not None
+
+    def resolve_transaction(self, txn_id: bytes | str, *, commit: bool = True) -> str:
+        """Commit (``commit=False``: roll back) the in-doubt transaction ``txn_id`` (bytes, or hex): its state then,
+        "committed" or "rolled-back" (asked for, or a commit that could not be applied). ``LookupError`` when no such
+        transaction is in doubt here."""
+        hex_id = txn_id.hex() if isinstance(txn_id, bytes) else txn_id
+        path = f"{self._prefix}/transactions/{_quoted(hex_id)}/{'commit' if commit else 'rollback'}"
+        status, answer = self._api.request("POST", path, None, ok=(404, 409))
+        if status == 404:
+            error = answer.get("error", "") if isinstance(answer, dict) else ""
+            if error.startswith("no namespace"):
+                raise LookupError(f"namespace {self.namespace_name!r} does not exist (any more)")
+            raise LookupError(error)
+        return "rolled-back" if status == 409 else str(answer["state"])
 
     def reset(self) -> None:
         """Drop every node, message and transaction of this namespace; close its connections."""

@@ -20,6 +20,7 @@ from minibroker.amqp.definitions import Accepted, Coordinator, Error, Modified, 
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome
 from minibroker.amqp.types import Described, Symbol
+from minibroker.broker.checkback import CHECK_ADDRESS, CHECK_BACK
 from minibroker.broker.links import RELEASED
 from minibroker.broker.namespace import QUEUE, parse_address
 from minibroker.broker.nodes import SubscriptionSpec
@@ -174,9 +175,18 @@ class AttachCoordinator:
     """Our coordinator terminus, listing the capabilities really provided."""
     rejects_errors: bool
     """§4.3: errors travel as rejected outcomes (else by detaching the link)."""
+    check_back: bool = False
+    """Its transactions are held in doubt when the connection is lost (``checkback.py``)."""
 
 
-AttachDecision = Refuse | AttachConsumer | ResumeSubscription | AttachProducer | AttachCoordinator
+@dataclass(frozen=True)
+class AttachCheck:
+    """A ``$txn-check`` link (``checkback.py``): ``outgoing`` when its source is ``$txn-check`` (we send)."""
+
+    outgoing: bool
+
+
+AttachDecision = Refuse | AttachConsumer | ResumeSubscription | AttachProducer | AttachCoordinator | AttachCheck
 
 
 def decide(link: Link, context: AttachContext) -> AttachDecision:
@@ -194,6 +204,8 @@ def decide(link: Link, context: AttachContext) -> AttachDecision:
         and link.snd_settle_mode != _SND_SETTLED
     ):
         return Refuse(wire_error(*personality.refuse_rcv_second))
+    if not personality.strict and _address(link.source if link.is_sender else link.target) == CHECK_ADDRESS:
+        return AttachCheck(outgoing=link.is_sender)  # strict: an ordinary address (the extension is off)
     if link.is_sender:
         return decide_consumer(link, context)
     if isinstance(link.target, Coordinator):
@@ -357,11 +369,20 @@ def decide_coordinator(link: Link, context: AttachContext) -> AttachDecision:
     offered = outcomes is not None and _REJECTED_LIST in outcomes
     rejects = {"exact": offered, "lenient": offered or not outcomes, "always": True}[personality.errors]
     capabilities = personality.coordinator_capabilities
+    asked = link.target.capabilities if isinstance(link.target, Coordinator) else None
+    # checkback.py: asked for with the capability (granted, so echoed), or broker-wide; never under strict
+    requested = asked is not None and CHECK_BACK in (asked if isinstance(asked, list) else [asked])
+    check_back = not personality.strict and (requested or context.settings.check_back.orphaned == "hold")
     if capabilities == ECHO:
         reply = link.target if isinstance(link.target, Coordinator) else Coordinator()
     else:
-        reply = Coordinator(capabilities=[Symbol(c) for c in capabilities] or None)
-    return AttachCoordinator(source=source, target=reply, rejects_errors=rejects)
+        granted = [*capabilities, CHECK_BACK] if requested and check_back else capabilities
+        reply = Coordinator(capabilities=[Symbol(c) for c in granted] or None)
+    return AttachCoordinator(source=source, target=reply, rejects_errors=rejects, check_back=check_back)
+
+
+def _address(terminus: Any) -> Any:
+    return terminus.address if isinstance(terminus, Source | Target) else None
 
 
 def _strict(personality: Personality, section: str) -> str:

@@ -19,7 +19,9 @@ part of it; if anything cannot be applied, nothing is, and the commit fails with
 of a successful discharge then it MUST NOT allow the successful discharge"). ``_rollback`` undoes the
 staged work. A transaction ends when it is discharged, when its controller link detaches or its connection
 drops (rolled back), or when it is older than ``transaction_timeout`` (rolled back; its id is remembered
-until discharged, and the links that acquired under it stop until told otherwise).
+until discharged, and the links that acquired under it stop until told otherwise). A check-back transaction
+whose connection is lost is held in doubt instead, its work kept, until it is resolved (``checkback.py`` says
+when and how; this module applies it: ``_hold``, ``_adopt``, ``resolve``).
 
 What is deliberately not here: routing and consumer order (``dispatch.py``), and which link a frame came on
 (``endpoints.py``).
@@ -45,6 +47,15 @@ from minibroker.amqp.definitions import (
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome, as_delivery_state, is_outcome
 from minibroker.amqp.types import DecodeError, Symbol
+from minibroker.broker.checkback import (
+    COMMITTED,
+    ROLLED_BACK,
+    CheckBack,
+    CheckLink,
+    CheckRequest,
+    Key,
+    request_of,
+)
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher
 from minibroker.broker.faults import COORDINATOR_ADDRESS
@@ -156,6 +167,8 @@ class Coordinator:
         self._stopped: dict[Consumer, bytes] = {}
         """Links bound to a transaction that ended without being discharged (timed out, or its controller went):
         they send nothing until told what comes next (§4.4.3; §4: further work on it "will lead to failure")."""
+        self.check_back = CheckBack(settings.check_back, outbox)
+        """In-doubt transactions, their checks, remembered outcomes and ``$txn-check`` links (``checkback.py``)."""
         self._waiting: dict[ServerConnection, list[_Waiting]] = {}
         """Answers to discharges that rolled back, sent once the aborted transfers are out, by the connection of
         those transfers (only a read of that connection can let them out: ``answer_waiting``)."""
@@ -296,12 +309,16 @@ class Coordinator:
 
     def controller_gone(self, controller: Controller) -> None:
         """§4 intro: a control link that closes rolls back the transactions it created (unless the personality
-        leaves that to the end of the connection)."""
+        leaves that to the end of the connection, or the connection is ending and ``connection_closed`` holds them
+        in doubt: ``checkback.py``)."""
         if not controller.personality.controller_detach_rolls_back:
             return
         held = self._by_conn.get(controller.conn)
         if held is not None:  # O(transactions of its connection)
-            self._rollback_all([t for t in held.open.values() if t.controller is controller], stop=True)
+            # a connection that is ending takes its links with it: ``connection_closed`` holds check-back ones
+            closing = controller.check_back and controller.conn.closing
+            gone = [t for t in held.open.values() if t.controller is controller and not (closing and self._holds(t))]
+            self._rollback_all(gone, stop=True)
 
     def _declare(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Declare
@@ -343,6 +360,8 @@ class Coordinator:
     ) -> None:
         personality = controller.personality
         txn = self._live(conn, body.txn_id)
+        if txn is None and self.check_back:
+            txn = self._adopt(conn, controller, body.txn_id)
         if txn is None:
             held_back = self._forget_timed_out(conn, body.txn_id)
             if held_back is not None and body.fail:
@@ -378,6 +397,17 @@ class Coordinator:
             err = error(Condition.TRANSACTION_ROLLBACK, "discharged while a transfer posted in it was incomplete")
             self._detach(controller, err)
             return
+        failure, work = self._try_commit(txn)
+        if failure is not None:
+            err = _commit_failure(personality, failure, refused_post=failure is txn.failed)
+            self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
+            return
+        # one journal record for all the durable work; ``accepted`` once it is on disk
+        self.recorder.record_then(work, lambda: self._reply(conn, controller, delivery, ACCEPTED))
+
+    def _try_commit(self, txn: Transaction) -> tuple[Error | None, list[Any]]:
+        """Commit ``txn``: None and its journal work (to record before answering), or why it could not be applied
+        (then it is rolled back, §4.4.4)."""
         if self.recorder.durable:
             with self.recorder.collecting() as work:
                 failure = txn.failed or self._journal_refusal(txn) or self._commit(txn)
@@ -388,11 +418,7 @@ class Coordinator:
             if txn in self._open:
                 self._rollback_all([txn])
             self.counters.failed_commits += 1
-            err = _commit_failure(personality, failure, refused_post=failure is txn.failed)
-            self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
-            return
-        # one journal record for all the durable work; ``accepted`` once it is on disk
-        self.recorder.record_then(work, lambda: self._reply(conn, controller, delivery, ACCEPTED))
+        return failure, work
 
     def _journal_refusal(self, txn: Transaction) -> Error | None:
         """While the journal cannot write (disk full), a commit with durable work fails; so does one whose record
@@ -801,6 +827,8 @@ class Coordinator:
             touched.add(consumer.queue)
         settle.send(self.outbox)
         self.counters.committed += 1
+        if txn.check_back:
+            self.check_back.ended(txn, COMMITTED, self.clock.now, self._key(txn.conn))
         self.dispatcher.dispatch_all(touched)
         return None
 
@@ -873,6 +901,8 @@ class Coordinator:
             del self._holder[dispatched]
         for consumer in [c for c, t in self._acquiring.items() if t is txn]:
             del self._acquiring[consumer]
+        if txn.check_back:
+            self.check_back.ended(txn, ROLLED_BACK, self.clock.now, self._key(txn.conn))
 
     def _rollback(self, txn: Transaction) -> set[Queue]:
         """Undo everything ``txn`` staged; return the queues it touched (the caller dispatches)."""
@@ -900,6 +930,8 @@ class Coordinator:
             touched.add(consumer.queue)
         settle.send(self.outbox)
         self.counters.rolled_back += 1
+        if txn.check_back:
+            self.check_back.ended(txn, ROLLED_BACK, self.clock.now, self._key(txn.conn))
         return touched
 
     def _end(self, txn: Transaction) -> list[Consumer]:
@@ -942,9 +974,101 @@ class Coordinator:
         """§4 intro / DESIGN §4: a connection that drops rolls back its open transactions."""
         held = self._by_conn.pop(conn, None)
         if held is not None:
-            self._rollback_all(list(held.open.values()))
+            txns = list(held.open.values())
+            kept = [t for t in txns if self._holds(t) and self._hold(t, conn)]
+            self._rollback_all([t for t in txns if t not in kept])
         for consumer in [c for c in self._stopped if c.conn is conn]:
             del self._stopped[consumer]
+
+    # -- in doubt (checkback.py) -----------------------------------------------------------------------------
+    def _holds(self, txn: Transaction) -> bool:
+        """Whether ``txn`` is held in doubt when its connection is lost: a check-back one that neither failed nor
+        timed out (such a one rolls back as the specification says)."""
+        return txn.check_back and txn.failed is None and (txn.deadline is None or txn.deadline > self.clock.now)
+
+    def _key(self, conn: ServerConnection) -> Key:
+        """The producer group of ``conn``: its namespace and container-id."""
+        remote = conn.remote_open
+        return self.nodes.namespace_of(conn).name, str(remote.container_id) if remote is not None else ""
+
+    def _hold(self, txn: Transaction, conn: ServerConnection) -> bool:
+        """Hold ``txn`` in doubt (its connection ``conn`` is being lost); False when it cannot be (its id is in
+        doubt already, from another connection's transaction): then it rolls back."""
+        namespace = self.nodes.namespace_of(conn)
+        if not self.check_back.hold(txn, namespace, self._key(conn)[1], self.clock.now):
+            return False
+        self._unregister(txn)  # its id is no connection's any more
+        txn.deadline = None  # its lifetime is the check schedule's now
+        if txn.consumers:
+            consumers = list(txn.consumers)
+            for consumer in consumers:
+                del self._acquiring[consumer]
+            txn.consumers.clear()
+            self._stop(consumers, txn.id)  # as after any transaction that ended without a discharge
+        self.counters.in_doubt += 1
+        self._new_deadline()
+        return True
+
+    def _adopt(self, conn: ServerConnection, controller: Controller, txn_id: Any) -> Transaction | None:
+        """Resolution (a): ``conn``, of the same producer group, discharges an in-doubt id: the transaction becomes
+        its own again, and the discharge goes on as for any open one."""
+        if not isinstance(txn_id, bytes):
+            return None
+        namespace = self.nodes.namespace_of(conn)
+        doubt = self.check_back.find(txn_id, namespace, self._key(conn)[1])
+        if doubt is None:
+            return None
+        txn = doubt.txn
+        self.check_back.release(doubt)
+        txn.conn = conn
+        txn.controller = controller
+        held = self._by_conn.get(conn)
+        if held is None:
+            held = self._by_conn[conn] = _Held()
+        held.open[txn.id] = txn
+        return txn
+
+    def resolve(self, txn_id: bytes, *, commit: bool, namespace: Namespace | None = None) -> tuple[str, Error | None]:
+        """Resolution (b) and (c): commit or roll back the in-doubt transaction ``txn_id`` (of ``namespace`` when
+        given). Its state afterwards (``committed`` or ``rolled-back``) and, for a commit that could not be
+        applied (rolled back instead, §4.4.4), why. ``LookupError`` when no such transaction is in doubt."""
+        doubt = self.check_back.find(txn_id, namespace)
+        if doubt is None:
+            raise LookupError(f"no transaction {txn_id.hex()} is in doubt")
+        txn = doubt.txn
+        if not commit:
+            self._rollback_all([txn])
+            return ROLLED_BACK, None
+        failure, work = self._try_commit(txn)
+        if failure is not None:
+            return ROLLED_BACK, failure
+        self.recorder.record_then(work, lambda: None)
+        return COMMITTED, None
+
+    def check_message(self, conn: ServerConnection, check: CheckLink, event: TransferReceived) -> None:
+        """A message to ``$txn-check``: an in-doubt transaction's outcome (resolution c), or an outcome query."""
+        delivery = event.delivery
+        request = request_of(event.payload)
+        refusal = self._checked(conn, check, request) if isinstance(request, CheckRequest) else request
+        self.outbox.answer_now(conn, delivery, ACCEPTED if refusal is None else Rejected(error=refusal))
+
+    def _checked(self, conn: ServerConnection, check: CheckLink, request: CheckRequest) -> Error | None:
+        """Act on a readable ``$txn-check`` message; the error to reject it with, or None."""
+        txn_id = request.txn_id
+        if request.outcome is None:
+            live = self._live(conn, txn_id)
+            state = self.check_back.state(check.key, txn_id, self.clock.now, open_=live is not None)
+            if self.check_back.answer(conn, check.key, txn_id, state):
+                return None
+            return error(Condition.PRECONDITION_FAILED, "attach a receiver from $txn-check first: answers go there")
+        namespace = self.nodes.namespace_of(conn)
+        doubt = self.check_back.find(txn_id, namespace, check.key[1])
+        if doubt is None:
+            return error(Condition.UNKNOWN_TXN_ID, f"transaction {txn_id.hex()} is not in doubt for this container")
+        if request.outcome != "unknown":
+            _, failure = self.resolve(txn_id, commit=request.outcome == "commit", namespace=namespace)
+            return failure
+        return None  # checked again at the next interval
 
     def _time(self, txn: Transaction) -> None:
         """Start ``txn``'s time-out clock (at its declare or its first operation, as the personality says)."""
@@ -976,9 +1100,14 @@ class Coordinator:
         return None
 
     def next_deadline(self) -> float | None:
-        """When the next open transaction times out."""
+        """When the next open transaction times out, or the next in-doubt one is checked."""
         due = self._due()
-        return due[0] if due is not None else None
+        when = due[0] if due is not None else None
+        if self.check_back:
+            check = self.check_back.next_deadline()
+            if check is not None and (when is None or check < when):
+                return check
+        return when
 
     def handle_timeout(self, now: float, contain: Contain | None = None) -> None:
         """Roll back every transaction whose time is up; the links acquiring under one stop (they send nothing, in a
@@ -1004,6 +1133,10 @@ class Coordinator:
             held = self._by_conn.get(txn.conn)
             if held is not None:
                 held.timed_out[txn.id] = _held_back(txn)
+        if self.check_back:
+            abandoned = [doubt.txn for doubt in self.check_back.due(now)]
+            self.counters.abandoned += len(abandoned)
+            self._rollback_all(abandoned, contain=contain)
         for conn, personality in closing.items():
             err = error(Condition.TRANSACTION_TIMEOUT, personality.timeout_text)
             if contain is None:
@@ -1015,9 +1148,23 @@ class Coordinator:
                 )
 
     # -- introspection ----------------------------------------------------------------------------------
-    def infos(self, now: float, conns: set[ServerConnection] | None = None) -> list[TransactionInfo]:
-        """The open transactions (of ``conns`` when given), oldest first, as of ``now``."""
-        return [info(txn, now) for txn in self._open if conns is None or txn.conn in conns]
+    def infos(
+        self, now: float, conns: set[ServerConnection] | None = None, namespace: Namespace | None = None
+    ) -> list[TransactionInfo]:
+        """The open and in-doubt transactions (of ``conns``, and those held in doubt for ``namespace``, when
+        given), oldest first, as of ``now``."""
+        if not self.check_back:
+            return [info(txn, now) for txn in self._open if conns is None or txn.conn in conns]
+        doubts = self.check_back
+        found = []
+        for txn in self._open:
+            doubt = doubts.find(txn.id)
+            if doubt is not None and doubt.txn is txn:
+                if conns is None or doubt.namespace is namespace:
+                    found.append(info(txn, now, "in-doubt"))
+            elif conns is None or txn.conn in conns:
+                found.append(info(txn, now))
+        return found
 
 
 def _strict(personality: Personality, section: str) -> str:

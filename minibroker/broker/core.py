@@ -443,6 +443,8 @@ class Broker:
         for conn in list(namespace.connections):
             conn.close(error(Condition.CONNECTION_FORCED, f"namespace {namespace.name!r} was reset"))
             self.handle(conn, conn.take_events(), self.clock.now)
+        for txn in self.coordinator.check_back.of_namespace(namespace):  # held in doubt by those connections
+            self.coordinator.resolve(txn.id, commit=False)
         self.nodes.reset(namespace)
         self._changed()
 
@@ -515,12 +517,26 @@ class Broker:
 
     @property
     def transactions(self) -> list[TransactionInfo]:
-        """Open transactions with what each has staged, oldest first."""
+        """Open and in-doubt transactions with what each has staged, oldest first."""
         return self.coordinator.infos(self.clock.now)
 
-    def transactions_at(self, now: float, conns: set[ServerConnection] | None = None) -> list[TransactionInfo]:
-        """``transactions`` with ages computed at ``now`` (only those of ``conns`` when given)."""
-        return self.coordinator.infos(now, conns)
+    def transactions_at(
+        self, now: float, conns: set[ServerConnection] | None = None, namespace: Namespace | None = None
+    ) -> list[TransactionInfo]:
+        """``transactions`` with ages computed at ``now`` (only those of ``conns``, and those held in doubt for
+        ``namespace``, when given)."""
+        return self.coordinator.infos(now, conns, namespace)
+
+    def resolve_transaction(
+        self, txn_id: bytes, *, commit: bool, namespace: Namespace | None = None
+    ) -> tuple[str, Error | None]:
+        """Commit (or roll back) the in-doubt transaction ``txn_id`` (of ``namespace`` when given): its state then,
+        ``committed`` or ``rolled-back``, and why a commit could not be applied. ``LookupError`` when no such
+        transaction is in doubt (``checkback.py``)."""
+        result = self.coordinator.resolve(txn_id, commit=commit, namespace=namespace)
+        self._handle_caused()
+        self._changed()
+        return result
 
     def node_counts(self, queue: Queue) -> dict[str, int]:
         """The counts of ``queue`` (a subscription is one too) now, by the names of ``views.NodeCounts``."""

@@ -36,6 +36,7 @@ from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.types import Symbol
 from minibroker.broker.attach import (
     OUTCOMES,
+    AttachCheck,
     AttachConsumer,
     AttachContext,
     AttachCoordinator,
@@ -47,6 +48,7 @@ from minibroker.broker.attach import (
     denied,
     fields_error,
 )
+from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
 from minibroker.broker.dispatch import Dispatcher
@@ -74,6 +76,7 @@ from minibroker.engine.events import (
 )
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
+Linked = Consumer | Producer | Controller | CheckLink
 
 
 def _transactional(delivery: IncomingDelivery) -> bool:
@@ -108,7 +111,7 @@ class Endpoints:
         self.links = 0
         """Links attached now on the whole broker (bounded by ``max_links``): the size of ``_linked``."""
         # the attached links of each connection: a detach counts one out once, however often it is handled
-        self._linked: dict[ServerConnection, set[Consumer | Producer | Controller]] = {}
+        self._linked: dict[ServerConnection, set[Linked]] = {}
         self._topic_links: dict[ServerConnection, int] = {}  # receiver links on topics, per connection
         self._next_sweep: float | None = None
         self.injection = Injection()
@@ -138,10 +141,12 @@ class Endpoints:
             self._resume_subscription(conn, link, decision)
         elif isinstance(decision, AttachProducer):
             self._attach_producer(conn, link, decision)
+        elif isinstance(decision, AttachCheck):
+            self._attach_check(conn, link, decision)
         else:
             self._attach_coordinator(conn, link, decision)
         context = link.context
-        if isinstance(context, Consumer | Producer | Controller):
+        if isinstance(context, Linked):
             linked = self._linked.setdefault(conn, set())
             if context not in linked:
                 linked.add(context)
@@ -160,7 +165,7 @@ class Endpoints:
             address = getattr(terminus, "address", None)
         return self.injection.fire("attach", conn, address if isinstance(address, str) else None)
 
-    def links_of(self, conn: ServerConnection) -> list[Consumer | Producer | Controller]:
+    def links_of(self, conn: ServerConnection) -> list[Linked]:
         """``conn``'s links counted as attached (whose detach the broker has not handled)."""
         return list(self._linked.get(conn, ()))
 
@@ -342,14 +347,25 @@ class Endpoints:
 
     def _attach_coordinator(self, conn: ServerConnection, link: Link, decision: AttachCoordinator) -> None:
         personality = self.nodes.personality_of(conn)
-        controller = Controller(conn, link, decision.rejects_errors, personality)
+        controller = Controller(conn, link, decision.rejects_errors, personality, check_back=decision.check_back)
         conn.accept_attach(link, source=decision.source, target=decision.target, context=controller)
         conn.grant_credit(link, personality.controller_credit)
+
+    def _attach_check(self, conn: ServerConnection, link: Link, decision: AttachCheck) -> None:
+        """A ``$txn-check`` link (``checkback.py``): checks and answers go out on an outgoing one, outcomes and
+        queries come in on an incoming one."""
+        remote = conn.remote_open
+        key = (self.nodes.namespace_of(conn).name, str(remote.container_id) if remote is not None else "")
+        check = CheckLink(conn, link, key, outgoing=decision.outgoing)
+        conn.accept_attach(link, source=link.source, target=link.target, context=check)
+        if not decision.outgoing:
+            conn.grant_credit(link, self.settings.link_credit)
+        self.coordinator.check_back.attached(check)
 
     # -- detach -----------------------------------------------------------------------------------------
     def detached(self, conn: ServerConnection, event: LinkDetached) -> None:
         context = event.link.context
-        if isinstance(context, Consumer | Producer | Controller):
+        if isinstance(context, Linked):
             linked = self._linked.get(conn)
             if linked is not None and context in linked:
                 linked.discard(context)
@@ -369,6 +385,8 @@ class Endpoints:
                 self.delete_node(context.owned_node)
         elif isinstance(context, Controller):
             self.coordinator.controller_gone(context)
+        elif isinstance(context, CheckLink):
+            self.coordinator.check_back.detached(context)
 
     def _consumer_detached(self, consumer: Consumer, *, closed: bool) -> None:
         self.dispatcher.remove_consumer(consumer)
@@ -401,6 +419,8 @@ class Endpoints:
     def flow(self, conn: ServerConnection, event: LinkFlow) -> None:
         consumer = event.link.context
         if not isinstance(consumer, Consumer):
+            if isinstance(consumer, CheckLink):
+                self.coordinator.check_back.flow(consumer)
             return
         if event.properties is not None:
             err = self.coordinator.flow(conn, consumer, event.properties)
@@ -429,6 +449,9 @@ class Endpoints:
             self.coordinator.control(conn, context, event)
             return
         if not isinstance(context, Producer):
+            if isinstance(context, CheckLink):
+                self.coordinator.check_message(conn, context, event)
+                self._top_up(conn, context.link)
             return
         if self.injection.rules and self._transfer_fault(conn, context, event):
             return

@@ -161,10 +161,16 @@ class Producer:
 class Controller:
     """A coordinator link: the peer declares and discharges transactions on it (§4.2)."""
 
-    __slots__ = ("conn", "link", "personality", "rejects_errors")
+    __slots__ = ("check_back", "conn", "link", "personality", "rejects_errors")
 
     def __init__(
-        self, conn: ServerConnection, link: Link, rejects_errors: bool, personality: Personality = MINIBROKER
+        self,
+        conn: ServerConnection,
+        link: Link,
+        rejects_errors: bool,
+        personality: Personality = MINIBROKER,
+        *,
+        check_back: bool = False,
     ) -> None:
         self.conn = conn
         self.link = link
@@ -172,6 +178,8 @@ class Controller:
         """True: errors travel as rejected outcomes; False: the link is detached with them (§4.3)."""
         self.personality = personality
         """The personality of its connection's namespace: how its transactions behave."""
+        self.check_back = check_back
+        """Its transactions are held in doubt when the connection is lost (``checkback.py``)."""
 
     def __repr__(self) -> str:
         return f"Controller({self.link.name!r})"

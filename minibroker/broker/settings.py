@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from minibroker.broker.checkback import CheckBackSettings
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.personality import MINIBROKER, Personality
 from minibroker.broker.policy import NodePolicy
@@ -56,6 +57,8 @@ class BrokerSettings:
     max_selector_properties_size: int = 64 * 1024
     """Bytes of a message's header, properties or application-properties section a selector reads; a message
     with a larger one is not selected by a selector that reads a field of it. 0: no limit."""
+    check_back: CheckBackSettings = field(default_factory=CheckBackSettings)
+    """``[transactions]``: in-doubt transactions and check-back (``checkback.py``)."""
 
     def permits(self, user: str | None, action: str, address: str) -> bool:
         """Whether ``user`` may ``action`` ("send", "receive", "transactions") on ``address``."""

@@ -69,6 +69,7 @@ class Transaction:
     __slots__ = (
         "accepted_state",
         "acquired",
+        "check_back",
         "conn",
         "consumers",
         "controller",
@@ -101,6 +102,8 @@ class Transaction:
         self.outcomes: dict[Dispatched, Outcome] = {}
         self.consumers: set[Consumer] = set()
         self.failed: Error | None = None
+        self.check_back = controller.check_back
+        """Held in doubt when its connection is lost, and its outcome remembered (``checkback.py``)."""
 
     def held(self) -> list[Dispatched]:
         """Every delivery whose fate it decides, acquired ones first."""
@@ -115,7 +118,7 @@ class Transaction:
 
 @dataclass(frozen=True)
 class TransactionInfo:
-    """A snapshot of one open transaction, for tests and introspection."""
+    """A snapshot of one open or in-doubt transaction, for tests and introspection."""
 
     txn_id: bytes
     connection: str
@@ -128,6 +131,8 @@ class TransactionInfo:
     """Deliveries sent under it (§4.4.3)."""
     failed: str | None
     staged_addresses: tuple[str, ...]
+    state: str = "open"
+    """"open", or "in-doubt": its connection was lost and it waits for a resolution (``checkback.py``)."""
 
 
 @dataclass(frozen=True)
@@ -141,12 +146,16 @@ class TransactionStats:
     """Rolled back because they outlived ``[broker] transaction_timeout`` (counted in ``rolled_back`` too)."""
     failed_commits: int = 0
     """Discharges with fail=false that rolled back instead (§4.4.4: ``amqp:transaction:rollback``)."""
+    in_doubt: int = 0
+    """Held in doubt when their connection was lost (``checkback.py``)."""
+    abandoned: int = 0
+    """In-doubt ones rolled back after ``check_max`` unanswered checks (counted in ``rolled_back`` too)."""
 
 
 class TransactionCounters:
     """The coordinator's own, live counters; embedders and tests get ``snapshot()`` copies."""
 
-    __slots__ = ("committed", "declared", "failed_commits", "rolled_back", "timed_out")
+    __slots__ = ("abandoned", "committed", "declared", "failed_commits", "in_doubt", "rolled_back", "timed_out")
 
     def __init__(self) -> None:
         self.declared = 0
@@ -154,6 +163,8 @@ class TransactionCounters:
         self.rolled_back = 0
         self.timed_out = 0
         self.failed_commits = 0
+        self.in_doubt = 0
+        self.abandoned = 0
 
     def snapshot(self) -> TransactionStats:
         return TransactionStats(
@@ -162,11 +173,13 @@ class TransactionCounters:
             rolled_back=self.rolled_back,
             timed_out=self.timed_out,
             failed_commits=self.failed_commits,
+            in_doubt=self.in_doubt,
+            abandoned=self.abandoned,
         )
 
 
-def info(txn: Transaction, now: float) -> TransactionInfo:
-    """Describe ``txn`` as of ``now``."""
+def info(txn: Transaction, now: float, state: str = "open") -> TransactionInfo:
+    """Describe ``txn`` as of ``now`` (``state``: "open" or "in-doubt")."""
     remote = txn.conn.remote_open
     return TransactionInfo(
         txn_id=txn.id,
@@ -177,6 +190,7 @@ def info(txn: Transaction, now: float) -> TransactionInfo:
         acquisitions=len(txn.acquired),
         failed=str(txn.failed.condition) if txn.failed is not None else None,
         staged_addresses=tuple(sorted({post.address for post in txn.posts})),
+        state=state,
     )
 
 

@@ -232,6 +232,11 @@ class ServerConnection:
         """True when the connection is over; flush ``data_to_send`` and close the socket."""
         return self.phase is Phase.FINISHED
 
+    @property
+    def closing(self) -> bool:
+        """True once the connection is ending (our close sent, or over): links detached now go with it."""
+        return self.phase is Phase.CLOSE_SENT or self.phase is Phase.FINISHED
+
     def data_to_send(self) -> bytes:
         """Take every byte queued for the peer."""
         if not self._out:

@@ -87,6 +87,7 @@ class ManagedBroker(Protocol):
     def topic(self, name: str) -> TopicHandle: ...
     def post(self, address: str, payload: bytes) -> None: ...
     def close_connection(self, conn_id: int, condition: str = ..., description: str | None = ...) -> bool: ...
+    def resolve_transaction(self, txn_id: bytes | str, *, commit: bool = ...) -> str: ...
     def reset(self) -> None: ...
     def drop_namespace(self) -> None: ...
     def namespace_view(self, name: str) -> ManagedBroker: ...
@@ -267,6 +268,8 @@ class ManagementApi:
         router.add("GET", "/api/topics/{name}", get_topic)
         router.add("DELETE", "/api/topics/{name}", delete_topic)
         router.add("GET", "/api/transactions", list_transactions)
+        router.add("POST", "/api/transactions/{id}/commit", commit_transaction)
+        router.add("POST", "/api/transactions/{id}/rollback", rollback_transaction)
         router.add("GET", "/api/stats", stats)
         router.add("GET", "/api/connections", list_connections)
         router.add("DELETE", "/api/connections/{id}", close_connection)
@@ -514,13 +517,40 @@ def _transaction_json(t: TransactionInfo) -> dict[str, Any]:
         "retirements": t.retirements,
         "acquisitions": t.acquisitions,
         "failed": t.failed,
-        "state": "failed" if t.failed else "open",
+        "state": t.state if t.state != "open" else "failed" if t.failed else "open",
         "addresses": list(t.staged_addresses),
     }
 
 
 async def list_transactions(call: Call) -> Response:
     return Response.json(200, [_transaction_json(t) for t in call.broker.transactions])
+
+
+async def commit_transaction(call: Call) -> Response:
+    """Resolve an in-doubt transaction by committing it (``minibroker/broker/checkback.py``)."""
+    return _resolve(call, commit=True)
+
+
+async def rollback_transaction(call: Call) -> Response:
+    """Resolve an in-doubt transaction by rolling it back."""
+    return _resolve(call, commit=False)
+
+
+def _resolve(call: Call, *, commit: bool) -> Response:
+    text = call.params["id"]
+    try:
+        txn_id = bytes.fromhex(text)
+    except ValueError:
+        txn_id = b""
+    if not txn_id:
+        raise HttpError(400, f"{text!r} is not a transaction id (hex)")
+    try:
+        state = call.broker.resolve_transaction(txn_id, commit=commit)
+    except LookupError as exc:
+        raise HttpError(404, str(exc)) from None
+    if commit and state != "committed":
+        raise HttpError(409, f"transaction {txn_id.hex()} could not be committed and was rolled back")
+    return Response.json(200, {"id": txn_id.hex(), "state": state})
 
 
 async def stats(call: Call) -> Response:
@@ -537,6 +567,8 @@ async def stats(call: Call) -> Response:
                 "rolled_back": txn.rolled_back,
                 "timed_out": txn.timed_out,
                 "failed": txn.failed_commits,
+                "in_doubt": txn.in_doubt,
+                "abandoned": txn.abandoned,
                 "open": len(broker.transactions),
             },
             "messages": {

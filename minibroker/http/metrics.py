@@ -140,7 +140,7 @@ def exposition(broker: Broker, journal: Journal | None = None) -> str:
         "minibroker_transactions_open",
         "gauge",
         "Transactions declared by the namespace's connections and not yet discharged.",
-        (((("namespace", ns.name),), len(broker.transactions_at(now, ns.connections))) for ns in namespaces),
+        (((("namespace", ns.name),), len(broker.transactions_at(now, ns.connections, ns))) for ns in namespaces),
     )
     stats = broker.txn_stats
     page.family(
@@ -149,19 +149,27 @@ def exposition(broker: Broker, journal: Journal | None = None) -> str:
         "Transactions declared (broker-wide).",
         [((), stats.declared)],
     )
-    # the core counts time-outs and failed commits among the rollbacks too: here each ending is counted once
-    rolled_back = max(0, stats.rolled_back - stats.timed_out - stats.failed_commits)
+    page.family(
+        "minibroker_transactions_in_doubt_total",
+        "counter",
+        "Transactions held in doubt when their connection was lost (check-back, broker-wide).",
+        [((), stats.in_doubt)],
+    )
+    # the core counts time-outs, failed commits and abandoned ones among the rollbacks too: here each ending is
+    # counted once
+    rolled_back = max(0, stats.rolled_back - stats.timed_out - stats.failed_commits - stats.abandoned)
     page.family(
         "minibroker_transactions_total",
         "counter",
         "Transactions ended (broker-wide), by how: committed; rolled_back (a discharge with fail=true, a "
         "connection that closed, an error on the link); timed_out (transaction_timeout); failed (a commit "
-        "that rolled back instead).",
+        "that rolled back instead); abandoned (in doubt, no answer after check_max checks).",
         [
             ((("outcome", "committed"),), stats.committed),
             ((("outcome", "rolled_back"),), rolled_back),
             ((("outcome", "timed_out"),), stats.timed_out),
             ((("outcome", "failed"),), stats.failed_commits),
+            ((("outcome", "abandoned"),), stats.abandoned),
         ],
     )
     page.family(

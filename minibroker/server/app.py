@@ -27,6 +27,7 @@ from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
 from minibroker.auth import LoginThrottle, PasswordBook
 from minibroker.broker import personality as personalities
+from minibroker.broker.checkback import CheckBackSettings
 from minibroker.broker.clock import WallClock
 from minibroker.broker.core import OFFERED_CAPABILITIES, Broker, BrokerSettings
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
@@ -655,6 +656,7 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
             max_selector_length=config.broker.max_selector_length,
             max_selector_properties_size=config.broker.max_selector_properties_size,
             personality=personalities.get(config.broker.personality),
+            check_back=check_back_settings(config),
         ),
         txn_ids=counter_ids(secrets.token_bytes(8)),
         clock=WallClock(time.time() - trio.current_time()),
@@ -663,6 +665,18 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
     for spec in config.faults:
         broker.add_fault(spec)
     return broker
+
+
+def check_back_settings(config: Config) -> CheckBackSettings:
+    """``[transactions]`` as the core takes it (``checkback.py``)."""
+    txn = config.transactions
+    return CheckBackSettings(
+        orphaned="hold" if txn.orphaned == "hold" else "rollback",
+        check_immunity=txn.check_immunity,
+        check_interval=txn.check_interval,
+        check_max=txn.check_max,
+        outcome_retention=txn.outcome_retention,
+    )
 
 
 @asynccontextmanager

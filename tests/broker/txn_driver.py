@@ -125,6 +125,8 @@ class Completed:
     delivery_id: int
     name: str | None
     delivery_count: int
+    payload: bytes = b""
+    """The whole encoded message."""
 
 
 @dataclass
@@ -299,10 +301,18 @@ class Peer:
         target = Target(dynamic=True) if dynamic else Target(address=address)
         self.send(frames.attach_sender(address, self.new_handle(name), name, target=target))
 
-    def attach_controller(self, name: str, *, rejects: bool = True, snd_settle_mode: int | None = None) -> None:
-        """A coordinator link; its source offers rejected (errors come as rejected) or only accepted."""
+    def attach_controller(
+        self,
+        name: str,
+        *,
+        rejects: bool = True,
+        snd_settle_mode: int | None = None,
+        capabilities: tuple[str, ...] = (),
+    ) -> None:
+        """A coordinator link; its source offers rejected (errors come as rejected) or only accepted; its target
+        asks for ``amqp:local-transactions`` and ``capabilities``."""
         outcomes = [ACCEPTED_LIST, REJECTED_LIST] if rejects else [ACCEPTED_LIST]
-        target = Coordinator(capabilities=[Symbol("amqp:local-transactions")])
+        target = Coordinator(capabilities=[Symbol(c) for c in ("amqp:local-transactions", *capabilities)])
         mode = None if snd_settle_mode is None else UInt(snd_settle_mode)
         attach = frames.attach_sender(
             None, self.new_handle(name), name, target=target, source=Source(outcomes=outcomes), snd_settle_mode=mode
@@ -463,7 +473,7 @@ class Peer:
             obs.aborted.append((name, delivery.delivery_id))
             return
         body, count = decode_message(delivery.payload)
-        obs.completed.append(Completed(name, delivery.delivery_id, name_in(body), count))
+        obs.completed.append(Completed(name, delivery.delivery_id, name_in(body), count, bytes(delivery.payload)))
         if not delivery.settled:
             self._held[delivery.delivery_id] = (name, name_in(body))
 

@@ -83,9 +83,9 @@ def wait_until_polled(broker: ThreadedBroker, count: int = 1, timeout: float = 1
         time.sleep(0.01)
 
 
-def open_transaction(peer: ScriptedPeer) -> bytes:
-    """Open, begin, declare a transaction and stage one post to ``staging`` under it; its id."""
-    peer.open()
+def open_transaction(peer: ScriptedPeer, container_id: str = "test-peer") -> bytes:
+    """Open (as ``container_id``), begin, declare a transaction and stage one post to ``staging`` under it; its id."""
+    peer.open(container_id=container_id)
     peer.begin()
     peer.attach_sender(
         None, 0, name="txn", source=Source(), target=Coordinator(capabilities=[Symbol("amqp:local-transactions")])
