@@ -71,9 +71,11 @@ def test_a_firing_is_counted_in_list_api_and_metrics() -> None:
     """One firing: hits 1 in list(), in GET /api/faults and minibroker_fault_firings_total{rule,point,action}."""
     with run_in_thread({"server": {"port": 0}, "http": {"port": 0}}) as broker:
         rule = broker.faults.add("connection", "drop", times=0)
-        with ScriptedPeer.connect("127.0.0.1", broker.port) as peer:
-            with pytest.raises(AssertionError, match="connection closed by the broker"):
-                peer.open(container_id="x")  # answered by a drop: no open, no close frame
+        with (
+            ScriptedPeer.connect("127.0.0.1", broker.port) as peer,
+            pytest.raises(AssertionError, match="connection closed by the broker"),
+        ):
+            peer.open(container_id="x")  # answered by a drop: no open, no close frame
         broker.wait_for(lambda: broker.faults.list()[0].hits == 1)
         assert call(broker, "GET", "/api/faults").json[0]["hits"] == 1
         metrics = call(broker, "GET", "/metrics").body.decode()
