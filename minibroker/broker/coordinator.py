@@ -49,10 +49,12 @@ from minibroker.amqp.states import Outcome, as_delivery_state, is_outcome
 from minibroker.amqp.types import DecodeError, Symbol
 from minibroker.broker.checkback import (
     COMMITTED,
+    IN_DOUBT,
     ROLLED_BACK,
     CheckBack,
     CheckLink,
     CheckRequest,
+    Doubt,
     Key,
     request_of,
 )
@@ -1058,7 +1060,12 @@ class Coordinator:
         if request.outcome is None:
             live = self._live(conn, txn_id)
             state = self.check_back.state(check.key, txn_id, self.clock.now, open_=live is not None)
-            if self.check_back.answer(conn, check.key, txn_id, state):
+            posts = None
+            if state == IN_DOUBT:
+                held = live if live is not None else self.check_back.find(txn_id, container=check.key[1])
+                txn = held.txn if isinstance(held, Doubt) else held
+                posts = len(txn.posts) if txn is not None else None
+            if self.check_back.answer(conn, check.key, txn_id, state, posts):
                 return None
             return error(Condition.PRECONDITION_FAILED, "attach a receiver from $txn-check first: answers go there")
         namespace = self.nodes.namespace_of(conn)

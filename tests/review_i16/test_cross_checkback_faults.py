@@ -61,7 +61,7 @@ def test_drop_connection_on_discharge_with_check_back_is_held_in_doubt() -> None
     assert states(w) == [(txn, "in-doubt")]
     back = checker(w)
     _, seen = tell(w, back, txn_id=txn.hex(), query=True)
-    assert received(seen, back) == [(txn, {"txn-id": txn.hex(), "state": "in-doubt"})]
+    assert received(seen, back) == [(txn, {"txn-id": txn.hex(), "state": "in-doubt", "posts": 1})]
     tell(w, back, txn_id=txn.hex(), outcome="commit")
     assert ready(w) == ["m1"]
     _, seen = tell(w, back, txn_id=txn.hex(), query=True)
@@ -102,4 +102,23 @@ def test_check_back_and_fault_delay_obey_only_the_broker_clock() -> None:
     assert states(w) == []
     assert view.txn_stats.abandoned == 1
     assert ready(w) == ["m1"]
+    assert w.broker.internal_errors == 0
+
+
+def test_a_query_tells_how_many_posts_an_in_doubt_transaction_holds() -> None:
+    """The connection is cut by ``transfer`` ``drop-connection`` before the post arrives: the transaction is in
+    doubt with no post. A producer that commits whatever is "in-doubt" (the README's example, as it was) loses the
+    order; the query's answer must say how many posts the broker holds so the producer can tell."""
+    w = world()
+    view = BrokerView(w)
+    view.faults.add("transfer", "drop-connection", address="q")
+    peer = producer(w)
+    txn = declare(w, peer)
+    peer.transfer("out", payload("m1"), state=TransactionalState(txn_id=txn))
+    w.settle()
+    assert peer.conn.finished
+    assert states(w) == [(txn, "in-doubt")]
+    back = checker(w)
+    _, seen = tell(w, back, txn_id=txn.hex(), query=True)
+    assert received(seen, back) == [(txn, {"txn-id": txn.hex(), "state": "in-doubt", "posts": 0})]
     assert w.broker.internal_errors == 0
