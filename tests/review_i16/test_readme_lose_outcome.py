@@ -31,3 +31,19 @@ def test_every_code_fence_of_the_readme_is_closed() -> None:
     fences = [line for line in README.read_text().splitlines() if line.startswith("```")]
     assert len(fences) % 2 == 0
     assert all(line == "```" for line in fences[1::2])  # each closing fence is bare
+
+
+@pytest.mark.timeout(60)
+def test_the_readme_example_sends_again_an_order_lost_before_its_post() -> None:
+    """The connection is cut as the order's post arrives (a ``transfer`` ``drop-connection`` rule added first):
+    the transaction is in doubt holding no post. Committing it (the example as it was) would lose the order; the
+    example sees ``posts`` 0, rolls it back and sends the order again: it is there once."""
+    with run_in_thread({"server": {"port": 0}, "transactions": {"orphaned": "hold"}}) as broker:
+        broker.faults.add("transfer", "drop-connection", address="orders")
+        code = python_block("### In-doubt transactions with check-back")
+        scope = {"url": broker.url, "broker": broker}
+        exec(compile(code, "README.md (in-doubt)", "exec"), scope)
+        assert scope["state"] == "rolled-back"
+        assert broker.transactions == []
+        assert broker.queue("orders").depth == 1  # sent again, once
+        assert broker.txn_stats.rolled_back == 1
