@@ -1047,6 +1047,16 @@ class Coordinator:
         self.recorder.record_then(work, lambda: None)
         return COMMITTED, None
 
+    def _open_in_group(self, key: Key, txn_id: bytes) -> Transaction | None:
+        """The transaction ``txn_id`` open on any live connection of the producer group ``key`` (a query from a new
+        connection while the old one is not yet known lost: it has not ended). Costs a pass over the connections
+        holding transactions, once per query."""
+        for conn, held in self._by_conn.items():
+            txn = held.open.get(txn_id)
+            if txn is not None and self._key(conn) == key:
+                return txn
+        return None
+
     def check_message(self, conn: ServerConnection, check: CheckLink, event: TransferReceived) -> None:
         """A message to ``$txn-check``: an in-doubt transaction's outcome (resolution c), or an outcome query."""
         delivery = event.delivery
@@ -1058,7 +1068,7 @@ class Coordinator:
         """Act on a readable ``$txn-check`` message; the error to reject it with, or None."""
         txn_id = request.txn_id
         if request.outcome is None:
-            live = self._live(conn, txn_id)
+            live = self._live(conn, txn_id) or self._open_in_group(check.key, txn_id)
             state = self.check_back.state(check.key, txn_id, self.clock.now, open_=live is not None)
             posts = None
             if state == IN_DOUBT:

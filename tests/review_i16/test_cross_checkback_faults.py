@@ -122,3 +122,19 @@ def test_a_query_tells_how_many_posts_an_in_doubt_transaction_holds() -> None:
     _, seen = tell(w, back, txn_id=txn.hex(), query=True)
     assert received(seen, back) == [(txn, {"txn-id": txn.hex(), "state": "in-doubt", "posts": 0})]
     assert w.broker.internal_errors == 0
+
+
+def test_a_query_from_a_second_connection_sees_a_transaction_still_open_on_the_first() -> None:
+    """Half-open TCP: the producer's first connection is not yet known lost (its transaction still open) when it
+    reconnects with the same container-id and asks. "unknown" would make it send the order again, and the first
+    transaction, held in doubt when the loss is noticed, could then be committed too: a duplicate. The answer must
+    be "in-doubt" (the issue: a transaction "not ended yet")."""
+    w = world()
+    peer = producer(w)
+    txn = declare(w, peer)
+    peer.transfer("out", payload("m1"), state=TransactionalState(txn_id=txn))
+    w.settle()
+    back = checker(w)  # same container, another connection; the first is still up
+    _, seen = tell(w, back, txn_id=txn.hex(), query=True)
+    assert received(seen, back) == [(txn, {"txn-id": txn.hex(), "state": "in-doubt", "posts": 1})]
+    assert w.broker.internal_errors == 0
