@@ -8,6 +8,7 @@ secret key (a password in ``[auth.users]``) is never shown in an error: only its
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -453,6 +454,8 @@ def _validate(config: Any, source: str, prefix: str) -> None:
         if config.orphaned not in ORPHANED:
             raise bad("orphaned", f"{config.orphaned!r} is not one of {', '.join(ORPHANED)}")
         for key in ("check_immunity", "check_interval", "outcome_retention"):
+            if not math.isfinite(getattr(config, key)):  # (NaN passes the checks below: never checked, held for ever)
+                raise bad(key, "must be a finite number of seconds")
             if getattr(config, key) < 0:
                 raise bad(key, "must not be negative")
         if config.check_interval == 0:

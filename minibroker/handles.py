@@ -347,7 +347,9 @@ class NamespaceView(Inspectable):
                 txn_id = bytes.fromhex(txn_id)
             except ValueError:
                 raise ValueError(f"txn_id: {txn_id!r} is not hex") from None
-        key = txn_id
+        if not isinstance(txn_id, bytes | bytearray | memoryview):
+            raise TypeError(f"txn_id: expected bytes or hex text, got {type(txn_id).__name__}")
+        key = bytes(txn_id)
 
         def resolve(broker: Broker) -> str:
             return broker.resolve_transaction(key, commit=commit, namespace=self._namespace(broker))[0]

@@ -31,7 +31,9 @@ as abandoned.
 An outcome query, ``{"txn-id": hex, "query": true}`` to ``$txn-check``, is answered on the sender's own
 ``$txn-check`` source links with ``{"txn-id", "state"}``: ``committed`` or ``rolled-back`` for a check-back
 transaction of that container that ended within ``outcome_retention`` seconds, ``in-doubt`` for one not ended
-yet (held in doubt, or still open), ``unknown`` otherwise. Outcomes are remembered for opted-in transactions only,
+yet (held in doubt, or still open), ``unknown`` otherwise. An ``in-doubt`` answer also says ``posts``, how many
+posts the broker holds for it (as the check messages do): a producer whose connection was lost before every post
+arrived must not commit it. Outcomes are remembered for opted-in transactions only,
 so a broker where nobody opts in pays nothing.
 
 All timers run on the broker's ``now`` (``next_deadline``/``due``), so virtual time drives them. In-doubt
@@ -314,10 +316,14 @@ class CheckBack:
         """``conn``'s outgoing ``$txn-check`` links."""
         return [c for c in self._links.get(key, ()) if c.conn is conn]
 
-    def answer(self, conn: ServerConnection, key: Key, txn_id: bytes, state: str) -> bool:
-        """Send a query's answer on ``conn``'s ``$txn-check`` source links; whether it has any."""
+    def answer(self, conn: ServerConnection, key: Key, txn_id: bytes, state: str, posts: int | None = None) -> bool:
+        """Send a query's answer on ``conn``'s ``$txn-check`` source links (with ``posts``, the posts an ``in-doubt``
+        one holds, when given); whether it has any."""
         links = self.links_of(conn, key)
-        answer = _message(txn_id, {"txn-id": txn_id.hex(), "state": state})
+        properties: dict[str, Any] = {"txn-id": txn_id.hex(), "state": state}
+        if posts is not None:
+            properties["posts"] = posts
+        answer = _message(txn_id, properties)
         for link in links:
             self.send(link, answer)
         return bool(links)

@@ -49,10 +49,12 @@ from minibroker.amqp.states import Outcome, as_delivery_state, is_outcome
 from minibroker.amqp.types import DecodeError, Symbol
 from minibroker.broker.checkback import (
     COMMITTED,
+    IN_DOUBT,
     ROLLED_BACK,
     CheckBack,
     CheckLink,
     CheckRequest,
+    Doubt,
     Key,
     request_of,
 )
@@ -1045,6 +1047,16 @@ class Coordinator:
         self.recorder.record_then(work, lambda: None)
         return COMMITTED, None
 
+    def _open_in_group(self, key: Key, txn_id: bytes) -> Transaction | None:
+        """The transaction ``txn_id`` open on any live connection of the producer group ``key`` (a query from a new
+        connection while the old one is not yet known lost: it has not ended). Costs a pass over the connections
+        holding transactions, once per query."""
+        for conn, held in self._by_conn.items():
+            txn = held.open.get(txn_id)
+            if txn is not None and self._key(conn) == key:
+                return txn
+        return None
+
     def check_message(self, conn: ServerConnection, check: CheckLink, event: TransferReceived) -> None:
         """A message to ``$txn-check``: an in-doubt transaction's outcome (resolution c), or an outcome query."""
         delivery = event.delivery
@@ -1056,9 +1068,14 @@ class Coordinator:
         """Act on a readable ``$txn-check`` message; the error to reject it with, or None."""
         txn_id = request.txn_id
         if request.outcome is None:
-            live = self._live(conn, txn_id)
+            live = self._live(conn, txn_id) or self._open_in_group(check.key, txn_id)
             state = self.check_back.state(check.key, txn_id, self.clock.now, open_=live is not None)
-            if self.check_back.answer(conn, check.key, txn_id, state):
+            posts = None
+            if state == IN_DOUBT:
+                held = live if live is not None else self.check_back.find(txn_id, container=check.key[1])
+                txn = held.txn if isinstance(held, Doubt) else held
+                posts = len(txn.posts) if txn is not None else None
+            if self.check_back.answer(conn, check.key, txn_id, state, posts):
                 return None
             return error(Condition.PRECONDITION_FAILED, "attach a receiver from $txn-check first: answers go there")
         namespace = self.nodes.namespace_of(conn)

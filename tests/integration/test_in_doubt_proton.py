@@ -16,9 +16,7 @@ from proton import Data, Message, symbol
 from proton.handlers import TransactionHandler
 from proton.reactor import Container, Transaction
 
-from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
-from tests.http.client import open_transaction
 from tests.integration.helpers import Scenario, blocking_connection, run
 from tests.test_readme_examples import python_block
 
@@ -166,13 +164,14 @@ def test_the_producer_answers_the_check_message() -> None:
 
 
 def test_the_readme_example_commits_an_in_doubt_transaction() -> None:
-    """The README's example, run as written against a transaction held in doubt for ``orders-app``."""
+    """The README's example, run as written, with the connection cut before the commit is applied (a
+    ``drop-connection`` rule added first wins over the example's ``lose-outcome``): held in doubt, the query
+    answers ``in-doubt`` and the example commits it; the order is there once."""
     with run_in_thread({"server": {"port": 0}, "transactions": {"orphaned": "hold"}}) as broker:
-        with ScriptedPeer.connect("127.0.0.1", broker.port) as peer:
-            txn_id = open_transaction(peer, container_id="orders-app")
-        broker.wait_for(lambda: [t.state for t in broker.transactions] == ["in-doubt"])
+        broker.faults.add("discharge", "drop-connection")
         code = python_block("### In-doubt transactions with check-back")
-        exec(compile(code, "README.md (in-doubt)", "exec"), {"url": broker.url, "txn_id": txn_id})
-        broker.wait_for(queue="staging", depth=1)
+        exec(compile(code, "README.md (in-doubt)", "exec"), {"url": broker.url, "broker": broker})
+        assert [(r.action, r.hits) for r in broker.faults.list()] == [("drop-connection", 1), ("lose-outcome", 0)]
         assert broker.transactions == []
-        assert broker.queue("orders").depth == 0  # not sent again
+        assert broker.queue("orders").depth == 1  # committed by the outcome message, not sent again
+        assert broker.txn_stats.committed == 1
