@@ -389,12 +389,13 @@ class Coordinator:
             err = self._timeout_error(personality)
             self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
-        if conn.has_incomplete_transfers and any(
-            txn.id in named_transactions(partial) for partial in conn.incomplete_transfers()
+        if txn.delayed or (
+            conn.has_incomplete_transfers
+            and any(txn.id in named_transactions(partial) for partial in conn.incomplete_transfers())
         ):
             # §4.4.1: "It is an error for the controller to attempt to discharge a transaction against which a
             # partial delivery has been posted. Should this happen, the control link MUST be terminated with
-            # the transaction-rollback error."
+            # the transaction-rollback error." A post a ``delay`` fault holds back is not complete either.
             self._rollback_all([txn], stop=True)
             err = error(Condition.TRANSACTION_ROLLBACK, "discharged while a transfer posted in it was incomplete")
             self._detach(controller, err)
@@ -670,6 +671,14 @@ class Coordinator:
             if consumer.attached:
                 self._stopped[consumer] = txn_id
                 self.dispatcher.stop(consumer)
+
+    def hold_post(self, conn: ServerConnection, delivery: IncomingDelivery, change: int) -> None:
+        """A transactional transfer a ``delay`` fault holds back (``change`` 1), or takes now (-1): until it is taken,
+        the transactions it names count it as an incomplete post (a commit of one fails, as §4.4.1 says)."""
+        for txn_id in named_transactions(delivery):
+            txn = self._live(conn, txn_id)
+            if txn is not None:
+                txn.delayed = max(0, txn.delayed + change)
 
     def discarded(self, conn: ServerConnection, states: list[object]) -> None:
         """A transfer was discarded before it was whole (not aborted by its sender): a transaction it was

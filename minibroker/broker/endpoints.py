@@ -523,6 +523,8 @@ class Endpoints:
             self.injection.drop(conn)
             return True
         if action == "delay":
+            if _transactional(delivery):
+                self.coordinator.hold_post(conn, delivery, 1)
             self.injection.later(rule.delay, partial(self._late_take, conn, producer, event))
             return True
         if action == "reject":
@@ -534,6 +536,8 @@ class Endpoints:
 
     def _late_take(self, conn: ServerConnection, producer: Producer, event: TransferReceived) -> None:
         """A transfer a ``delay`` fault held back, taken now (unless its link went meanwhile)."""
+        if _transactional(event.delivery):
+            self.coordinator.hold_post(conn, event.delivery, -1)
         if producer.link.state is LinkState.ATTACHED and not conn.finished:
             self._late[id(event)] = event
             self.transfer(conn, event)

@@ -75,6 +75,7 @@ class Transaction:
         "controller",
         "created",
         "deadline",
+        "delayed",
         "failed",
         "id",
         "outcomes",
@@ -88,6 +89,8 @@ class Transaction:
         self.conn = conn
         self.controller = controller
         self.created = created
+        self.delayed = 0
+        """Posts in it that a ``delay`` fault holds back (``Coordinator.hold_post``): a commit meanwhile fails."""
         self.deadline: float | None = None
         """When it times out (None: not yet timed: never, or from its first operation)."""
         # state: what transfers acquired under it carry (§4.4.3), made when a link first acquires under it;
