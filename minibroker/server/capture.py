@@ -111,17 +111,34 @@ def redact(frame: bytes) -> bytes:
     return encode_frame(channel, performative, frame_type=SASL_FRAME)
 
 
-class ConnectionCapture:
-    """The frames of one connection, at most ``limit``, the oldest dropped (and counted) beyond."""
+BYTE_LIMIT = 16 * 1024 * 1024
+"""Bytes of frames kept per connection, whatever ``capture_limit`` allows (a few large transfers must not hold
+hundreds of megabytes): beyond, the oldest frames are dropped (and counted)."""
 
-    def __init__(self, conn_id: int, limit: int, client: Address | None = None, server: Address | None = None) -> None:
+
+class ConnectionCapture:
+    """The frames of one connection, at most ``limit`` and ``byte_limit`` bytes, the oldest dropped (and counted)
+    beyond."""
+
+    def __init__(
+        self,
+        conn_id: int,
+        limit: int,
+        client: Address | None = None,
+        server: Address | None = None,
+        byte_limit: int = BYTE_LIMIT,
+    ) -> None:
         self.conn_id = conn_id
         self.client = client
         """The client's (host, port), None when not on a socket."""
         self.server = server
         """The broker's (host, port) this connection came in on, None when not on a socket."""
-        self.frames: deque[tuple[float, str, bytes]] = deque(maxlen=limit)
+        self.frames: deque[tuple[float, str, bytes]] = deque()
         """(wall time, direction, raw frame) in the order they crossed the wire."""
+        self.limit = limit
+        self.byte_limit = byte_limit
+        self.bytes = 0
+        """Bytes of the frames kept."""
         self.dropped = 0
         self.closed = False
         self._split = {IN: FrameSplitter(), OUT: FrameSplitter()}
@@ -143,9 +160,11 @@ class ConnectionCapture:
 
     def _keep(self, now: float, direction: str, piece: bytes) -> None:
         frames = self.frames
-        if len(frames) == frames.maxlen:
-            self.dropped += 1
         frames.append((now, direction, piece))
+        self.bytes += len(piece)
+        while len(frames) > self.limit or (self.bytes > self.byte_limit and len(frames) > 1):
+            self.bytes -= len(frames.popleft()[2])
+            self.dropped += 1
 
     def records(self) -> list[dict[str, Any]]:
         """Every kept frame, decoded (``describe``)."""

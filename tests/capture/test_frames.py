@@ -196,3 +196,17 @@ def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch)
     exec(compile(python_block("### Frame capture and replay"), "README.md (capture)", "exec"), {})
     assert json.loads((tmp_path / "orders.json").read_text())["connection"] == 1
     assert (tmp_path / "orders.pcap").read_bytes()[:4] == b"\xd4\xc3\xb2\xa1"
+
+
+def test_a_connection_keeps_at_most_its_byte_budget_of_frames() -> None:
+    """Large transfers cannot make a capture hold more than ``byte_limit`` bytes: the oldest frames go (and are
+    counted), whatever ``capture_limit`` allows."""
+    from minibroker.server.capture import ConnectionCapture
+
+    capture = ConnectionCapture(1, limit=10000, byte_limit=100_000)
+    frame = (40_000).to_bytes(4, "big") + bytes([2, 0, 0, 0]) + b"\x00" * (40_000 - 8)
+    for _ in range(10):
+        capture.sent(frame, 0.0)
+    assert capture.bytes <= 100_000
+    assert len(capture.frames) == 2
+    assert capture.dropped == 8
