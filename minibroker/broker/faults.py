@@ -186,6 +186,10 @@ def container_of(conn: ServerConnection) -> str:
     return str(remote.container_id) if remote is not None else ""
 
 
+MAX_RULES = 1000
+"""Rules one broker holds at once (every event walks them): one more is refused."""
+
+
 class Faults:
     """The fault rules of one broker."""
 
@@ -195,6 +199,8 @@ class Faults:
         self._ids = itertools.count(1)
 
     def add(self, spec: FaultSpec) -> FaultRule:
+        if len(self.rules) >= MAX_RULES:
+            raise ValueError(f"at most {MAX_RULES} fault rules at once; remove some first (DELETE /api/faults)")
         rule = FaultRule(next(self._ids), spec)
         self.rules.append(rule)
         log.info("fault rule %d added: %s %s", rule.id, spec.point, spec.action)

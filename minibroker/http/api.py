@@ -662,7 +662,11 @@ async def add_fault(call: Call) -> Response:
         spec = FaultSpec.from_mapping(raw)
     except (TypeError, ValueError) as exc:
         raise HttpError(400, str(exc)) from None
-    return Response.json(201, {"id": call.broker.faults.add(**spec.as_json())})
+    try:
+        rule_id = call.broker.faults.add(**spec.as_json())
+    except ValueError as exc:  # the bound on rules
+        raise HttpError(400, str(exc)) from None
+    return Response.json(201, {"id": rule_id})
 
 
 async def list_faults(call: Call) -> Response:

@@ -127,3 +127,15 @@ def test_the_remote_handle_speaks_the_same_api(broker: ThreadedBroker) -> None:
     remote.faults.add("deliver", "delay", delay=1.5)
     remote.faults.clear()
     assert remote.faults.list() == []
+
+
+def test_rules_beyond_the_bound_are_refused() -> None:
+    """Every event walks the rules, so a broker holds at most ``MAX_RULES``: one more is refused naming the bound
+    (over HTTP a 400 with that message)."""
+    from minibroker.broker.faults import MAX_RULES, Faults, FaultSpec
+
+    faults = Faults()
+    for _ in range(MAX_RULES):
+        faults.add(FaultSpec("transfer", "reject"))
+    with pytest.raises(ValueError, match=f"at most {MAX_RULES} fault rules"):
+        faults.add(FaultSpec("transfer", "reject"))
