@@ -4,10 +4,8 @@ frame) is captured as closed, its pcap still decodes in tshark, and its replay n
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from minibroker.testing import frames
 from minibroker.testing.peer import ScriptedPeer
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
 from tests.capture.test_frames import CAPTURING
+from tests.capture.test_pcap_and_replay import replay
 from tests.http.client import open_transaction
 
 ROOT = Path(__file__).parents[2]
@@ -35,13 +34,6 @@ def lost_commit(broker: ThreadedBroker) -> None:
     broker.wait_for(queue="staging", depth=1)
     # the capture is marked closed when the connection's task ends, a moment after the core forgot it
     broker.wait_for(lambda: (broker.capture(1) or {}).get("closed") is True, timeout=10)
-
-
-def replay(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "minibroker", "replay", *args], capture_output=True, text=True, env=env, timeout=60
-    )
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,12 @@ def world(**check: Any) -> World:
     return World(Broker(BrokerSettings(check_back=CheckBackSettings(**check))))
 
 
-def test_lose_outcome_then_query_answers_committed_exactly_once() -> None:
-    """lose-outcome on a check-back controller's commit: the commit is applied, the connection dropped; a
-    returning producer's outcome query must say "committed" (not "unknown"/"in-doubt") and the message is there
-    once, with nothing left in doubt."""
+def commit_under_fault(action: str) -> tuple[World, BrokerView, bytes]:
+    """A check-back producer posts m1 in a transaction and commits it while discharge fault ``action`` is set; its
+    connection is gone afterwards. The world, its view and the txn-id."""
     w = world()
     view = BrokerView(w)
-    view.faults.add("discharge", "lose-outcome")
+    view.faults.add("discharge", action)
     peer = producer(w)
     txn = declare(w, peer)
     peer.transfer("out", payload("m1"), state=TransactionalState(txn_id=txn))
@@ -30,6 +29,14 @@ def test_lose_outcome_then_query_answers_committed_exactly_once() -> None:
     peer.discharge("ctl", txn, fail=False)
     w.settle()
     assert peer.conn.finished
+    return w, view, txn
+
+
+def test_lose_outcome_then_query_answers_committed_exactly_once() -> None:
+    """lose-outcome on a check-back controller's commit: the commit is applied, the connection dropped; a
+    returning producer's outcome query must say "committed" (not "unknown"/"in-doubt") and the message is there
+    once, with nothing left in doubt."""
+    w, view, txn = commit_under_fault("lose-outcome")
     assert ready(w) == ["m1"]
     assert states(w) == []
     back = checker(w)
@@ -47,16 +54,7 @@ def test_drop_connection_on_discharge_with_check_back_is_held_in_doubt() -> None
     """drop-connection on a check-back controller's discharge cuts the connection before applying: the
     transaction was open when the connection was lost, so (in-doubt section) it is held, not rolled back; a
     query says in-doubt and the producer can still commit it; the message appears once."""
-    w = world()
-    view = BrokerView(w)
-    view.faults.add("discharge", "drop-connection")
-    peer = producer(w)
-    txn = declare(w, peer)
-    peer.transfer("out", payload("m1"), state=TransactionalState(txn_id=txn))
-    w.settle()
-    peer.discharge("ctl", txn, fail=False)
-    w.settle()
-    assert peer.conn.finished
+    w, _, txn = commit_under_fault("drop-connection")
     assert ready(w) == []
     assert states(w) == [(txn, "in-doubt")]
     back = checker(w)
