@@ -22,7 +22,7 @@ from pathlib import Path
 
 import trio
 
-from minibroker import auth, health, manage_cli, replay
+from minibroker import auth, health, manage_cli
 from minibroker.broker import personality as personalities
 from minibroker.config import CLOCK_MODES, Config, ConfigError
 from minibroker.server.app import serve
@@ -197,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["personalities"]:
         return print_personalities(argv[1:])
     if argv[:1] == ["replay"]:
+        from minibroker import replay  # imported only for the subcommand
+
         return replay.main(argv[1:])
     if argv[:1] and argv[0] in manage_cli.COMMANDS:
         return manage_cli.main(argv[0], argv[1:])

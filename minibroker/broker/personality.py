@@ -14,7 +14,6 @@ each meet the behaviour of theirs.
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -582,6 +581,7 @@ def names() -> list[str]:
 
 def markdown_table() -> str:
     """Every personality's quirks with their sources, as the README's Markdown table (one row per quirk)."""
+    import html  # only ``minibroker personalities --markdown`` needs it
 
     def cell(text: str) -> str:
         return html.escape(text, quote=False).replace("|", "\\|")

@@ -37,18 +37,17 @@ from minibroker.config import Config, TlsConfig
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import CaptureOff, NamespaceView
-from minibroker.server.capture import Address, CaptureStore
 from minibroker.server.clock import BrokerTime
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.journal import JournalWriter
 from minibroker.server.login import LoginChecker
-from minibroker.server.pcap import write_pcap
 from minibroker.server.trace import FrameTracer
 from minibroker.store.journal import Journal, JournalError
 from minibroker.store.state import DurableState
 
-if TYPE_CHECKING:  # loaded at run time only with the HTTP listener on (start_http)
+if TYPE_CHECKING:  # loaded at run time only when used: the HTTP listener (start_http), frame capture
     from minibroker.http.api import ManagementApi
+    from minibroker.server.capture import Address, CaptureStore
 
 log = logging.getLogger("minibroker")
 
@@ -264,8 +263,12 @@ class _Server:
         """Listeners bound (and recovery done, which comes before): what ``/readyz`` tells."""
         self.namespace_ports: dict[str, int] = {}
         """The plain listener's port of each namespace that has one."""
-        self.captures = CaptureStore(config.broker.capture_limit) if config.broker.capture else None
+        self.captures: CaptureStore | None = None
         """Every connection's frames, with ``[broker] capture``; None when off."""
+        if config.broker.capture:
+            from minibroker.server.capture import CaptureStore  # imported only when capturing
+
+            self.captures = CaptureStore(config.broker.capture_limit)
         broker.on_change = self._on_change
 
     def _on_change(self) -> None:
@@ -527,6 +530,8 @@ class RunningBroker(NamespaceView):
 
     def pcap(self) -> bytes:
         """Every kept capture as a pcap file (``minibroker.server.pcap``); ``CaptureOff`` when off."""
+        from minibroker.server.pcap import write_pcap  # imported only when asked for
+
         return write_pcap(self._captures().all())
 
     def write_pcap(self, path: str | Path) -> None:

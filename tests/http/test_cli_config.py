@@ -139,14 +139,17 @@ def test_a_port_in_use_exits_1_naming_the_listener(option: str, expected: str) -
 
 def test_a_broker_without_the_http_listener_never_loads_h11() -> None:
     """The management API costs nothing when it is off: neither h11 nor minibroker.http is imported by the
-    package, the command line or a broker that serves AMQP only (start-up time, issue 19)."""
+    package, the command line or a broker that serves AMQP only (start-up time, issue 19); nor are frame capture,
+    the pcap writer and ``minibroker replay`` when capture is off."""
     code = (
         "import sys, trio, minibroker, minibroker.cli\n"
         "async def main():\n"
         "    async with minibroker.serve({'server': {'port': 0}}):\n"
         "        pass\n"
         "trio.run(main)\n"
-        "loaded = sorted(m for m in sys.modules if m == 'h11' or m.startswith(('h11.', 'minibroker.http')))\n"
+        "lazy = ('h11.', 'minibroker.http', 'minibroker.replay', 'minibroker.server.capture',\n"
+        "        'minibroker.server.pcap')\n"
+        "loaded = sorted(m for m in sys.modules if m == 'h11' or m.startswith(lazy))\n"
         "print(loaded)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
