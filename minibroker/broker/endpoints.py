@@ -42,6 +42,7 @@ from minibroker.broker.attach import (
     AttachCoordinator,
     AttachDecision,
     AttachProducer,
+    AttachService,
     Refuse,
     ResumeSubscription,
     decide,
@@ -61,6 +62,7 @@ from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
 from minibroker.broker.queue import Queue
+from minibroker.broker.services import ServiceLink, Services
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import Deferred
@@ -76,7 +78,7 @@ from minibroker.engine.events import (
 )
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
-Linked = Consumer | Producer | Controller | CheckLink
+Linked = Consumer | Producer | Controller | CheckLink | ServiceLink
 
 
 def _transactional(delivery: IncomingDelivery) -> bool:
@@ -117,6 +119,8 @@ class Endpoints:
         self.injection = Injection()
         """Fault injection (set by the core): points ``attach`` and ``transfer``."""
         self._late: dict[int, TransferReceived] = {}  # transfers a ``delay`` fault held back, being taken now
+        self.services = Services(outbox)
+        """Service nodes of the ``servicebus`` personality (``$cbs``)."""
 
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open
@@ -143,6 +147,8 @@ class Endpoints:
             self._attach_producer(conn, link, decision)
         elif isinstance(decision, AttachCheck):
             self._attach_check(conn, link, decision)
+        elif isinstance(decision, AttachService):
+            self._attach_service(conn, link, decision)
         else:
             self._attach_coordinator(conn, link, decision)
         context = link.context
@@ -259,7 +265,12 @@ class Endpoints:
             capabilities=source.capabilities,
         )
         conn.accept_attach(
-            link, source=reply, target=link.target, context=consumer, rcv_settle_mode=decision.rcv_settle_mode
+            link,
+            source=reply,
+            target=link.target,
+            context=consumer,
+            rcv_settle_mode=decision.rcv_settle_mode,
+            lock_tokens=self.nodes.personality_of(conn).servicebus,
         )
         self.dispatcher.add_consumer(consumer)
         self.dispatcher.dispatch(consumer.queue)
@@ -362,6 +373,14 @@ class Endpoints:
             conn.grant_credit(link, self.settings.link_credit)
         self.coordinator.check_back.attached(check)
 
+    def _attach_service(self, conn: ServerConnection, link: Link, decision: AttachService) -> None:
+        """A link to or from a Service Bus service node (``services.py``)."""
+        service = ServiceLink(conn, link, decision.node, outgoing=decision.outgoing)
+        conn.accept_attach(link, source=link.source, target=link.target, context=service)
+        if not decision.outgoing:
+            conn.grant_credit(link, self.settings.link_credit)
+        self.services.attached(service)
+
     # -- detach -----------------------------------------------------------------------------------------
     def detached(self, conn: ServerConnection, event: LinkDetached) -> None:
         context = event.link.context
@@ -387,6 +406,8 @@ class Endpoints:
             self.coordinator.controller_gone(context)
         elif isinstance(context, CheckLink):
             self.coordinator.check_back.detached(context)
+        elif isinstance(context, ServiceLink):
+            self.services.detached(context)
 
     def _consumer_detached(self, consumer: Consumer, *, closed: bool) -> None:
         self.dispatcher.remove_consumer(consumer)
@@ -421,6 +442,8 @@ class Endpoints:
         if not isinstance(consumer, Consumer):
             if isinstance(consumer, CheckLink):
                 self.coordinator.check_back.flow(consumer)
+            elif isinstance(consumer, ServiceLink):
+                self.services.flow(consumer)
             return
         if event.properties is not None:
             err = self.coordinator.flow(conn, consumer, event.properties)
@@ -451,6 +474,9 @@ class Endpoints:
         if not isinstance(context, Producer):
             if isinstance(context, CheckLink):
                 self.coordinator.check_message(conn, context, event)
+                self._top_up(conn, context.link)
+            elif isinstance(context, ServiceLink):
+                self.services.request(context, event.payload, event.delivery)
                 self._top_up(conn, context.link)
             return
         if self.injection.rules and self._transfer_fault(conn, context, event):

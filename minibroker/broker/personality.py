@@ -135,6 +135,11 @@ class Personality:
     """How addresses name nodes: node names with optional ``queue://``/``topic://`` prefixes ("plain"), or RabbitMQ
     4's ``/queues/NAME`` and ``/exchanges/NAME/KEY`` ("rabbitmq": an attach never creates a queue)."""
 
+    servicebus: bool = False
+    """Azure Service Bus as its SDKs meet it (issue 17, ``minibroker.servicebus``): addresses are URIs, ``$cbs``
+    answers put-token, deliveries carry lock tokens and Service Bus annotations, dead-letters go to
+    ``<entity>/$DeadLetterQueue``, batch messages are split."""
+
     # -- strict -----------------------------------------------------------------------------------------------------
     strict: bool = False
     """Client mistakes that ``minibroker`` tolerates are errors naming the specification's section."""
@@ -527,6 +532,7 @@ SERVICEBUS = Personality(
     timeout_from="first-operation",
     transactional_acquisition="refuse",
     settle_second_at_once=True,
+    servicebus=True,
 )
 
 PROTON = Personality(
