@@ -8,7 +8,16 @@ import uuid
 import pytest
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, AmqpValue, ApplicationProperties, Properties, Target
+from minibroker.amqp.definitions import (
+    Accepted,
+    AmqpValue,
+    ApplicationProperties,
+    Header,
+    MessageAnnotations,
+    Properties,
+    Target,
+    Transfer,
+)
 from minibroker.testing import frames
 from tests.broker.txn_driver import Peer, World
 from tests.personalities.harness import payload, peer, ready, world
@@ -115,3 +124,40 @@ def test_entity_uri_names_the_entity() -> None:
         p.transfer("p", payload("m"))
         w.settle()
         assert ready(w, "orders") == expected, name
+
+
+def test_delivery_is_stamped() -> None:
+    """servicebus: a message sent without a message-id is delivered with one, a 16-octet delivery-tag, a header
+    delivery-count and the Service Bus annotations; minibroker delivers the bytes as they came."""
+    for name in ("servicebus", "minibroker"):
+        w = world(name)
+        p = peer(w)
+        p.attach_producer("p", "orders")
+        p.attach_consumer("c", "orders", presettled=False, default_outcome=None)
+        w.settle()
+        sent = payload("m")
+        p.transfer("p", sent)
+        p.flow("c", 1)
+        w.settle()
+        (completed,) = [c for c in p.observed.completed if c.link == "c"]
+        (transfer,) = [f for f in p.observed.performatives if isinstance(f, Transfer)]
+        if name == "minibroker":
+            assert completed.payload == sent
+            assert len(transfer.delivery_tag) == 8
+            continue
+        header, pos = codec.decode(completed.payload)
+        annotations, pos = codec.decode(completed.payload, pos)
+        properties, _ = codec.decode(completed.payload, pos)
+        assert isinstance(header, Header)
+        assert header.delivery_count == 0
+        assert isinstance(annotations, MessageAnnotations)
+        assert set(annotations.value) == {
+            "x-opt-enqueued-time",
+            "x-opt-sequence-number",
+            "x-opt-locked-until",
+            "x-opt-message-state",
+        }
+        assert annotations.value["x-opt-sequence-number"] == 1
+        assert isinstance(properties, Properties)
+        assert isinstance(properties.message_id, str)
+        assert len(transfer.delivery_tag) == 16

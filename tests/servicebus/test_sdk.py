@@ -134,3 +134,17 @@ def test_topic_subscription(client: ServiceBusClient) -> None:
         (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
         assert str(message) == "happened"
         receiver.complete_message(message)
+
+
+def test_send_a_list(client: ServiceBusClient) -> None:
+    with client.get_queue_sender("listed") as sender:
+        sender.send_messages([ServiceBusMessage("one"), ServiceBusMessage("two")])
+    with client.get_queue_receiver("listed") as receiver:
+        received = receiver.receive_messages(max_message_count=2, max_wait_time=5)
+        while len(received) < 2:
+            more = receiver.receive_messages(max_message_count=2, max_wait_time=2)
+            assert more
+            received += more
+        assert [str(m) for m in received] == ["one", "two"]
+        for message in received:
+            receiver.complete_message(message)
