@@ -229,8 +229,12 @@ def decide(link: Link, context: AttachContext) -> AttachDecision:
         return AttachCheck(outgoing=link.is_sender)  # strict: an ordinary address (the extension is off)
     if personality.servicebus:
         address = _address(link.source if link.is_sender else link.target)
-        if isinstance(address, str) and sb_addresses.entity_path(address) == sb_addresses.CBS:
+        path = sb_addresses.entity_path(address) if isinstance(address, str) else None
+        if path == sb_addresses.CBS:
             return AttachService(sb_addresses.CBS, outgoing=link.is_sender)
+        if path is not None and sb_addresses.is_management(path):
+            # refused at once, so that an SDK operation that needs it fails instead of waiting for an answer
+            return Refuse(error(Condition.NOT_IMPLEMENTED, f"{path}: the $management node is not implemented yet"))
     if link.is_sender:
         return decide_consumer(link, context)
     if isinstance(link.target, Coordinator):

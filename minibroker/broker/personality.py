@@ -534,7 +534,8 @@ SERVICEBUS = Personality(
         ),
         Quirk(
             "entity addresses are URIs (amqps://host:port/ENTITY, even without TLS): scheme and authority are "
-            "stripped; TOPIC/Subscriptions/NAME is subscription NAME of topic TOPIC, shared by its receivers",
+            "stripped; TOPIC/Subscriptions/NAME is subscription NAME of topic TOPIC, shared by its receivers; "
+            "ENTITY/$management is refused with amqp:not-implemented (not implemented yet)",
             _AZURE_SB + "_servicebus_sender.py, _servicebus_receiver.py (_entity_uri)",
         ),
         Quirk(

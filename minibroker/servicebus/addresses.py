@@ -11,6 +11,9 @@ from __future__ import annotations
 
 CBS = "$cbs"
 """The claims-based-security node (``_pyamqp/cbs.py`` ``CBSAuthenticator``: ``management_link`` on ``"$cbs"``)."""
+MANAGEMENT = "$management"
+"""An entity's management node (``_servicebus_receiver.py`` / ``_servicebus_sender.py``: ``entity + "/$management"``;
+not implemented yet)."""
 DEAD_LETTER_QUEUE = "$DeadLetterQueue"
 """The dead-letter sub-queue of an entity (``_common/constants.py`` ``DEAD_LETTER_QUEUE_SUFFIX``)."""
 _SUBSCRIPTIONS = "/subscriptions/"
@@ -36,6 +39,11 @@ def subscription(path: str) -> tuple[str, str, str] | None:
     if not name:
         return None
     return topic, name, sub_queue
+
+
+def is_management(path: str) -> bool:
+    """Whether ``path`` names a management node (``$management`` or ``ENTITY/$management``)."""
+    return path == MANAGEMENT or path.endswith("/" + MANAGEMENT)
 
 
 def dead_letter_queue(entity: str) -> str:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
+from azure.servicebus.exceptions import ServiceBusError
+
+from minibroker.testing.thread import ThreadedBroker
+from tests.servicebus.conftest import connection_string
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -148,3 +152,27 @@ def test_send_a_list(client: ServiceBusClient) -> None:
         assert [str(m) for m in received] == ["one", "two"]
         for message in received:
             receiver.complete_message(message)
+
+
+def test_management_operations_fail_fast(sb_broker: ThreadedBroker) -> None:
+    """``$management`` is not implemented yet: an operation that needs it (peek) fails, it does not hang."""
+    with (
+        ServiceBusClient.from_connection_string(connection_string(sb_broker.port), retry_total=0) as client,
+        client.get_queue_receiver("peeked") as receiver,
+        pytest.raises(ServiceBusError),
+    ):
+        receiver.peek_messages(max_message_count=1)
+
+
+def test_subscription_dead_letter(client: ServiceBusClient) -> None:
+    with client.get_subscription_receiver("alerts", "ops") as receiver:
+        with client.get_topic_sender("alerts") as sender:
+            sender.send_messages(ServiceBusMessage("fire"))
+        (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        receiver.dead_letter_message(message, reason="ignored")
+    with client.get_subscription_receiver("alerts", "ops", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
+        (dead,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        assert str(dead) == "fire"
+        assert dead.dead_letter_reason == "ignored"
+        assert dead.dead_letter_source == "alerts/Subscriptions/ops"
+        receiver.complete_message(dead)
