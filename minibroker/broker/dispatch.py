@@ -159,8 +159,9 @@ class Dispatcher:
         self.injection = Injection()
         """Fault injection (set by the core): point ``deliver``."""
         self._late: dict[int, Message] = {}  # messages a ``delay`` fault held back (by id), sent once it is over
-        self.deferred: dict[tuple[Queue, int], Message] = {}
-        """Messages a Service Bus receiver deferred, by queue and sequence number (set aside, never redelivered)."""
+        self.deferred: dict[Queue, dict[int, Message]] = {}
+        """Messages a Service Bus receiver deferred, per queue by sequence number: set aside, never redelivered
+        (receive-by-sequence-number, to come, is to fetch them); they go with their queue."""
 
     # -- into nodes ---------------------------------------------------------------------------------
     def arrive(self, message: Message) -> None:
@@ -386,6 +387,7 @@ class Dispatcher:
 
     def queue_deleted(self, queue: Queue) -> None:
         """``queue`` is gone: its consumers, stopped ones included, are detached with ``amqp:resource-deleted``."""
+        self.deferred.pop(queue, None)
         group = self._groups.pop(queue, None)
         consumers = [*group.consumers, *group.browsers] if group is not None else []
         consumers += self._stopped.pop(queue, ())
@@ -633,7 +635,7 @@ class Dispatcher:
             if outcome.undeliverable_here and servicebus:
                 # Service Bus defer: set aside, never delivered again (receive-by-sequence-number is to come)
                 queue.retire(message)
-                self.deferred[(queue, message.seq)] = message
+                self.deferred.setdefault(queue, {})[message.seq] = message
                 return
             if outcome.undeliverable_here:
                 if message.excluded is None:

@@ -5,12 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from azure.servicebus import ServiceBusClient  # a test dependency (the ``test`` extras): never skipped
 
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
-
-pytest.importorskip("azure.servicebus")
-
-from azure.servicebus import ServiceBusClient
 
 
 def connection_string(port: int) -> str:
