@@ -22,12 +22,13 @@ from minibroker.amqp.states import Outcome
 from minibroker.amqp.types import Described, Symbol
 from minibroker.broker.checkback import CHECK_ADDRESS, CHECK_BACK
 from minibroker.broker.links import RELEASED
-from minibroker.broker.namespace import QUEUE, parse_address
+from minibroker.broker.namespace import QUEUE, TOPIC, parse_address
 from minibroker.broker.nodes import SubscriptionSpec
 from minibroker.broker.personality import ECHO, MINIBROKER, Personality, rabbitmq_address, wire_error
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import shared_subscription_name
 from minibroker.engine.endpoints import Link
+from minibroker.servicebus import addresses as sb_addresses
 
 if TYPE_CHECKING:
     from minibroker.broker.selector import Selector
@@ -84,6 +85,15 @@ def _resolve(
             return found
         name, through_exchange = found
         return name, QUEUE, name if through_exchange else None
+    if personality.servicebus:
+        address = sb_addresses.entity_path(address)
+        named = sb_addresses.subscription(address)
+        if named is not None:
+            topic, name, sub_queue = named
+            if sub_queue:  # a subscription's dead-letter queue: a queue of its own
+                return f"{topic}/Subscriptions/{name}/{sub_queue}", QUEUE, None
+            return topic, TOPIC, None
+        return address, None, None
     name, kind = parse_address(address, capabilities)
     return name, kind, None
 
@@ -180,13 +190,24 @@ class AttachCoordinator:
 
 
 @dataclass(frozen=True)
+class AttachService:
+    """A link to a Service Bus service node (``$cbs``): requests come in on an incoming link, answers go out on
+    an ``outgoing`` one (its source is the node)."""
+
+    node: str
+    outgoing: bool
+
+
+@dataclass(frozen=True)
 class AttachCheck:
     """A ``$txn-check`` link (``checkback.py``): ``outgoing`` when its source is ``$txn-check`` (we send)."""
 
     outgoing: bool
 
 
-AttachDecision = Refuse | AttachConsumer | ResumeSubscription | AttachProducer | AttachCoordinator | AttachCheck
+AttachDecision = (
+    Refuse | AttachConsumer | ResumeSubscription | AttachProducer | AttachCoordinator | AttachCheck | AttachService
+)
 
 
 def decide(link: Link, context: AttachContext) -> AttachDecision:
@@ -206,6 +227,14 @@ def decide(link: Link, context: AttachContext) -> AttachDecision:
         return Refuse(wire_error(*personality.refuse_rcv_second))
     if not personality.strict and _address(link.source if link.is_sender else link.target) == CHECK_ADDRESS:
         return AttachCheck(outgoing=link.is_sender)  # strict: an ordinary address (the extension is off)
+    if personality.servicebus:
+        address = _address(link.source if link.is_sender else link.target)
+        path = sb_addresses.entity_path(address) if isinstance(address, str) else None
+        if path == sb_addresses.CBS:
+            return AttachService(sb_addresses.CBS, outgoing=link.is_sender)
+        if path is not None and sb_addresses.is_management(path):
+            # refused at once, so that an SDK operation that needs it fails instead of waiting for an answer
+            return Refuse(error(Condition.NOT_IMPLEMENTED, f"{path}: the $management node is not implemented yet"))
     if link.is_sender:
         return decide_consumer(link, context)
     if isinstance(link.target, Coordinator):
@@ -294,6 +323,11 @@ def _no_local_filter(filter_set: Any) -> Any:
 
 def _subscription(link: Link, source: Source, context: AttachContext) -> SubscriptionSpec:
     """Which subscription of a topic the link takes (see ``topic.py``)."""
+    if context.personality.servicebus and isinstance(source.address, str):
+        # Service Bus: ``TOPIC/Subscriptions/NAME`` names one durable subscription all its receivers share
+        found = sb_addresses.subscription(sb_addresses.entity_path(source.address))
+        if found is not None:
+            return SubscriptionSpec(("", found[1]), durable=True, shared=True)
     capabilities = {str(c) for c in source.capabilities or ()}
     durable = (source.durable or _DURABLE_NONE) != _DURABLE_NONE and source.expiry_policy == "never"
     shared = "shared" in capabilities

@@ -36,6 +36,10 @@ class BrokerClock:
     def from_wall_ms(self, wall_ms: int | float) -> float:
         return self.wall.from_wall_ms(wall_ms)
 
+    def wall_ms(self, at: float | None = None) -> int:
+        """The wall-clock time in milliseconds since the epoch of the broker-clock instant ``at`` (default: now)."""
+        return round(((self.now if at is None else at) + self.wall.offset) * 1000)
+
     def move_to(self, now: float) -> None:
         """The I/O layer's instant for a command that comes with no event (a management call: a post, a purge), so
         that it does not run at the instant of the last event (a message posted with a ttl an hour after the last

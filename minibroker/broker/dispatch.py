@@ -47,9 +47,11 @@ from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
 from minibroker.broker.timers import Due, Expiry, TimerKind, Timers
-from minibroker.broker.topic import Topic
+from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery
+from minibroker.servicebus import addresses as sb_addresses
+from minibroker.servicebus import messages as sb_messages
 
 if TYPE_CHECKING:
     from minibroker.broker.selector import MessageFields, Selector
@@ -103,6 +105,13 @@ def _refusal(targets: list[Queue], message: Message) -> Error | None:
     return None
 
 
+def servicebus_entity(queue: Queue) -> str:
+    """The Service Bus entity path of a queue: its node, or ``TOPIC/Subscriptions/NAME`` for a subscription."""
+    if isinstance(queue, Subscription):
+        return f"{queue.topic.name}/Subscriptions/{queue.key[1]}"
+    return queue.node_name
+
+
 class Acquirer(Protocol):
     """Who says whether a consumer's deliveries are acquired under a transaction (§4.4.3): the coordinator."""
 
@@ -150,6 +159,9 @@ class Dispatcher:
         self.injection = Injection()
         """Fault injection (set by the core): point ``deliver``."""
         self._late: dict[int, Message] = {}  # messages a ``delay`` fault held back (by id), sent once it is over
+        self.deferred: dict[Queue, dict[int, Message]] = {}
+        """Messages a Service Bus receiver deferred, per queue by sequence number: set aside, never redelivered
+        (receive-by-sequence-number, to come, is to fetch them); they go with their queue."""
 
     # -- into nodes ---------------------------------------------------------------------------------
     def arrive(self, message: Message) -> None:
@@ -375,6 +387,7 @@ class Dispatcher:
 
     def queue_deleted(self, queue: Queue) -> None:
         """``queue`` is gone: its consumers, stopped ones included, are detached with ``amqp:resource-deleted``."""
+        self.deferred.pop(queue, None)
         group = self._groups.pop(queue, None)
         consumers = [*group.consumers, *group.browsers] if group is not None else []
         consumers += self._stopped.pop(queue, ())
@@ -517,7 +530,8 @@ class Dispatcher:
         conn = consumer.conn
         presettled = consumer.presettled
         state = self.acquirer.transfer_state(consumer)
-        delivery = conn.deliver(consumer.link, message.encoded(), settled=presettled, state=state)
+        payload = message.encoded() if not consumer.servicebus else self._servicebus_payload(message)
+        delivery = conn.deliver(consumer.link, payload, settled=presettled, state=state)
         self.outbox.touch(conn)
         if state is not None:
             # §4.4.3: acquired under the transaction, settled or not, until it is discharged
@@ -527,6 +541,12 @@ class Dispatcher:
             consumer.queue.retire(message)
         else:
             consumer.unsettled[delivery] = Dispatched(consumer, delivery, message)
+
+    def _servicebus_payload(self, message: Message) -> bytes:
+        """A message as it goes to a Service Bus receiver: sequence number, lock time and state annotated, the
+        header's delivery-count written (``minibroker.servicebus.messages``)."""
+        locked_until = self.clock.wall_ms(self.clock.now + sb_messages.LOCK_DURATION)
+        return message.rewritten(sb_messages.delivery_annotations(message.seq, locked_until))
 
     def _deliver_fault(self, consumer: Consumer, message: Message) -> bool:
         """Fault point ``deliver`` (a message going to a consumer, matched on its queue's node): ``delay`` makes the
@@ -570,6 +590,10 @@ class Dispatcher:
             queues.add(dispatched.consumer.queue)
             if dispatched.delivery.open:
                 to_settle.append(dispatched.delivery)
+        if isinstance(given, Rejected) and given.error is not None and self.nodes.personality_of(conn).servicebus:
+            # Service Bus echoes a dead-letter as a rejected without its error (issue 17); echoed with it,
+            # azure-servicebus 7.15's ``dead_letter_message`` never returned (tests/servicebus/test_sdk.py)
+            given = Rejected()
         self.outbox.settle(conn, to_settle, given)  # (only a delivery given an outcome can be left to settle)
         self.dispatch_all(queues)
 
@@ -582,8 +606,15 @@ class Dispatcher:
         if isinstance(outcome, Accepted):
             queue.retire(message)
             return
+        servicebus = queue.namespace is not None and queue.namespace.personality.servicebus
         if isinstance(outcome, Rejected):
             description = outcome.error.description if outcome.error is not None else None
+            if servicebus:
+                reason, description = sb_messages.dead_letter_info(outcome.error.info if outcome.error else None)
+                with self.recorder.together():
+                    queue.retire(message)
+                    self._servicebus_dead_letter(queue, message, reason, description)
+                return
             with self.recorder.together():  # leaving the queue and reaching the DLQ: one record
                 queue.retire(message)
                 self._dead_letter(queue, message, "rejected", description)
@@ -601,6 +632,11 @@ class Dispatcher:
         if isinstance(outcome, Modified):
             if outcome.message_annotations:
                 message.annotate(outcome.message_annotations)
+            if outcome.undeliverable_here and servicebus:
+                # Service Bus defer: set aside, never delivered again (receive-by-sequence-number is to come)
+                queue.retire(message)
+                self.deferred.setdefault(queue, {})[message.seq] = message
+                return
             if outcome.undeliverable_here:
                 if message.excluded is None:
                     message.excluded = WeakSet()
@@ -610,6 +646,16 @@ class Dispatcher:
                 if message.delivery_count < MAX_DELIVERY_COUNT:
                     message.delivery_count += 1
                 limit = queue.policy.max_delivery_attempts
+                if servicebus and message.delivery_count >= sb_messages.MAX_DELIVERY_COUNT:
+                    with self.recorder.together():
+                        queue.retire(message)
+                        self._servicebus_dead_letter(
+                            queue,
+                            message,
+                            sb_messages.MAX_DELIVERY_REASON,
+                            f"Message could not be consumed after {sb_messages.MAX_DELIVERY_COUNT} delivery attempts.",
+                        )
+                    return
                 if limit and message.delivery_count >= limit:
                     with self.recorder.together():
                         queue.retire(message)
@@ -649,6 +695,28 @@ class Dispatcher:
         if description:
             annotations["x-opt-dead-letter-description"] = description
         self._forward(queue, message, target, annotations)
+
+    def _servicebus_dead_letter(
+        self, queue: Queue, message: Message, reason: str | None, description: str | None
+    ) -> None:
+        """Service Bus dead-lettering: to ``<entity>/$DeadLetterQueue``, the reason and description as
+        application-properties, the entity in ``x-opt-deadletter-source`` (``minibroker.servicebus.messages``)."""
+        entity = servicebus_entity(queue)
+        namespace = queue.namespace if queue.namespace is not None else self.nodes.default
+        address = sb_addresses.dead_letter_queue(entity)
+        node = namespace.node(address) or self.nodes.create(namespace, address, QUEUE, auto=True)
+        rest = sb_messages.with_application_properties(
+            message.payload,
+            message.properties_start,
+            {sb_messages.DEAD_LETTER_REASON: reason, sb_messages.DEAD_LETTER_DESCRIPTION: description},
+        )
+        copy = message.copy()
+        copy.annotate({}, copy.rewritten({sb_messages.DEAD_LETTER_SOURCE: entity}, rest))
+        copy.expires_at = None
+        copy.deliver_at = None
+        copy.excluded = None
+        if self.admit(node, copy, None) is None:
+            self.dispatch_all(self.post(node, copy, None))
 
     def _expire(self, queue: Queue, message: Message) -> None:
         """An expired message (already out of ``queue``'s counts) goes to the expiry address, or away."""

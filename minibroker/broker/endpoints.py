@@ -33,7 +33,7 @@ from typing import Any
 from minibroker.amqp import definitions
 from minibroker.amqp.definitions import Error, Modified, Rejected, Source, Target, TransactionalState
 from minibroker.amqp.errors import Condition, error
-from minibroker.amqp.types import Symbol
+from minibroker.amqp.types import Symbol, Timestamp
 from minibroker.broker.attach import (
     OUTCOMES,
     AttachCheck,
@@ -42,6 +42,7 @@ from minibroker.broker.attach import (
     AttachCoordinator,
     AttachDecision,
     AttachProducer,
+    AttachService,
     Refuse,
     ResumeSubscription,
     decide,
@@ -51,7 +52,7 @@ from minibroker.broker.attach import (
 from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
-from minibroker.broker.dispatch import Dispatcher
+from minibroker.broker.dispatch import ACCEPTED, Dispatcher
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -61,6 +62,7 @@ from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
 from minibroker.broker.queue import Queue
+from minibroker.broker.services import ServiceLink, Services
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import Deferred
@@ -74,9 +76,10 @@ from minibroker.engine.events import (
     TransferDiscarded,
     TransferReceived,
 )
+from minibroker.servicebus import messages as sb_messages
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
-Linked = Consumer | Producer | Controller | CheckLink
+Linked = Consumer | Producer | Controller | CheckLink | ServiceLink
 
 
 def _transactional(delivery: IncomingDelivery) -> bool:
@@ -117,6 +120,9 @@ class Endpoints:
         self.injection = Injection()
         """Fault injection (set by the core): points ``attach`` and ``transfer``."""
         self._late: dict[int, TransferReceived] = {}  # transfers a ``delay`` fault held back, being taken now
+        self._sb_ids = 0  # message-ids stamped on Service Bus messages that came without one
+        self.services = Services(outbox)
+        """Service nodes of the ``servicebus`` personality (``$cbs``)."""
 
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open
@@ -143,6 +149,8 @@ class Endpoints:
             self._attach_producer(conn, link, decision)
         elif isinstance(decision, AttachCheck):
             self._attach_check(conn, link, decision)
+        elif isinstance(decision, AttachService):
+            self._attach_service(conn, link, decision)
         else:
             self._attach_coordinator(conn, link, decision)
         context = link.context
@@ -245,6 +253,7 @@ class Endpoints:
             consumer = Consumer(conn, link, node, decision.default_outcome, selector=decision.selector, browser=browse)
         if source.dynamic:
             consumer.owned_node = node
+        servicebus = consumer.servicebus = self.nodes.personality_of(conn).servicebus
         reply = Source(
             address=node.name if source.dynamic else source.address,
             durable=source.durable,
@@ -259,7 +268,12 @@ class Endpoints:
             capabilities=source.capabilities,
         )
         conn.accept_attach(
-            link, source=reply, target=link.target, context=consumer, rcv_settle_mode=decision.rcv_settle_mode
+            link,
+            source=reply,
+            target=link.target,
+            context=consumer,
+            rcv_settle_mode=decision.rcv_settle_mode,
+            lock_tokens=servicebus,
         )
         self.dispatcher.add_consumer(consumer)
         self.dispatcher.dispatch(consumer.queue)
@@ -327,6 +341,7 @@ class Endpoints:
                 return
             node = found
         producer = Producer(conn, link, node, decision.route)
+        producer.servicebus = self.nodes.personality_of(conn).servicebus
         if decision.dynamic:
             producer.owned_node = node
         # what a transfer naming at most one state makes the broker do (post or stage it, answer, top up credit)
@@ -362,6 +377,14 @@ class Endpoints:
             conn.grant_credit(link, self.settings.link_credit)
         self.coordinator.check_back.attached(check)
 
+    def _attach_service(self, conn: ServerConnection, link: Link, decision: AttachService) -> None:
+        """A link to or from a Service Bus service node (``services.py``)."""
+        service = ServiceLink(conn, link, decision.node, outgoing=decision.outgoing)
+        conn.accept_attach(link, source=link.source, target=link.target, context=service)
+        if not decision.outgoing:
+            conn.grant_credit(link, self.settings.link_credit)
+        self.services.attached(service)
+
     # -- detach -----------------------------------------------------------------------------------------
     def detached(self, conn: ServerConnection, event: LinkDetached) -> None:
         context = event.link.context
@@ -387,6 +410,8 @@ class Endpoints:
             self.coordinator.controller_gone(context)
         elif isinstance(context, CheckLink):
             self.coordinator.check_back.detached(context)
+        elif isinstance(context, ServiceLink):
+            self.services.detached(context)
 
     def _consumer_detached(self, consumer: Consumer, *, closed: bool) -> None:
         self.dispatcher.remove_consumer(consumer)
@@ -421,6 +446,8 @@ class Endpoints:
         if not isinstance(consumer, Consumer):
             if isinstance(consumer, CheckLink):
                 self.coordinator.check_back.flow(consumer)
+            elif isinstance(consumer, ServiceLink):
+                self.services.flow(consumer)
             return
         if event.properties is not None:
             err = self.coordinator.flow(conn, consumer, event.properties)
@@ -452,11 +479,19 @@ class Endpoints:
             if isinstance(context, CheckLink):
                 self.coordinator.check_message(conn, context, event)
                 self._top_up(conn, context.link)
+            elif isinstance(context, ServiceLink):
+                self.services.request(context, event.payload, event.delivery)
+                self._top_up(conn, context.link)
             return
         if self.injection.rules and self._transfer_fault(conn, context, event):
             return
         delivery = event.delivery
-        message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
+        payload = event.payload
+        if context.servicebus:
+            if event.message_format == sb_messages.BATCH_FORMAT and self._servicebus_batch(conn, context, event):
+                return
+            payload = self._servicebus_arrival(payload)
+        message = Message(payload, limit=self.settings.max_selector_properties_size or None)
         # frames that carry different states, none naming a transaction, are no transactional work (§4.4.1)
         transactional = isinstance(delivery.state, TransactionalState) or (
             bool(delivery.earlier_states) and bool(named_transactions(delivery))
@@ -505,6 +540,40 @@ class Endpoints:
             assert not isinstance(target, Deferred)
             self.dispatcher.publish(conn, delivery, target, message)
         self._top_up(conn, context.link)
+
+    def _servicebus_arrival(self, payload: bytes) -> bytes:
+        """A message as a Service Bus entity takes it: ``x-opt-enqueued-time`` annotated, a message-id stamped
+        when it has none (``minibroker.servicebus.messages``). A malformed one is left as it is (then refused)."""
+        message = Message(payload, limit=self.settings.max_selector_properties_size or None)
+        if message.malformed is not None:
+            return payload
+        rest = None
+        if sb_messages.message_id_missing(payload, message.properties_start):
+            self._sb_ids += 1
+            hexed = f"{self._sb_ids:032x}"
+            message_id = f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
+            rest = sb_messages.with_message_id(payload, message.properties_start, message_id)
+        return message.rewritten({"x-opt-enqueued-time": Timestamp(self.clock.wall_ms())}, rest)
+
+    def _servicebus_batch(self, conn: ServerConnection, producer: Producer, event: TransferReceived) -> bool:
+        """A Service Bus batch (message-format 0x80013700) to a node, outside a transaction: each message in it
+        posted on its own, the transfer answered once (rejected with the first refusal). False when it is not such
+        a batch (then it is taken as one message)."""
+        parts = sb_messages.split_batch(event.payload)
+        node = producer.node
+        if parts is None or node is None or _transactional(event.delivery):
+            return False
+        refusal: Error | None = None
+        for part in parts:
+            message = Message(self._servicebus_arrival(part), limit=self.settings.max_selector_properties_size or None)
+            if message.malformed is not None:
+                refusal = refusal or error(Condition.DECODE_ERROR, f"a message of the batch: {message.malformed}")
+                continue
+            self.dispatcher.arrive(message)
+            refusal = self.dispatcher.inject(node, message) or refusal
+        self.outbox.answer_now(conn, event.delivery, ACCEPTED if refusal is None else Rejected(error=refusal))
+        self._top_up(conn, producer.link)
+        return True
 
     def _transfer_fault(self, conn: ServerConnection, producer: Producer, event: TransferReceived) -> bool:
         """Fault point ``transfer`` (a message arriving for the rule's address: the node's name, or the ``to`` of a

@@ -43,6 +43,7 @@ class Consumer:
         "queue",
         "scan",
         "selector",
+        "servicebus",
         "unsettled",
     )
 
@@ -67,6 +68,7 @@ class Consumer:
         self.scan: Scan | None = None  # how far it has looked for a message it may take (matching dispatch)
         self.unsettled: dict[OutgoingDelivery, Dispatched] = {}
         self.owned_node: Node | None = None  # a dynamic node created for this link, deleted with it
+        self.servicebus = False  # a Service Bus receiver: its deliveries carry the annotations Service Bus adds
 
     @property
     def presettled(self) -> bool:
@@ -144,7 +146,7 @@ class ConsumerGroup:
 class Producer:
     """A link on which the peer sends messages to ``node`` (None: the anonymous relay routes each by ``to``)."""
 
-    __slots__ = ("conn", "link", "node", "owned_node", "route")
+    __slots__ = ("conn", "link", "node", "owned_node", "route", "servicebus")
 
     def __init__(self, conn: ServerConnection, link: Link, node: Node | None, route: str | None = None) -> None:
         self.conn = conn
@@ -153,6 +155,8 @@ class Producer:
         self.owned_node: Node | None = None  # a dynamic node created for this link, deleted with it
         self.route = route
         """With no node: the name every message is routed to (an exchange's routing key), instead of its ``to``."""
+        self.servicebus = False
+        """A Service Bus sender: messages are stamped on arrival, batches split (``minibroker.servicebus``)."""
 
     def __repr__(self) -> str:
         return f"Producer({self.link.name!r} to {self.node.name if self.node else None!r})"

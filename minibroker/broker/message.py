@@ -319,7 +319,17 @@ class Message:
         content.expires_at, content.deliver_at = old.expires_at, old.deliver_at
         self.content = content
 
-    def _rebuilt(self, annotations: dict[Any, Any] | None) -> bytes:
+    def rewritten(self, extra: dict[str, Any], rest: bytes | None = None) -> bytes:
+        """The message as it goes out with ``extra`` merged into its message-annotations, the header's
+        delivery-count always written (0 too), and ``rest`` (from the properties on) in place of its own when
+        given: a Service Bus delivery or dead-letter (``minibroker.servicebus.messages``). Nothing is kept."""
+        merged = dict(self.content.annotations or {})
+        merged.update({Symbol(k) if type(k) is str else k: v for k, v in extra.items()})
+        return self._rebuilt(merged, explicit_count=True, rest=rest)
+
+    def _rebuilt(
+        self, annotations: dict[Any, Any] | None, *, explicit_count: bool = False, rest: bytes | None = None
+    ) -> bytes:
         """Header (with the current delivery-count) + original delivery-annotations + ``annotations`` + rest.
         A malformed message is not rebuilt: where its sections end is not known, and none may appear twice."""
         content = self.content
@@ -327,13 +337,13 @@ class Message:
             return content.payload
         header = Header() if content.header is None else Header(*content.header.field_values())
         count = min(self.delivery_count, MAX_DELIVERY_COUNT)
-        header.delivery_count = UInt(count) if count else header.delivery_count
+        header.delivery_count = UInt(count) if count or explicit_count else header.delivery_count
         parts = [codec.encode(header) if header.field_values() != [None] * 5 else b""]
         payload = content.payload
         parts.append(payload[content.body_offset : content.annotations_start])
         if annotations:
             parts.append(codec.encode(MessageAnnotations(annotations)))
-        parts.append(payload[content.annotations_end :])
+        parts.append(payload[content.annotations_end :] if rest is None else rest)
         return b"".join(parts)
 
     def copy(self) -> Message:

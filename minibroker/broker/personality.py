@@ -135,6 +135,11 @@ class Personality:
     """How addresses name nodes: node names with optional ``queue://``/``topic://`` prefixes ("plain"), or RabbitMQ
     4's ``/queues/NAME`` and ``/exchanges/NAME/KEY`` ("rabbitmq": an attach never creates a queue)."""
 
+    servicebus: bool = False
+    """Azure Service Bus as its SDKs meet it (issue 17, ``minibroker.servicebus``): addresses are URIs, ``$cbs``
+    answers put-token, deliveries carry lock tokens and Service Bus annotations, dead-letters go to
+    ``<entity>/$DeadLetterQueue``, batch messages are split."""
+
     # -- strict -----------------------------------------------------------------------------------------------------
     strict: bool = False
     """Client mistakes that ``minibroker`` tolerates are errors naming the specification's section."""
@@ -234,6 +239,7 @@ def _servicebus(serial: int, conn_id: int, in_use: set[bytes]) -> bytes:
 
 
 _PART4 = "OASIS AMQP 1.0 part 4"
+_AZURE_SB = "Azure/azure-sdk-for-python: sdk/servicebus/azure-servicebus/azure/servicebus/"
 _ARTEMIS = (
     "apache/activemq-artemis: artemis-protocols/artemis-amqp-protocol/src/main/java/org/apache/activemq/artemis/"
     "protocol/amqp/"
@@ -520,6 +526,39 @@ SERVICEBUS = Personality(
             "Azure/azure-sdk-for-python: sdk/servicebus/azure-servicebus/azure/servicebus/_pyamqp/sender.py "
             "(SenderLink._incoming_disposition)",
         ),
+        Quirk(
+            "$cbs answers a put-token with status-code 202 (any token), correlation-id the request's message-id, "
+            "on the connection's link from $cbs or the one its reply-to names",
+            _AZURE_SB + "_pyamqp/cbs.py (CBSAuthenticator._put_token); _pyamqp/management_link.py "
+            "(ManagementLink._on_message_received)",
+        ),
+        Quirk(
+            "entity addresses are URIs (amqps://host:port/ENTITY, even without TLS): scheme and authority are "
+            "stripped; TOPIC/Subscriptions/NAME is subscription NAME of topic TOPIC, shared by its receivers; "
+            "ENTITY/$management is refused with amqp:not-implemented (not implemented yet)",
+            _AZURE_SB + "_servicebus_sender.py, _servicebus_receiver.py (_entity_uri)",
+        ),
+        Quirk(
+            "deliveries carry 16-octet delivery-tags (the lock token), a header delivery-count, and the annotations "
+            "x-opt-sequence-number, x-opt-enqueued-time, x-opt-locked-until and x-opt-message-state; a message "
+            "with no message-id gets one",
+            _AZURE_SB + "_common/message.py (ServiceBusReceivedMessage); _common/constants.py",
+        ),
+        Quirk(
+            "a rejected delivery goes to <entity>/$DeadLetterQueue with the DeadLetterReason and "
+            "DeadLetterErrorDescription of its error's info as application-properties and x-opt-deadletter-source "
+            "(echoed as a rejected without error); after 10 failed deliveries with reason MaxDeliveryCountExceeded",
+            _AZURE_SB + "_transport/_pyamqp_transport.py (settle_message_via_receiver_link)",
+        ),
+        Quirk(
+            "modified(undeliverable-here) defers a message: it is set aside and never delivered again",
+            _AZURE_SB + "_transport/_pyamqp_transport.py (settle_message_via_receiver_link, MESSAGE_DEFER)",
+        ),
+        Quirk(
+            "a transfer of message-format 0x80013700 is a batch: each data section holds one message, posted on "
+            "its own",
+            _AZURE_SB + "_pyamqp/message.py (BatchMessage); _common/message.py (ServiceBusMessageBatch)",
+        ),
     ),
     txn_id=_servicebus,
     provisional="accepted",
@@ -527,6 +566,7 @@ SERVICEBUS = Personality(
     timeout_from="first-operation",
     transactional_acquisition="refuse",
     settle_second_at_once=True,
+    servicebus=True,
 )
 
 PROTON = Personality(

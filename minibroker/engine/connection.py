@@ -30,7 +30,6 @@ Not here on purpose: routing, settlement policy, transactions (broker core); soc
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from enum import Enum
@@ -85,6 +84,7 @@ from minibroker.amqp.framing import (
 from minibroker.amqp.states import DeliveryState
 from minibroker.amqp.types import DecodeError, Symbol, UByte, UInt
 from minibroker.engine.endpoints import (
+    LOCK_TOKEN_FORMAT,
     RECEIVER,
     SENDER,
     SERIAL_MASK,
@@ -117,7 +117,6 @@ from minibroker.engine.sasl import PLAIN, SASL_AUTH, SASL_OK, SaslPolicy, deferr
 Trace = Callable[[str, int, Any, int], None]
 """trace(direction "<-" or "->", channel, performative or header bytes, payload length)."""
 
-_TAG = struct.Struct(">Q")
 _INCOMING_WINDOW = 2048  # transfer frames we accept before the peer needs a session flow from us
 _PENDING_LIMIT = 64  # outgoing transfer frames held back by the peer's window before we stop sending
 _CLOSE_GRACE = 2.0  # seconds we wait for the peer's close after sending ours with an error
@@ -1010,8 +1009,12 @@ class ServerConnection:
         read_ahead: bool = False,
         rcv_settle_mode: int | None = None,
         settle_at_once: bool = False,
+        lock_tokens: bool = False,
     ) -> None:
         """Answer the peer's attach with ours, naming the terminus we really provide (§2.6.3).
+
+        ``lock_tokens``: our transfers on the link carry 16-octet delivery-tags (Service Bus clients read them as
+        GUID lock tokens: azure-servicebus ``_common/message.py`` ``ServiceBusReceivedMessage.lock_token``).
 
         ``rcv_settle_mode``: the mode we answer with and follow (§2.8.3; default: the one the peer asked for).
         ``settle_at_once``: answer with the peer's mode, but settle every outcome we give at once (a broker
@@ -1028,6 +1031,8 @@ class ServerConnection:
         link.state = LinkState.ATTACHED
         link.context = context
         link.read_ahead = read_ahead
+        if lock_tokens:
+            link.tag_format = LOCK_TOKEN_FORMAT
         link.source = source
         link.target = target
         link.max_message_size = max_message_size or self.max_message_size
@@ -1164,7 +1169,7 @@ class ServerConnection:
         delivery_id = session.next_delivery_id
         session.next_delivery_id = (delivery_id + 1) & SERIAL_MASK
         link.tag_counter += 1
-        tag = _TAG.pack(link.tag_counter)
+        tag = link.tag_format.pack(link.tag_counter)
         link.credit -= 1
         link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
         delivery = OutgoingDelivery(link, delivery_id, tag, settled, context)

@@ -8,11 +8,17 @@ is handed to the engine with the command that creates the endpoint (``accept_att
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from enum import Enum
 from typing import Any
 
 from minibroker.amqp.definitions import Attach
+
+TAG_FORMAT = struct.Struct(">Q")
+"""Delivery-tags of our transfers: the link's counter, 8 octets."""
+LOCK_TOKEN_FORMAT = struct.Struct(">8xQ")
+"""16-octet delivery-tags (the counter after 8 zero octets): what Service Bus clients read as a GUID lock token."""
 
 SENDER = False  # §2.8.1 role: false is sender, true is receiver
 RECEIVER = True
@@ -116,6 +122,7 @@ class Link:
         "source",
         "state",
         "tag_counter",
+        "tag_format",
         "target",
     )
 
@@ -144,6 +151,8 @@ class Link:
         self.partial_delivery: IncomingDelivery | None = None
         self.partial_frames = 0
         self.tag_counter = 0
+        self.tag_format = TAG_FORMAT
+        """How ``tag_counter`` becomes a delivery-tag (8 octets; Service Bus lock tokens are 16, a GUID)."""
         self.context: Any = None
         """The broker core's object for this link, given with ``accept_attach``."""
         self.read_ahead = False  # see ``accept_attach``

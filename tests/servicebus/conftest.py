@@ -1,0 +1,30 @@
+"""A broker in the ``servicebus`` personality and the azure-servicebus SDK's client for it (issue 17)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from azure.servicebus import ServiceBusClient  # a test dependency (the ``test`` extras): never skipped
+
+from minibroker.testing.thread import ThreadedBroker, run_in_thread
+
+
+def connection_string(port: int) -> str:
+    """The Service Bus emulator's connection string, pointed at ``port`` (plain AMQP: UseDevelopmentEmulator)."""
+    return (
+        f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true"
+    )
+
+
+@pytest.fixture
+def sb_broker() -> Iterator[ThreadedBroker]:
+    with run_in_thread({"server": {"port": 0}, "broker": {"personality": "servicebus"}}) as broker:
+        yield broker
+
+
+@pytest.fixture
+def client(sb_broker: ThreadedBroker) -> Iterator[ServiceBusClient]:
+    with ServiceBusClient.from_connection_string(connection_string(sb_broker.port)) as sb:
+        yield sb
