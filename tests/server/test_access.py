@@ -131,8 +131,11 @@ def test_bad_logins_with_hashed_passwords_do_not_stall_other_connections(count_c
             guesses = sum(g.result() for g in guessers)
         bystander.close()
     assert guesses >= 4  # the hashes did run meanwhile
-    # a guess on the loop stalled every round trip that met it for the whole hash (>= 0.2 s here)
-    assert max(round_trips) < 0.15, f"slowest round trip {max(round_trips):.3f} s"
+    # a guess on the loop stalled every round trip that met it for the whole hash (>= 0.2 s here), and with four
+    # guessers hashing back to back that is nearly every round trip; on two cores shared with four hashing threads
+    # the scheduler alone may hold one back now and then, so the bound is on the 90th percentile, not the maximum
+    slow = sorted(round_trips)[int(len(round_trips) * 0.9)]
+    assert slow < 0.15, f"90th percentile round trip {slow:.3f} s (slowest {max(round_trips):.3f} s)"
 
 
 def test_unknown_and_known_users_take_as_long_to_fail() -> None:
