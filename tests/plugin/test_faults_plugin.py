@@ -22,5 +22,5 @@ def test_meets_no_rule_of_another_test(minibroker, minibroker_proc):
 
 def test_a_tests_rules_go_with_its_namespace(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)

@@ -44,7 +44,7 @@ def test_unparametrized_gets_the_brokers(minibroker):
 
 def test_indirect_parametrization_gives_each_test_a_namespace_of_that_personality(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_personalities=PARAMETRIZED)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider", "-v")
     result.assert_outcomes(passed=5)
     result.stdout.fnmatch_lines(
         [
@@ -68,7 +68,7 @@ def test_named(request, minibroker):
     assert minibroker.personality == request.node.callspec.params["minibroker"]
 """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=len(names()))
 
 
@@ -105,7 +105,7 @@ async def test_trio(strict_trio):
     assert strict_trio.broker.default.personality.name == "strict"
 """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=3)
 
 
@@ -114,6 +114,6 @@ def test_an_unknown_personality_fails_where_the_factory_is_called(pytester: pyte
         'from minibroker.pytest_plugin import factories\n\nodd = factories.minibroker(personality="nobody")\n'
     )
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider")
     assert result.ret != 0
     result.stderr.fnmatch_lines([f"*unknown personality 'nobody'; known: {', '.join(names())}*"])

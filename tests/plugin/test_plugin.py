@@ -44,7 +44,7 @@ def test_session_broker_is_shared(minibroker_proc, minibroker):
 
 def test_fixtures_in_a_user_suite(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_example=EXAMPLE)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=3)
 
 
@@ -75,7 +75,7 @@ def test_unknown_address_is_refused(strict_proc):
     assert strict_proc.queue("known").depth == 1
 """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
 
 
@@ -90,7 +90,14 @@ def test_host(minibroker_proc):
     # the ini names a config file that does not exist: the command line's --minibroker-config must win
     pytester.makefile(".toml", good="[broker]\nlink_credit = 10\n")
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--minibroker-host", "127.0.0.1", "--minibroker-config", "good.toml"
+        "-p",
+        "no:benchmark",
+        "-p",
+        "no:cacheprovider",
+        "--minibroker-host",
+        "127.0.0.1",
+        "--minibroker-config",
+        "good.toml",
     )
     result.assert_outcomes(passed=1)
 
@@ -99,7 +106,7 @@ def test_ini_option_is_used(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", bad="[broker]\nbogus = 1\n")
     pytester.makeini("[pytest]\nminibroker_config = bad.toml\n")
     pytester.makepyfile(test_x="def test_x(minibroker_proc):\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*bad.toml: broker.bogus: unknown key*"])
 
@@ -120,14 +127,16 @@ def test_remote(minibroker_noproc):
 """
     )
     with run_in_thread({"server": {"port": 0}}) as broker:
-        result = pytester.runpytest("-p", "no:cacheprovider", "--minibroker-url", broker.url)
+        result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider", "--minibroker-url", broker.url)
         result.assert_outcomes(passed=1)
         assert broker.queue("remote").depth == 1
 
 
 def test_noproc_fails_clearly_without_a_broker(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_remote="def test_remote(minibroker_noproc):\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--minibroker-url", "amqp://127.0.0.1:1")
+    result = pytester.runpytest(
+        "-p", "no:benchmark", "-p", "no:cacheprovider", "--minibroker-url", "amqp://127.0.0.1:1"
+    )
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*NotHealthy*cannot connect to 127.0.0.1:1*"])
 
@@ -148,7 +157,7 @@ async def test_broker_in_the_test_run(minibroker_trio):
     assert minibroker_trio.queues == []
 """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
 
 

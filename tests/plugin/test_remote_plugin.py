@@ -55,12 +55,14 @@ minibroker = factories.minibroker("minibroker_noproc")
 
 def test_the_same_suite_runs_embedded_and_against_a_running_broker(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
-    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest("-p", "no:benchmark", "-p", "no:cacheprovider").assert_outcomes(passed=2)
 
     pytester.makeconftest(REMOTE_CONFTEST)
     with run_in_thread({"server": {"port": 0}, "http": {"port": 0}}) as broker:
         assert broker.http_url is not None
-        result = pytester.runpytest("-p", "no:cacheprovider", "--minibroker-http-url", broker.http_url)
+        result = pytester.runpytest(
+            "-p", "no:benchmark", "-p", "no:cacheprovider", "--minibroker-http-url", broker.http_url
+        )
         result.assert_outcomes(passed=2)
         assert broker.running.broker.namespaces.keys() == {"default"}  # each test's namespace was dropped
 
@@ -80,13 +82,22 @@ def test_remote(minibroker_noproc):
     with run_in_thread({"server": {"port": 0}, "http": {"port": 0}}) as broker:
         assert broker.http_url is not None
         result = pytester.runpytest(
-            "-p", "no:cacheprovider", "--minibroker-http-url", broker.http_url, "--minibroker-url", "127.0.0.9:1234"
+            "-p",
+            "no:benchmark",
+            "-p",
+            "no:cacheprovider",
+            "--minibroker-http-url",
+            broker.http_url,
+            "--minibroker-url",
+            "127.0.0.9:1234",
         )
         result.assert_outcomes(passed=1)
 
 
 def test_noproc_fails_clearly_without_an_http_api(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_remote="def test_remote(minibroker_noproc):\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--minibroker-http-url", "http://127.0.0.1:1")
+    result = pytester.runpytest(
+        "-p", "no:benchmark", "-p", "no:cacheprovider", "--minibroker-http-url", "http://127.0.0.1:1"
+    )
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*BrokerUnreachable*cannot reach the broker's HTTP API at http://127.0.0.1:1*"])
