@@ -613,7 +613,7 @@ class Dispatcher:
                 reason, description = sb_messages.dead_letter_info(outcome.error.info if outcome.error else None)
                 with self.recorder.together():
                     queue.retire(message)
-                    self._servicebus_dead_letter(queue, message, reason, description)
+                    self.servicebus_dead_letter(queue, message, reason, description)
                 return
             with self.recorder.together():  # leaving the queue and reaching the DLQ: one record
                 queue.retire(message)
@@ -649,7 +649,7 @@ class Dispatcher:
                 if servicebus and message.delivery_count >= sb_messages.MAX_DELIVERY_COUNT:
                     with self.recorder.together():
                         queue.retire(message)
-                        self._servicebus_dead_letter(
+                        self.servicebus_dead_letter(
                             queue,
                             message,
                             sb_messages.MAX_DELIVERY_REASON,
@@ -696,7 +696,7 @@ class Dispatcher:
             annotations["x-opt-dead-letter-description"] = description
         self._forward(queue, message, target, annotations)
 
-    def _servicebus_dead_letter(
+    def servicebus_dead_letter(
         self, queue: Queue, message: Message, reason: str | None, description: str | None
     ) -> None:
         """Service Bus dead-lettering: to ``<entity>/$DeadLetterQueue``, the reason and description as

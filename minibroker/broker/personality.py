@@ -534,9 +534,16 @@ SERVICEBUS = Personality(
         ),
         Quirk(
             "entity addresses are URIs (amqps://host:port/ENTITY, even without TLS): scheme and authority are "
-            "stripped; TOPIC/Subscriptions/NAME is subscription NAME of topic TOPIC, shared by its receivers; "
-            "ENTITY/$management is refused with amqp:not-implemented (not implemented yet)",
+            "stripped; TOPIC/Subscriptions/NAME is subscription NAME of topic TOPIC, shared by its receivers",
             _AZURE_SB + "_servicebus_sender.py, _servicebus_receiver.py (_entity_uri)",
+        ),
+        Quirk(
+            "ENTITY/$management answers com.microsoft:peek-message (204 when empty), schedule-message, "
+            "cancel-scheduled-message, receive-by-sequence-number (deferred messages, with lock tokens) and "
+            "update-disposition, correlation-id the request's message-id, the status as both statusCode / "
+            "statusDescription and status-code / status-description; another operation is answered 501",
+            _AZURE_SB + "_common/mgmt_handlers.py; _base_handler.py (_mgmt_request_response); "
+            "_pyamqp/management_link.py",
         ),
         Quirk(
             "deliveries carry 16-octet delivery-tags (the lock token), a header delivery-count, and the annotations "

@@ -126,6 +126,17 @@ class Timers:
                 if not entry.items:
                     self.dead += 1
 
+    def scheduled(self, seq: int) -> list[tuple[Queue, Message]]:
+        """The copies of the message placed at ``seq`` waiting for their scheduled delivery time (not those waiting
+        out a redelivery delay). O(timers): for a Service Bus cancel-scheduled-message only."""
+        return [
+            (queue, message)
+            for _, _, entry in self._heap
+            if isinstance(entry, Due)
+            for queue, message in entry.items
+            if message.seq == seq and message.deliver_at is not None
+        ]
+
     def next_deadline(self) -> float | None:
         heap = self._heap
         while heap and not heap[0][2].alive:  # a dead entry never wakes anybody
