@@ -56,6 +56,8 @@ class Management:
         entity = node[: -len(sb_addresses.MANAGEMENT)].rstrip("/")
         if operation == sb_management.SCHEDULE:
             return self._schedule(conn, request, entity, body)
+        if operation == sb_management.RENEW_LOCK:
+            return self._renew_lock(conn, request, body)
         if operation == sb_management.UPDATE_DISPOSITION:
             return self._update_disposition(request, body)
         queue = self._queue(conn, entity)
@@ -135,6 +137,27 @@ class Management:
                     queue.drop_scheduled(message)
                     timers.discard_message(message)
         return sb_management.response(request, sb_management.OK, "OK")
+
+    # -- locks ------------------------------------------------------------------------------------------
+    def _renew_lock(self, conn: ServerConnection, request: Request, body: dict[str, Any]) -> bytes:
+        """Each lock token's peek-lock renewed for another lock duration (410 ``message-lock-lost`` when one
+        holds no lock: settled, or run out); ``expirations`` in wall-clock ms."""
+        expirations: list[int] = []
+        for token in sb_management.items(body.get("lock-tokens")):
+            until = None
+            if isinstance(token, uuid.UUID):
+                until = self.dispatcher.renew_lock(conn, token.bytes_le)  # the delivery-tag (``lock_token``)
+                if until is None and token in self.locked:
+                    until = self.clock.now + sb_messages.LOCK_DURATION  # a deferred message's (not timed)
+            if until is None:
+                return sb_management.response(
+                    request,
+                    sb_management.GONE,
+                    f"the lock of {token} is lost",
+                    condition=sb_management.MESSAGE_LOCK_LOST,
+                )
+            expirations.append(self.clock.wall_ms(until))
+        return sb_management.response(request, sb_management.OK, "OK", sb_management.expirations_value(expirations))
 
     # -- deferred messages ----------------------------------------------------------------------------
     def _receive_deferred(self, request: Request, queue: Queue | None, body: dict[str, Any]) -> bytes:

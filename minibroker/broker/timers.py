@@ -1,6 +1,6 @@
 """Message timers: expiry and scheduled visibility, on the broker's clock (see ``clock.py``).
 
-One heap for the whole broker, of two kinds of entry:
+One heap for the whole broker, of three kinds of entry:
 
 - ``Expiry``: a message's ttl or absolute-expiry-time. One entry per post, whatever the number of queues
   that took a copy (a topic's subscriptions): it names those queues and the copies' shared place in
@@ -9,6 +9,8 @@ One heap for the whole broker, of two kinds of entry:
   then are checked when they come back (a release, a redelivery delay's end).
 - ``Due``: messages that become visible later (a delivery time, a redelivery delay). They are on no ready
   list meanwhile, so the entry holds them (and their queues).
+- ``Lock``: a Service Bus peek-lock on a delivery (``servicebus`` personality only): when it runs out the
+  message goes back. Settling or renewing the delivery cancels it.
 
 A copy that leaves its queue for good (consumed, expired, dropped) tells its ``Expiry`` (``left``); an entry
 no copy needs any more is dead, and the heap is rebuilt without its dead entries once they outnumber the
@@ -79,7 +81,32 @@ class Due:
         return f"Due(at={self.when}, messages={len(self.items)})"
 
 
-Entry = Expiry | Due
+class Lock:
+    """A Service Bus peek-lock (issue 17 item 5): at ``when`` the delivery ``holder`` (a ``Dispatched``) still
+    unsettled loses its lock. ``cancel`` when it is settled or renewed (the entry is then dead)."""
+
+    __slots__ = ("holder", "owner", "when")
+
+    def __init__(self, owner: Timers, when: float, holder: Any) -> None:
+        self.owner = owner
+        self.when = when
+        self.holder: Any = holder
+
+    def cancel(self) -> None:
+        if self.holder is not None:
+            self.holder = None
+            self.owner.dead += 1
+            self.owner.maybe_compact()
+
+    @property
+    def alive(self) -> bool:
+        return self.holder is not None
+
+    def __repr__(self) -> str:
+        return f"Lock(at={self.when}, alive={self.alive})"
+
+
+Entry = Expiry | Due | Lock
 
 
 class Timers:
@@ -105,6 +132,12 @@ class Timers:
     def due(self, when: float, items: list[tuple[Queue, Message]]) -> Due:
         """``items`` (scheduled on their queues) become visible at ``when``."""
         entry = Due(when, items)
+        heapq.heappush(self._heap, (when, next(self._order), entry))
+        return entry
+
+    def lock(self, when: float, holder: Any) -> Lock:
+        """A peek-lock on ``holder`` that runs out at ``when``."""
+        entry = Lock(self, when, holder)
         heapq.heappush(self._heap, (when, next(self._order), entry))
         return entry
 
@@ -174,7 +207,7 @@ class Timers:
                 entry.items = [pair for pair in entry.items if not pair[0].deleted]
                 if entry.items:
                     kept.append(item)
-            elif entry.queues is not None:
+            elif entry.alive:
                 kept.append(item)
         heapq.heapify(kept)
         self._heap = kept

@@ -16,15 +16,16 @@ from typing import Any
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Properties
 from minibroker.amqp.sections import AMQP_VALUE, walk
-from minibroker.amqp.types import Array, DecodeError, Int, Long
+from minibroker.amqp.types import Array, DecodeError, Int, Long, Timestamp
 from minibroker.servicebus.cbs import Request
 
+RENEW_LOCK = "com.microsoft:renew-lock"
 PEEK = "com.microsoft:peek-message"
 SCHEDULE = "com.microsoft:schedule-message"
 CANCEL_SCHEDULED = "com.microsoft:cancel-scheduled-message"
 RECEIVE_BY_SEQUENCE_NUMBER = "com.microsoft:receive-by-sequence-number"
 UPDATE_DISPOSITION = "com.microsoft:update-disposition"
-OK, NO_CONTENT, BAD_REQUEST, NOT_FOUND, NOT_IMPLEMENTED = 200, 204, 400, 404, 501
+OK, NO_CONTENT, BAD_REQUEST, NOT_FOUND, GONE, NOT_IMPLEMENTED = 200, 204, 400, 404, 410, 501
 MESSAGE_NOT_FOUND = "com.microsoft:message-not-found"
 """The ``errorCondition`` of a 404 (``_common/constants.py`` ``ERROR_CODE_MESSAGE_NOT_FOUND``)."""
 MESSAGE_LOCK_LOST = "com.microsoft:message-lock-lost"
@@ -81,6 +82,12 @@ def messages_value(encoded: list[bytes], lock_tokens: list[Any] | None = None) -
             entry["lock-token"] = lock_tokens[i]
         entries.append(entry)
     return {"messages": entries}
+
+
+def expirations_value(wall_ms: list[int]) -> dict[str, Any]:
+    """The body of a renew-lock answer: ``expirations``, an array of timestamps (``_servicebus_receiver.py``
+    ``renew_message_lock`` reads the first, in ms)."""
+    return {"expirations": Array("timestamp", [Timestamp(ms) for ms in wall_ms])}
 
 
 def sequence_numbers_value(numbers: list[int]) -> dict[str, Any]:

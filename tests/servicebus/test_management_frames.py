@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, AmqpValue, ApplicationProperties, Properties
+from minibroker.amqp.definitions import Accepted, AmqpValue, ApplicationProperties, Properties, Transfer
 from minibroker.amqp.types import Int, Long
 from tests.broker.txn_driver import Peer, World
-from tests.personalities.harness import payload, peer, world
+from tests.personalities.harness import payload, peer, rejected_with, world
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -112,3 +112,57 @@ def test_receive_unknown_sequence_number_is_404() -> None:
     ((_correlation, status, _body),) = _answers(p)
     assert status["statusCode"] == 404
     assert status["errorCondition"] == "com.microsoft:message-not-found"
+
+
+def test_lock_runs_out_and_late_settlement_is_lock_lost() -> None:
+    """A peek-lock runs out after 60 s of broker time: the message is delivered again (delivery-count 1), and the
+    first delivery's settlement is answered rejected with com.microsoft:message-lock-lost; renew-lock of a live
+    lock answers its new expiration."""
+    w, p = _mgmt_world()
+    p.transfer("orders-in", payload("m"))
+    w.settle()
+    p.attach_consumer("orders-out", "orders", presettled=False, default_outcome=None)
+    p.flow("orders-out", 5)
+    (first,) = w.settle()[p].started
+    w.advance(59)
+    assert w.settle()[p].started == []
+    w.advance(2)
+    after = w.settle()[p]
+    (second,) = after.started
+    second_frames = after.performatives
+    assert second.delivery_id != first.delivery_id
+    p.dispose(first.delivery_id, Accepted(), settled=False)
+    (settled,) = w.settle()[p].settled_by_broker
+    assert settled[0] == first.delivery_id
+    assert rejected_with(settled[1]) == ("com.microsoft:message-lock-lost", "The lock supplied is invalid: it expired.")
+    observed = w.settle()[p]
+    w.advance(30)
+    (tag,) = [  # the lock token: the second delivery's tag
+        f.delivery_tag for f in second_frames if isinstance(f, Transfer) and f.delivery_id == second.delivery_id
+    ]
+    message_id = uuid.uuid4()
+    p.transfer("mgmt-req", _request(message_id, "com.microsoft:renew-lock", {"lock-tokens": [uuid.UUID(bytes_le=tag)]}))
+    w.settle()
+    ((correlation, status, body),) = _answers(p)
+    assert correlation == message_id
+    assert status["statusCode"] == 200
+    assert body["expirations"].items == [(61 + 30 + 60) * 1000]  # broker time 151 s (the world's wall offset is 0)
+    w.advance(40)  # 131 s: past the second delivery's first lock (121 s), within the renewed one
+    assert w.settle()[p].started == []
+    p.dispose(second.delivery_id, Accepted(), settled=False)
+    (settled,) = w.settle()[p].settled_by_broker
+    assert settled == (second.delivery_id, Accepted())
+    assert not observed.violations
+
+
+def test_other_personalities_take_no_locks() -> None:
+    """Only a Service Bus delivery is locked: a broker of another personality arms no timer per delivery."""
+    for personality, timers in (("minibroker", 0), ("servicebus", 1)):
+        w = world(personality)
+        p = peer(w)
+        p.attach_producer("in", "orders")
+        p.transfer("in", payload("m"))
+        p.attach_consumer("out", "orders", presettled=False, default_outcome=None)
+        p.flow("out", 1)
+        assert len(w.settle()[p].started) == 1
+        assert len(w.broker.dispatcher.timers) == timers
