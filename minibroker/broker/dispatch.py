@@ -564,6 +564,17 @@ class Dispatcher:
         wall = self.clock.wall_ms(locked_until)
         return message.rewritten(sb_messages.delivery_annotations(message.seq, wall))
 
+    def locked_on(self, queue: Queue) -> list[Message]:
+        """The messages of ``queue`` out on consumer links, unsettled. O(consumers and their unsettled
+        deliveries): for a Service Bus peek-message only."""
+        return [
+            dispatched.message
+            for consumers in self._by_conn.values()
+            for consumer in consumers
+            if consumer.queue is queue and not consumer.browser
+            for dispatched in consumer.unsettled.values()
+        ]
+
     def renew_lock(self, conn: ServerConnection, tag: bytes) -> float | None:
         """Renew the peek-lock of ``conn``'s unsettled Service Bus delivery tagged ``tag`` (the lock token) for
         another lock duration from now: its new end on the broker clock, or None when it holds no lock (settled,

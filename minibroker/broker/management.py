@@ -4,8 +4,9 @@ service links (``services.py``).
 
 Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servicebus_sender.py``):
 
-- ``peek-message`` (``from-sequence-number``, ``message-count``): the entity's ready, deferred and scheduled
-  messages from that sequence number on, in sequence order, locking nothing; 204 when there are none;
+- ``peek-message`` (``from-sequence-number``, ``message-count``): the entity's messages (ready, locked by a
+  receiver, deferred and scheduled) from that sequence number on, in sequence order, locking nothing; 204 when
+  there are none;
 - ``schedule-message`` (``messages``: each ``message`` encoded, with ``x-opt-scheduled-enqueue-time``): posted
   as a scheduled transfer is, answered with their ``sequence-numbers``;
 - ``cancel-scheduled-message`` (``sequence-numbers``): those still waiting are dropped;
@@ -96,6 +97,9 @@ class Management:
         found: list[tuple[int, Message, int]] = []
         if queue is not None:
             found += [(m.seq, m, sb_messages.ACTIVE) for m in queue.ready if m.seq >= start]
+            found += [(m.seq, m, sb_messages.ACTIVE) for m in self.dispatcher.locked_on(queue) if m.seq >= start]
+            scheduled = self.dispatcher.timers.scheduled_on(queue)
+            found += [(m.seq, m, sb_messages.SCHEDULED) for m in scheduled if m.seq >= start]
             deferred = self.dispatcher.deferred.get(queue, {})
             found += [(seq, m, sb_messages.DEFERRED) for seq, m in deferred.items() if seq >= start]
         found.sort(key=lambda item: item[0])

@@ -159,6 +159,17 @@ class Timers:
                 if not entry.items:
                     self.dead += 1
 
+    def scheduled_on(self, queue: Queue) -> list[Message]:
+        """The messages of ``queue`` waiting for their scheduled delivery time. O(timers): for a Service Bus
+        peek-message only."""
+        return [
+            message
+            for _, _, entry in self._heap
+            if isinstance(entry, Due)
+            for on, message in entry.items
+            if on is queue and message.deliver_at is not None
+        ]
+
     def scheduled(self, seq: int) -> list[tuple[Queue, Message]]:
         """The copies of the message placed at ``seq`` waiting for their scheduled delivery time (not those waiting
         out a redelivery delay). O(timers): for a Service Bus cancel-scheduled-message only."""

@@ -25,7 +25,7 @@ LOCK_DURATION = 60.0
 """Seconds a peek-lock lasts (Service Bus's default ``LockDuration``), on the broker's clock."""
 MAX_DELIVERY_COUNT = 10
 """Deliveries after which a message is dead-lettered (Service Bus's default ``MaxDeliveryCount``)."""
-ACTIVE, DEFERRED = 0, 1
+ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
 """``x-opt-message-state`` (``_common/constants.py`` ``ServiceBusMessageState``)."""
 DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
 """The condition of a ``rejected`` that dead-letters (``_common/constants.py`` ``DEADLETTERNAME``)."""

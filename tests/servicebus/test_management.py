@@ -6,7 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusMessageState,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
 
 from minibroker.testing.thread import ThreadedBroker
 
@@ -101,3 +107,29 @@ def test_receive_deferred_and_delete(client: ServiceBusClient) -> None:
         (taken,) = receiver.receive_deferred_messages([message.sequence_number])
         assert str(taken) == "x"
         assert receiver.peek_messages(max_message_count=5, sequence_number=1) == []
+
+
+def test_peek_shows_locked_deferred_and_scheduled(
+    virtual_broker: ThreadedBroker, virtual_client: ServiceBusClient
+) -> None:
+    client = virtual_client
+    _send(client, "everything", "locked", "deferred")
+    later = datetime.fromtimestamp(virtual_broker.clock.now, UTC) + timedelta(hours=1)
+    with client.get_queue_sender("everything") as sender:
+        sender.schedule_messages(ServiceBusMessage("scheduled"), later)
+    _send(client, "everything", "ready")
+    with client.get_queue_receiver("everything", prefetch_count=0) as receiver:
+        received = receiver.receive_messages(max_message_count=2, max_wait_time=5)
+        while len(received) < 2:
+            received += receiver.receive_messages(max_message_count=2, max_wait_time=2)
+        locked, deferred = received[:2]
+        assert [str(locked), str(deferred)] == ["locked", "deferred"]
+        receiver.defer_message(deferred)
+        peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
+        assert [(str(m), m.state) for m in peeked] == [
+            ("locked", ServiceBusMessageState.ACTIVE),
+            ("deferred", ServiceBusMessageState.DEFERRED),
+            ("scheduled", ServiceBusMessageState.SCHEDULED),
+            ("ready", ServiceBusMessageState.ACTIVE),
+        ]
+        receiver.complete_message(locked)
