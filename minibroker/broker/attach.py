@@ -191,8 +191,8 @@ class AttachCoordinator:
 
 @dataclass(frozen=True)
 class AttachService:
-    """A link to a Service Bus service node (``$cbs``): requests come in on an incoming link, answers go out on
-    an ``outgoing`` one (its source is the node)."""
+    """A link to a Service Bus service node (``$cbs``, ``ENTITY/$management``): requests come in on an incoming
+    link, answers go out on an ``outgoing`` one (its source is the node)."""
 
     node: str
     outgoing: bool
@@ -233,8 +233,7 @@ def decide(link: Link, context: AttachContext) -> AttachDecision:
         if path == sb_addresses.CBS:
             return AttachService(sb_addresses.CBS, outgoing=link.is_sender)
         if path is not None and sb_addresses.is_management(path):
-            # refused at once, so that an SDK operation that needs it fails instead of waiting for an answer
-            return Refuse(error(Condition.NOT_IMPLEMENTED, f"{path}: the $management node is not implemented yet"))
+            return AttachService(path, outgoing=link.is_sender)
     if link.is_sender:
         return decide_consumer(link, context)
     if isinstance(link.target, Coordinator):

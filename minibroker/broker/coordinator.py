@@ -85,6 +85,7 @@ from minibroker.broker.transactions import (
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery, LinkState, OutgoingDelivery
 from minibroker.engine.events import DeliveryUpdated, TransferReceived
+from minibroker.servicebus import messages as sb_messages
 
 CONTROLLER_CREDIT = MINIBROKER.controller_credit
 Contain = Callable[[str, Callable[[], None]], bool]
@@ -182,6 +183,10 @@ class Coordinator:
     def transfer_state(self, consumer: Consumer) -> TransactionalState | None:
         txn = self._acquiring.get(consumer)
         return txn.state if txn is not None else None
+
+    def holds(self, dispatched: Dispatched) -> bool:
+        """Whether a transaction holds ``dispatched`` (acquired under it, or its outcome staged in it)."""
+        return dispatched in self._holder
 
     def acquired(self, dispatched: Dispatched) -> None:
         txn = self._acquiring[dispatched.consumer]
@@ -702,6 +707,7 @@ class Coordinator:
         state, settled = event.state, event.settled
         plain: list[Dispatched] = []
         browsed: list[OutgoingDelivery] = []
+        lost: list[OutgoingDelivery] = []
         touched: set[Queue] = set()
         for delivery in event.deliveries:
             consumer = delivery.link.context
@@ -713,6 +719,8 @@ class Coordinator:
                 continue
             dispatched = consumer.unsettled.get(delivery)
             if dispatched is None:
+                if consumer.servicebus and delivery.open and is_outcome(state):
+                    lost.append(delivery)  # its peek-lock ran out (``Dispatcher._lock_expired``)
                 continue
             holder = self._holder.get(dispatched)
             if isinstance(state, TransactionalState):
@@ -734,6 +742,11 @@ class Coordinator:
         # a browsed copy is settled with the outcome it was given, never as work of a transaction
         given = state.outcome if isinstance(state, TransactionalState) else state
         self.outbox.settle(conn, browsed, as_delivery_state(given))
+        if lost:
+            # Service Bus answers the settlement of a message whose lock was lost with a rejected outcome naming
+            # com.microsoft:message-lock-lost; azure-servicebus raises MessageLockLostError for it
+            # (``_pyamqp/receiver.py`` ``check_disposition_outcome``, ``_transport/_pyamqp_transport.py``)
+            self.outbox.settle(conn, lost, Rejected(error=sb_messages.lock_lost_error()))
         if plain:
             self.dispatcher.apply_outcome(conn, plain, state, settled)
         self.dispatcher.dispatch_all(touched)

@@ -46,7 +46,7 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
-from minibroker.broker.timers import Due, Expiry, TimerKind, Timers
+from minibroker.broker.timers import Due, Expiry, Lock, TimerKind, Timers
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery
@@ -56,6 +56,7 @@ from minibroker.servicebus import messages as sb_messages
 if TYPE_CHECKING:
     from minibroker.broker.selector import MessageFields, Selector
 
+_LOCK_LOST_OUTCOME = Modified(delivery_failed=True)  # a Service Bus lock ran out: back, a delivery counted
 _MAX_TIME_MS = 10**15  # about 31,700 years: a delay, delivery time or expiry beyond it is ignored
 
 
@@ -121,6 +122,9 @@ class Acquirer(Protocol):
     def acquired(self, dispatched: Dispatched) -> None:
         """``dispatched`` was sent carrying ``transfer_state``: it is acquired under that transaction."""
 
+    def holds(self, dispatched: Dispatched) -> bool:
+        """Whether a transaction holds ``dispatched`` (then it decides the message's fate, not a lock's end)."""
+
 
 class _NoTransactions:
     def transfer_state(self, consumer: Consumer) -> TransactionalState | None:
@@ -128,6 +132,9 @@ class _NoTransactions:
 
     def acquired(self, dispatched: Dispatched) -> None:  # pragma: no cover - never called without a state
         raise AssertionError("acquired without a transaction")
+
+    def holds(self, dispatched: Dispatched) -> bool:
+        return False
 
 
 class Dispatcher:
@@ -530,7 +537,12 @@ class Dispatcher:
         conn = consumer.conn
         presettled = consumer.presettled
         state = self.acquirer.transfer_state(consumer)
-        payload = message.encoded() if not consumer.servicebus else self._servicebus_payload(message)
+        locked_until = None
+        if not consumer.servicebus:
+            payload = message.encoded()
+        else:
+            locked_until = self.clock.now + sb_messages.LOCK_DURATION
+            payload = self._servicebus_payload(message, locked_until)
         delivery = conn.deliver(consumer.link, payload, settled=presettled, state=state)
         self.outbox.touch(conn)
         if state is not None:
@@ -540,13 +552,59 @@ class Dispatcher:
         elif presettled:
             consumer.queue.retire(message)
         else:
-            consumer.unsettled[delivery] = Dispatched(consumer, delivery, message)
+            dispatched = consumer.unsettled[delivery] = Dispatched(consumer, delivery, message)
+            if locked_until is not None:
+                # a Service Bus peek-lock: it runs out on the broker clock (``_lock_expired``), a core timer
+                dispatched.lock = self.timers.lock(locked_until, dispatched)
+                self._new_deadline()
 
-    def _servicebus_payload(self, message: Message) -> bytes:
+    def _servicebus_payload(self, message: Message, locked_until: float) -> bytes:
         """A message as it goes to a Service Bus receiver: sequence number, lock time and state annotated, the
         header's delivery-count written (``minibroker.servicebus.messages``)."""
-        locked_until = self.clock.wall_ms(self.clock.now + sb_messages.LOCK_DURATION)
-        return message.rewritten(sb_messages.delivery_annotations(message.seq, locked_until))
+        wall = self.clock.wall_ms(locked_until)
+        return message.rewritten(sb_messages.delivery_annotations(message.seq, wall))
+
+    def locked_on(self, queue: Queue) -> list[Message]:
+        """The messages of ``queue`` out on consumer links, unsettled. O(consumers and their unsettled
+        deliveries): for a Service Bus peek-message only."""
+        return [
+            dispatched.message
+            for consumers in self._by_conn.values()
+            for consumer in consumers
+            if consumer.queue is queue and not consumer.browser
+            for dispatched in consumer.unsettled.values()
+        ]
+
+    def renew_lock(self, conn: ServerConnection, tag: bytes) -> float | None:
+        """Renew the peek-lock of ``conn``'s unsettled Service Bus delivery tagged ``tag`` (the lock token) for
+        another lock duration from now: its new end on the broker clock, or None when it holds no lock (settled,
+        or the lock ran out). O(unsettled deliveries of the connection): renew-lock is a rare request."""
+        for consumer in self._by_conn.get(conn, ()):
+            if not consumer.servicebus:
+                continue
+            for dispatched in consumer.unsettled.values():
+                lock = dispatched.lock
+                if lock is not None and lock.alive and dispatched.delivery.tag == tag:
+                    lock.cancel()
+                    until = self.clock.now + sb_messages.LOCK_DURATION
+                    dispatched.lock = self.timers.lock(until, dispatched)
+                    self._new_deadline()
+                    return until
+        return None
+
+    def _lock_expired(self, lock: Lock) -> None:
+        """A Service Bus peek-lock ran out: the message goes back, a delivery counted (as an abandon does); the
+        receiver's late settlement of it is answered ``com.microsoft:message-lock-lost`` (``Coordinator``)."""
+        dispatched = lock.holder
+        lock.holder = None  # (out of the heap already)
+        if not isinstance(dispatched, Dispatched) or dispatched.lock is not lock:
+            return
+        dispatched.lock = None
+        consumer = dispatched.consumer
+        if consumer.unsettled.get(dispatched.delivery) is not dispatched or self.acquirer.holds(dispatched):
+            return  # settled meanwhile, or a transaction decides its fate
+        self.finish(dispatched, _LOCK_LOST_OUTCOME)
+        self.dispatch(consumer.queue)
 
     def _deliver_fault(self, consumer: Consumer, message: Message) -> bool:
         """Fault point ``deliver`` (a message going to a consumer, matched on its queue's node): ``delay`` makes the
@@ -601,6 +659,9 @@ class Dispatcher:
         """Apply a terminal outcome to a dispatched message and forget the delivery (the caller dispatches)."""
         consumer = dispatched.consumer
         consumer.unsettled.pop(dispatched.delivery, None)
+        if dispatched.lock is not None:
+            dispatched.lock.cancel()
+            dispatched.lock = None
         message = dispatched.message
         queue = consumer.queue
         if isinstance(outcome, Accepted):
@@ -613,7 +674,7 @@ class Dispatcher:
                 reason, description = sb_messages.dead_letter_info(outcome.error.info if outcome.error else None)
                 with self.recorder.together():
                     queue.retire(message)
-                    self._servicebus_dead_letter(queue, message, reason, description)
+                    self.servicebus_dead_letter(queue, message, reason, description)
                 return
             with self.recorder.together():  # leaving the queue and reaching the DLQ: one record
                 queue.retire(message)
@@ -649,7 +710,7 @@ class Dispatcher:
                 if servicebus and message.delivery_count >= sb_messages.MAX_DELIVERY_COUNT:
                     with self.recorder.together():
                         queue.retire(message)
-                        self._servicebus_dead_letter(
+                        self.servicebus_dead_letter(
                             queue,
                             message,
                             sb_messages.MAX_DELIVERY_REASON,
@@ -696,7 +757,7 @@ class Dispatcher:
             annotations["x-opt-dead-letter-description"] = description
         self._forward(queue, message, target, annotations)
 
-    def _servicebus_dead_letter(
+    def servicebus_dead_letter(
         self, queue: Queue, message: Message, reason: str | None, description: str | None
     ) -> None:
         """Service Bus dead-lettering: to ``<entity>/$DeadLetterQueue``, the reason and description as
@@ -754,9 +815,11 @@ class Dispatcher:
             else:
                 contain("a message timer", partial(self._fire, entry))
 
-    def _fire(self, entry: Expiry | Due) -> None:
+    def _fire(self, entry: Expiry | Due | Lock) -> None:
         if isinstance(entry, Expiry):
             self._expired(entry)
+        elif isinstance(entry, Lock):
+            self._lock_expired(entry)
         else:
             self._due(entry)
 

@@ -56,6 +56,7 @@ from minibroker.broker.dispatch import ACCEPTED, Dispatcher
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
+from minibroker.broker.management import Management
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, Node, parse_address
 from minibroker.broker.nodes import Nodes
@@ -121,8 +122,9 @@ class Endpoints:
         """Fault injection (set by the core): points ``attach`` and ``transfer``."""
         self._late: dict[int, TransferReceived] = {}  # transfers a ``delay`` fault held back, being taken now
         self._sb_ids = 0  # message-ids stamped on Service Bus messages that came without one
-        self.services = Services(outbox)
-        """Service nodes of the ``servicebus`` personality (``$cbs``)."""
+        self.management = Management(nodes, dispatcher, self.clock, self._servicebus_arrival)
+        self.services = Services(outbox, self.management.answer)
+        """Service nodes of the ``servicebus`` personality (``$cbs``, ``ENTITY/$management``)."""
 
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open

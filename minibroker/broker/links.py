@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from minibroker.broker.namespace import Node
     from minibroker.broker.queue import Queue, Scan
     from minibroker.broker.selector import Selector
+    from minibroker.broker.timers import Lock
 
 RELEASED = Released()
 
@@ -192,12 +193,14 @@ class Controller:
 class Dispatched:
     """A message out on a consumer link, not yet settled; found again through ``consumer.unsettled``."""
 
-    __slots__ = ("consumer", "delivery", "message")
+    __slots__ = ("consumer", "delivery", "lock", "message")
 
     def __init__(self, consumer: Consumer, delivery: OutgoingDelivery, message: Message) -> None:
         self.consumer = consumer
         self.delivery = delivery
         self.message = message
+        self.lock: Lock | None = None
+        """Its Service Bus peek-lock (a ``timers.Lock``), when it is a locked Service Bus delivery."""
 
     def __repr__(self) -> str:
         return f"Dispatched({self.message!r} on {self.consumer!r})"

@@ -534,9 +534,24 @@ SERVICEBUS = Personality(
         ),
         Quirk(
             "entity addresses are URIs (amqps://host:port/ENTITY, even without TLS): scheme and authority are "
-            "stripped; TOPIC/Subscriptions/NAME is subscription NAME of topic TOPIC, shared by its receivers; "
-            "ENTITY/$management is refused with amqp:not-implemented (not implemented yet)",
+            "stripped; TOPIC/Subscriptions/NAME is subscription NAME of topic TOPIC, shared by its receivers",
             _AZURE_SB + "_servicebus_sender.py, _servicebus_receiver.py (_entity_uri)",
+        ),
+        Quirk(
+            "ENTITY/$management answers com.microsoft:peek-message (204 when empty), schedule-message, "
+            "cancel-scheduled-message, receive-by-sequence-number (deferred messages, with lock tokens), "
+            "update-disposition and renew-lock (expirations; 410 message-lock-lost when the lock is gone), "
+            "correlation-id the request's message-id, the status as both statusCode / "
+            "statusDescription and status-code / status-description; another operation is answered 501",
+            _AZURE_SB + "_common/mgmt_handlers.py; _base_handler.py (_mgmt_request_response); "
+            "_pyamqp/management_link.py",
+        ),
+        Quirk(
+            "a peek-lock delivery's lock runs out 60 s (broker time) after delivery, or after its last renew-lock: "
+            "the message goes back with its delivery-count + 1, and a later settlement of that delivery is "
+            "answered rejected with com.microsoft:message-lock-lost",
+            _AZURE_SB + "_pyamqp/receiver.py (check_disposition_outcome); _transport/_pyamqp_transport.py "
+            "(ERROR_CODE_MESSAGE_LOCK_LOST: MessageLockLostError)",
         ),
         Quirk(
             "deliveries carry 16-octet delivery-tags (the lock token), a header delivery-count, and the annotations "

@@ -1,4 +1,5 @@
-"""Service nodes of the ``servicebus`` personality (issue 17): request/response links to ``$cbs``.
+"""Service nodes of the ``servicebus`` personality (issue 17): request/response links to ``$cbs`` and to
+``ENTITY/$management`` (``management.py``).
 
 A client attaches a sender link to the node (requests) and a receiver link from it (answers). Each request is
 answered at once (``minibroker.servicebus.cbs``) on the connection's answer link whose target is the request's
@@ -9,12 +10,17 @@ answered at once (``minibroker.servicebus.cbs``) on the connection's answer link
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from minibroker.amqp.definitions import Accepted, Target
 from minibroker.broker.outbox import Outbox
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery, Link, LinkState
+from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import cbs
+
+Manage = Callable[[ServerConnection, str, bytes], bytes]
+"""Answers a request to a management node: ``(connection, node, request) -> answer`` (``management.py``)."""
 
 MAX_PENDING = 100
 """Answers kept for a link without credit (older ones are dropped)."""
@@ -46,8 +52,9 @@ class ServiceLink:
 class Services:
     """The service links of one broker, per connection."""
 
-    def __init__(self, outbox: Outbox) -> None:
+    def __init__(self, outbox: Outbox, manage: Manage | None = None) -> None:
         self.outbox = outbox
+        self.manage = manage
         self._answering: dict[ServerConnection, list[ServiceLink]] = {}
 
     def attached(self, service: ServiceLink) -> None:
@@ -64,7 +71,10 @@ class Services:
     def request(self, service: ServiceLink, payload: bytes, delivery: IncomingDelivery) -> None:
         """A request arrived on ``service``'s incoming link: accept it, and send the answer."""
         conn = service.conn
-        request, answer = cbs.answer(payload)
+        if self.manage is not None and sb_addresses.is_management(service.node):
+            request, answer = cbs.read_request(payload), self.manage(conn, service.node, payload)
+        else:
+            request, answer = cbs.answer(payload)
         out = self._answer_link(conn, service.node, request.reply_to)
         if out is not None:
             out.pending.append(answer)

@@ -1,6 +1,6 @@
 """Message timers: expiry and scheduled visibility, on the broker's clock (see ``clock.py``).
 
-One heap for the whole broker, of two kinds of entry:
+One heap for the whole broker, of three kinds of entry:
 
 - ``Expiry``: a message's ttl or absolute-expiry-time. One entry per post, whatever the number of queues
   that took a copy (a topic's subscriptions): it names those queues and the copies' shared place in
@@ -9,6 +9,8 @@ One heap for the whole broker, of two kinds of entry:
   then are checked when they come back (a release, a redelivery delay's end).
 - ``Due``: messages that become visible later (a delivery time, a redelivery delay). They are on no ready
   list meanwhile, so the entry holds them (and their queues).
+- ``Lock``: a Service Bus peek-lock on a delivery (``servicebus`` personality only): when it runs out the
+  message goes back. Settling or renewing the delivery cancels it.
 
 A copy that leaves its queue for good (consumed, expired, dropped) tells its ``Expiry`` (``left``); an entry
 no copy needs any more is dead, and the heap is rebuilt without its dead entries once they outnumber the
@@ -79,7 +81,32 @@ class Due:
         return f"Due(at={self.when}, messages={len(self.items)})"
 
 
-Entry = Expiry | Due
+class Lock:
+    """A Service Bus peek-lock (issue 17 item 5): at ``when`` the delivery ``holder`` (a ``Dispatched``) still
+    unsettled loses its lock. ``cancel`` when it is settled or renewed (the entry is then dead)."""
+
+    __slots__ = ("holder", "owner", "when")
+
+    def __init__(self, owner: Timers, when: float, holder: Any) -> None:
+        self.owner = owner
+        self.when = when
+        self.holder: Any = holder
+
+    def cancel(self) -> None:
+        if self.holder is not None:
+            self.holder = None
+            self.owner.dead += 1
+            self.owner.maybe_compact()
+
+    @property
+    def alive(self) -> bool:
+        return self.holder is not None
+
+    def __repr__(self) -> str:
+        return f"Lock(at={self.when}, alive={self.alive})"
+
+
+Entry = Expiry | Due | Lock
 
 
 class Timers:
@@ -108,6 +135,12 @@ class Timers:
         heapq.heappush(self._heap, (when, next(self._order), entry))
         return entry
 
+    def lock(self, when: float, holder: Any) -> Lock:
+        """A peek-lock on ``holder`` that runs out at ``when``."""
+        entry = Lock(self, when, holder)
+        heapq.heappush(self._heap, (when, next(self._order), entry))
+        return entry
+
     def add(self, when: float, kind: TimerKind, queue: Queue, message: Message) -> Expiry | Due:
         """One timer for one message on one queue (its place in ``queue`` must be set already)."""
         if kind is TimerKind.EXPIRE:
@@ -125,6 +158,28 @@ class Timers:
                 entry.items = [pair for pair in entry.items if pair[1] is not message]
                 if not entry.items:
                     self.dead += 1
+
+    def scheduled_on(self, queue: Queue) -> list[Message]:
+        """The messages of ``queue`` waiting for their scheduled delivery time. O(timers): for a Service Bus
+        peek-message only."""
+        return [
+            message
+            for _, _, entry in self._heap
+            if isinstance(entry, Due)
+            for on, message in entry.items
+            if on is queue and message.deliver_at is not None
+        ]
+
+    def scheduled(self, seq: int) -> list[tuple[Queue, Message]]:
+        """The copies of the message placed at ``seq`` waiting for their scheduled delivery time (not those waiting
+        out a redelivery delay). O(timers): for a Service Bus cancel-scheduled-message only."""
+        return [
+            (queue, message)
+            for _, _, entry in self._heap
+            if isinstance(entry, Due)
+            for queue, message in entry.items
+            if message.seq == seq and message.deliver_at is not None
+        ]
 
     def next_deadline(self) -> float | None:
         heap = self._heap
@@ -163,7 +218,7 @@ class Timers:
                 entry.items = [pair for pair in entry.items if not pair[0].deleted]
                 if entry.items:
                     kept.append(item)
-            elif entry.queues is not None:
+            elif entry.alive:
                 kept.append(item)
         heapq.heapify(kept)
         self._heap = kept

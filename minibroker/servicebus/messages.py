@@ -15,24 +15,31 @@ from __future__ import annotations
 from typing import Any
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import ApplicationProperties, Data, Properties
+from minibroker.amqp.definitions import ApplicationProperties, Data, Error, Properties
 from minibroker.amqp.sections import APPLICATION_PROPERTIES, DATA, PROPERTIES, section_at, walk
-from minibroker.amqp.types import DecodeError, Int, Long, Timestamp
+from minibroker.amqp.types import DecodeError, Int, Long, Symbol, Timestamp
 
 BATCH_FORMAT = 0x80013700
 """The message-format of a batch transfer (``_pyamqp/constants.py`` ``BATCH_MESSAGE_FORMAT``)."""
 LOCK_DURATION = 60.0
-"""Seconds a peek-lock lasts (Service Bus's default ``LockDuration``); locks do not expire yet here."""
+"""Seconds a peek-lock lasts (Service Bus's default ``LockDuration``), on the broker's clock."""
 MAX_DELIVERY_COUNT = 10
 """Deliveries after which a message is dead-lettered (Service Bus's default ``MaxDeliveryCount``)."""
-ACTIVE, DEFERRED = 0, 1
+ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
 """``x-opt-message-state`` (``_common/constants.py`` ``ServiceBusMessageState``)."""
 DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
 """The condition of a ``rejected`` that dead-letters (``_common/constants.py`` ``DEADLETTERNAME``)."""
+LOCK_LOST_CONDITION = "com.microsoft:message-lock-lost"
 DEAD_LETTER_REASON = "DeadLetterReason"
 DEAD_LETTER_DESCRIPTION = "DeadLetterErrorDescription"
 DEAD_LETTER_SOURCE = "x-opt-deadletter-source"
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
+
+
+def lock_lost_error() -> Error:
+    """The error of a settlement (or renewal) of a message whose lock ran out (``_common/constants.py``
+    ``ERROR_CODE_MESSAGE_LOCK_LOST``)."""
+    return Error(condition=Symbol(LOCK_LOST_CONDITION), description="The lock supplied is invalid: it expired.")
 
 
 def split_batch(payload: bytes) -> list[bytes] | None:

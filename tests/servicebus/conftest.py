@@ -28,3 +28,17 @@ def sb_broker() -> Iterator[ThreadedBroker]:
 def client(sb_broker: ThreadedBroker) -> Iterator[ServiceBusClient]:
     with ServiceBusClient.from_connection_string(connection_string(sb_broker.port)) as sb:
         yield sb
+
+
+@pytest.fixture
+def virtual_broker() -> Iterator[ThreadedBroker]:
+    """A ``servicebus`` broker on the virtual clock: ``broker.clock.advance(s)`` moves its time (locks, schedules)."""
+    config = {"server": {"port": 0}, "broker": {"personality": "servicebus", "clock": "virtual"}}
+    with run_in_thread(config) as broker:
+        yield broker
+
+
+@pytest.fixture
+def virtual_client(virtual_broker: ThreadedBroker) -> Iterator[ServiceBusClient]:
+    with ServiceBusClient.from_connection_string(connection_string(virtual_broker.port)) as sb:
+        yield sb

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
-from azure.servicebus.exceptions import ServiceBusError
-
-from minibroker.testing.thread import ThreadedBroker
-from tests.servicebus.conftest import connection_string
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -152,16 +148,6 @@ def test_send_a_list(client: ServiceBusClient) -> None:
         assert [str(m) for m in received] == ["one", "two"]
         for message in received:
             receiver.complete_message(message)
-
-
-def test_management_operations_fail_fast(sb_broker: ThreadedBroker) -> None:
-    """``$management`` is not implemented yet: an operation that needs it (peek) fails, it does not hang."""
-    with (
-        ServiceBusClient.from_connection_string(connection_string(sb_broker.port), retry_total=0) as client,
-        client.get_queue_receiver("peeked") as receiver,
-        pytest.raises(ServiceBusError),
-    ):
-        receiver.peek_messages(max_message_count=1)
 
 
 def test_subscription_dead_letter(client: ServiceBusClient) -> None:

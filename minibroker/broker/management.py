@@ -1,0 +1,224 @@
+"""The ``ENTITY/$management`` node of the ``servicebus`` personality (issue 17 item 6): what each operation does
+to the broker's queues. Encoding is ``minibroker.servicebus.management``; requests reach here through the
+service links (``services.py``).
+
+Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servicebus_sender.py``):
+
+- ``peek-message`` (``from-sequence-number``, ``message-count``): the entity's messages (ready, locked by a
+  receiver, deferred and scheduled) from that sequence number on, in sequence order, locking nothing; 204 when
+  there are none;
+- ``schedule-message`` (``messages``: each ``message`` encoded, with ``x-opt-scheduled-enqueue-time``): posted
+  as a scheduled transfer is, answered with their ``sequence-numbers``;
+- ``cancel-scheduled-message`` (``sequence-numbers``): those still waiting are dropped;
+- ``receive-by-sequence-number`` (``sequence-numbers``, ``receiver-settle-mode``): deferred messages, each with a
+  lock token (or removed, for receive-and-delete); 404 ``message-not-found`` when one is not deferred;
+- ``update-disposition`` (``disposition-status``, ``lock-tokens``): settles messages received that way.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from minibroker.broker.clock import BrokerClock
+from minibroker.broker.dispatch import Dispatcher
+from minibroker.broker.message import Message
+from minibroker.broker.namespace import Node
+from minibroker.broker.nodes import Nodes
+from minibroker.broker.queue import Queue
+from minibroker.broker.topic import Topic
+from minibroker.engine.connection import ServerConnection
+from minibroker.servicebus import addresses as sb_addresses
+from minibroker.servicebus import management as sb_management
+from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus.cbs import Request, read_request
+
+
+class Management:
+    """The ``$management`` operations of one broker."""
+
+    def __init__(
+        self, nodes: Nodes, dispatcher: Dispatcher, clock: BrokerClock, arrival: Callable[[bytes], bytes]
+    ) -> None:
+        self.nodes = nodes
+        self.dispatcher = dispatcher
+        self.clock = clock
+        self.arrival = arrival
+        """What a Service Bus entity does to a message it takes (``Endpoints._servicebus_arrival``)."""
+        self.locked: dict[uuid.UUID, tuple[Queue, int]] = {}
+        """Deferred messages received by sequence number, by the lock token they were given."""
+
+    def answer(self, conn: ServerConnection, node: str, payload: bytes) -> bytes:
+        """The answer to the request ``payload`` sent to the management node ``node`` (``ENTITY/$management``)."""
+        request = read_request(payload)
+        operation = request.operation
+        body = sb_management.body(payload)
+        entity = node[: -len(sb_addresses.MANAGEMENT)].rstrip("/")
+        if operation == sb_management.SCHEDULE:
+            return self._schedule(conn, request, entity, body)
+        if operation == sb_management.RENEW_LOCK:
+            return self._renew_lock(conn, request, body)
+        if operation == sb_management.UPDATE_DISPOSITION:
+            return self._update_disposition(request, body)
+        queue = self._queue(conn, entity)
+        if operation == sb_management.PEEK:
+            return self._peek(request, queue, body)
+        if operation == sb_management.CANCEL_SCHEDULED:
+            return self._cancel(request, body)
+        if operation == sb_management.RECEIVE_BY_SEQUENCE_NUMBER:
+            return self._receive_deferred(request, queue, body)
+        return sb_management.response(
+            request, sb_management.NOT_IMPLEMENTED, f"$management operation {operation!r} is not implemented"
+        )
+
+    def _node(self, conn: ServerConnection, entity: str) -> Node | None:
+        named = sb_addresses.subscription(entity)
+        name = named[0] if named is not None else entity
+        return self.nodes.lookup(conn, name, None)
+
+    def _queue(self, conn: ServerConnection, entity: str) -> Queue | None:
+        """The queue behind ``entity`` (a queue, or ``TOPIC/Subscriptions/NAME``), created as an attach would."""
+        node = self._node(conn, entity)
+        named = sb_addresses.subscription(entity)
+        if isinstance(node, Topic):
+            if named is None:
+                return None
+            wanted = named[1].lower()
+            return next((s for key, s in node.subscriptions.items() if key[1].lower() == wanted), None)
+        return node
+
+    # -- peek ---------------------------------------------------------------------------------------------
+    def _peek(self, request: Request, queue: Queue | None, body: dict[str, Any]) -> bytes:
+        start = body.get("from-sequence-number")
+        count = body.get("message-count")
+        start = start if isinstance(start, int) else 0
+        count = count if isinstance(count, int) and count > 0 else 1
+        found: list[tuple[int, Message, int]] = []
+        if queue is not None:
+            found += [(m.seq, m, sb_messages.ACTIVE) for m in queue.ready if m.seq >= start]
+            found += [(m.seq, m, sb_messages.ACTIVE) for m in self.dispatcher.locked_on(queue) if m.seq >= start]
+            scheduled = self.dispatcher.timers.scheduled_on(queue)
+            found += [(m.seq, m, sb_messages.SCHEDULED) for m in scheduled if m.seq >= start]
+            deferred = self.dispatcher.deferred.get(queue, {})
+            found += [(seq, m, sb_messages.DEFERRED) for seq, m in deferred.items() if seq >= start]
+        found.sort(key=lambda item: item[0])
+        if not found:
+            return sb_management.response(request, sb_management.NO_CONTENT, "No messages to peek")
+        encoded = [
+            message.rewritten(sb_messages.delivery_annotations(seq, 0, state)) for seq, message, state in found[:count]
+        ]
+        return sb_management.response(request, sb_management.OK, "OK", sb_management.messages_value(encoded))
+
+    # -- scheduling ---------------------------------------------------------------------------------------
+    def _schedule(self, conn: ServerConnection, request: Request, entity: str, body: dict[str, Any]) -> bytes:
+        node = self._node(conn, entity)
+        if node is None:
+            return sb_management.response(request, sb_management.NOT_FOUND, f"no entity {entity!r}")
+        numbers: list[int] = []
+        for entry in sb_management.items(body.get("messages")):
+            encoded = entry.get("message") if isinstance(entry, dict) else None
+            if not isinstance(encoded, bytes | bytearray):
+                return sb_management.response(request, sb_management.BAD_REQUEST, "a scheduled message is missing")
+            message = Message(self.arrival(bytes(encoded)))
+            if message.malformed is not None:
+                return sb_management.response(request, sb_management.BAD_REQUEST, f"a message: {message.malformed}")
+            self.dispatcher.arrive(message)
+            refusal = self.dispatcher.inject(node, message)
+            if refusal is not None:
+                return sb_management.response(request, sb_management.BAD_REQUEST, str(refusal.description))
+            numbers.append(message.seq)
+        return sb_management.response(request, sb_management.OK, "OK", sb_management.sequence_numbers_value(numbers))
+
+    def _cancel(self, request: Request, body: dict[str, Any]) -> bytes:
+        now = self.clock.now
+        timers = self.dispatcher.timers
+        for seq in sb_management.items(body.get("sequence-numbers")):
+            if not isinstance(seq, int):
+                continue
+            for queue, message in timers.scheduled(seq):
+                if message.deliver_at is not None and message.deliver_at > now and not queue.deleted:
+                    queue.drop_scheduled(message)
+                    timers.discard_message(message)
+        return sb_management.response(request, sb_management.OK, "OK")
+
+    # -- locks ------------------------------------------------------------------------------------------
+    def _renew_lock(self, conn: ServerConnection, request: Request, body: dict[str, Any]) -> bytes:
+        """Each lock token's peek-lock renewed for another lock duration (410 ``message-lock-lost`` when one
+        holds no lock: settled, or run out); ``expirations`` in wall-clock ms."""
+        expirations: list[int] = []
+        for token in sb_management.items(body.get("lock-tokens")):
+            until = None
+            if isinstance(token, uuid.UUID):
+                until = self.dispatcher.renew_lock(conn, token.bytes_le)  # the delivery-tag (``lock_token``)
+                if until is None and token in self.locked:
+                    until = self.clock.now + sb_messages.LOCK_DURATION  # a deferred message's (not timed)
+            if until is None:
+                return sb_management.response(
+                    request,
+                    sb_management.GONE,
+                    f"the lock of {token} is lost",
+                    condition=sb_management.MESSAGE_LOCK_LOST,
+                )
+            expirations.append(self.clock.wall_ms(until))
+        return sb_management.response(request, sb_management.OK, "OK", sb_management.expirations_value(expirations))
+
+    # -- deferred messages ----------------------------------------------------------------------------
+    def _receive_deferred(self, request: Request, queue: Queue | None, body: dict[str, Any]) -> bytes:
+        deferred = self.dispatcher.deferred.get(queue, {}) if queue is not None else {}
+        wanted = [seq for seq in sb_management.items(body.get("sequence-numbers")) if isinstance(seq, int)]
+        missing = [seq for seq in wanted if seq not in deferred]
+        if queue is None or missing:
+            return sb_management.response(
+                request,
+                sb_management.NOT_FOUND,
+                f"no deferred message with sequence number {missing[0] if missing else wanted}",
+                condition=sb_management.MESSAGE_NOT_FOUND,
+            )
+        delete = body.get("receiver-settle-mode") == 0  # ReceiverSettleMode.First: receive-and-delete
+        encoded, tokens = [], []
+        locked_until = self.clock.wall_ms(self.clock.now + sb_messages.LOCK_DURATION)
+        for seq in wanted:
+            message = deferred[seq]
+            if delete:
+                del deferred[seq]
+                token = None
+            else:
+                token = uuid.uuid4()
+                self.locked[token] = (queue, seq)
+            encoded.append(message.rewritten(sb_messages.delivery_annotations(seq, locked_until, sb_messages.DEFERRED)))
+            tokens.append(token)
+        value = sb_management.messages_value(encoded, None if delete else tokens)
+        return sb_management.response(request, sb_management.OK, "OK", value)
+
+    def _update_disposition(self, request: Request, body: dict[str, Any]) -> bytes:
+        status = body.get("disposition-status")
+        for token in sb_management.items(body.get("lock-tokens")):
+            held = self.locked.get(token) if isinstance(token, uuid.UUID) else None
+            if held is None:
+                return sb_management.response(
+                    request,
+                    sb_management.NOT_FOUND,
+                    f"lock token {token} is not held",
+                    condition=sb_management.MESSAGE_LOCK_LOST,
+                )
+            queue, seq = held
+            deferred = self.dispatcher.deferred.get(queue, {})
+            message = deferred.get(seq)
+            if message is None:
+                del self.locked[token]
+                continue
+            if status == sb_management.COMPLETED:
+                del deferred[seq], self.locked[token]
+            elif status == sb_management.DEAD_LETTERED:
+                del deferred[seq], self.locked[token]
+                reason, description = body.get("deadletter-reason"), body.get("deadletter-description")
+                self.dispatcher.servicebus_dead_letter(
+                    queue,
+                    message,
+                    reason if isinstance(reason, str) else None,
+                    description if isinstance(description, str) else None,
+                )
+            else:  # abandoned (or deferred again): it stays deferred, its lock given up
+                del self.locked[token]
+        return sb_management.response(request, sb_management.OK, "OK")
