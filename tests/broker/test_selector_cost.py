@@ -67,7 +67,8 @@ def reference_like(pattern: str, escape: str | None, value: str) -> bool:
         if char == escape:
             parts.append(re.escape(next(chars)))
         elif char == "%":
-            parts.append(".*")
+            if not parts or parts[-1] != ".*":  # ``%%`` is ``%``; ``.*.*…`` would backtrack for ever in ``re``
+                parts.append(".*")
         elif char == "_":
             parts.append(".")
         else:
