@@ -17,8 +17,9 @@ Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servi
 
 from __future__ import annotations
 
+import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from minibroker.broker.clock import BrokerClock
@@ -39,9 +40,17 @@ class Management:
     """The ``$management`` operations of one broker."""
 
     def __init__(
-        self, nodes: Nodes, dispatcher: Dispatcher, clock: BrokerClock, arrival: Callable[[bytes], bytes]
+        self,
+        nodes: Nodes,
+        dispatcher: Dispatcher,
+        clock: BrokerClock,
+        arrival: Callable[[bytes], bytes],
+        lock_tokens: Iterator[uuid.UUID] | None = None,
     ) -> None:
+        """``lock_tokens``: the tokens given to deferred messages received by sequence number (a test may inject
+        them; by default unguessable, as the broker draws no randomness inline)."""
         self.nodes = nodes
+        self._lock_tokens = lock_tokens if lock_tokens is not None else _random_tokens()
         self.dispatcher = dispatcher
         self.clock = clock
         self.arrival = arrival
@@ -184,7 +193,7 @@ class Management:
                 del deferred[seq]
                 token = None
             else:
-                token = uuid.uuid4()
+                token = next(self._lock_tokens)
                 self.locked[token] = (queue, seq)
             encoded.append(message.rewritten(sb_messages.delivery_annotations(seq, locked_until, sb_messages.DEFERRED)))
             tokens.append(token)
@@ -222,3 +231,9 @@ class Management:
             else:  # abandoned (or deferred again): it stays deferred, its lock given up
                 del self.locked[token]
         return sb_management.response(request, sb_management.OK, "OK")
+
+
+def _random_tokens() -> Iterator[uuid.UUID]:
+    """Lock tokens: 128 bits from ``secrets`` (as ``nodes._random_ids`` for dynamic addresses)."""
+    while True:
+        yield uuid.UUID(bytes=secrets.token_bytes(16))
