@@ -4,7 +4,7 @@ transactions, and counts no internal error."""
 
 from __future__ import annotations
 
-import time
+import contextlib
 
 from minibroker.amqp.definitions import (
     AmqpValue,
@@ -54,10 +54,10 @@ def settled_state(broker: ThreadedBroker) -> tuple[int, int, int, int]:
 
 
 def wait_for(broker: ThreadedBroker, expected: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-    deadline = time.monotonic() + 5
-    while (seen := settled_state(broker)) != expected and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return seen
+    """Wait (re-checking after every change of broker state) until ``settled_state`` is ``expected``; what it is."""
+    with contextlib.suppress(TimeoutError):
+        broker.wait_for(lambda: settled_state(broker) == expected, timeout=5)
+    return settled_state(broker)
 
 
 def test_broker_j_timer_close_over_sockets() -> None:
