@@ -129,13 +129,16 @@ def test_the_remote_handle_speaks_the_same_api(broker: ThreadedBroker) -> None:
     assert remote.faults.list() == []
 
 
-def test_rules_beyond_the_bound_are_refused() -> None:
-    """Every event walks the rules, so a broker holds at most ``MAX_RULES``: one more is refused naming the bound
-    (over HTTP a 400 with that message)."""
-    from minibroker.broker.faults import MAX_RULES, Faults, FaultSpec
+def test_rules_beyond_the_bound_are_refused(broker: ThreadedBroker) -> None:
+    """Every event walks the rules, so a broker holds at most ``MAX_RULES``: one more is refused naming the bound,
+    in Python and over HTTP (400)."""
+    from minibroker.broker.faults import MAX_RULES
 
-    faults = Faults()
     for _ in range(MAX_RULES):
-        faults.add(FaultSpec("transfer", "reject"))
+        broker.faults.add("transfer", "reject", address="elsewhere")
     with pytest.raises(ValueError, match=f"at most {MAX_RULES} fault rules"):
-        faults.add(FaultSpec("transfer", "reject"))
+        broker.faults.add("transfer", "reject")
+    answer = call(broker, "POST", "/api/faults", {"point": "transfer", "action": "reject"})
+    assert answer.status == 400
+    assert f"at most {MAX_RULES} fault rules" in str(answer.body)
+    assert len(broker.faults.list()) == MAX_RULES
