@@ -52,6 +52,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus.entities import DEFAULT, EntityProperties
 
 if TYPE_CHECKING:
     from minibroker.broker.selector import MessageFields, Selector
@@ -111,6 +112,12 @@ def servicebus_entity(queue: Queue) -> str:
     if isinstance(queue, Subscription):
         return f"{queue.topic.name}/Subscriptions/{queue.key[1]}"
     return queue.node_name
+
+
+def entity_properties(queue: Queue) -> EntityProperties:
+    """The Service Bus properties of the entity behind ``queue`` (``minibroker.servicebus.entities``)."""
+    namespace = queue.namespace
+    return namespace.entity_properties(servicebus_entity(queue)) if namespace is not None else DEFAULT
 
 
 class Acquirer(Protocol):
@@ -541,7 +548,7 @@ class Dispatcher:
         if not consumer.servicebus:
             payload = message.encoded()
         else:
-            locked_until = self.clock.now + sb_messages.LOCK_DURATION
+            locked_until = self.clock.now + entity_properties(consumer.queue).lock_duration
             payload = self._servicebus_payload(message, locked_until)
         delivery = conn.deliver(consumer.link, payload, settled=presettled, state=state)
         self.outbox.touch(conn)
@@ -586,7 +593,7 @@ class Dispatcher:
                 lock = dispatched.lock
                 if lock is not None and lock.alive and dispatched.delivery.tag == tag:
                     lock.cancel()
-                    until = self.clock.now + sb_messages.LOCK_DURATION
+                    until = self.clock.now + entity_properties(consumer.queue).lock_duration
                     dispatched.lock = self.timers.lock(until, dispatched)
                     self._new_deadline()
                     return until
@@ -707,14 +714,15 @@ class Dispatcher:
                 if message.delivery_count < MAX_DELIVERY_COUNT:
                     message.delivery_count += 1
                 limit = queue.policy.max_delivery_attempts
-                if servicebus and message.delivery_count >= sb_messages.MAX_DELIVERY_COUNT:
+                most = entity_properties(queue).max_delivery_count if servicebus else 0
+                if most and message.delivery_count >= most:
                     with self.recorder.together():
                         queue.retire(message)
                         self.servicebus_dead_letter(
                             queue,
                             message,
                             sb_messages.MAX_DELIVERY_REASON,
-                            f"Message could not be consumed after {sb_messages.MAX_DELIVERY_COUNT} delivery attempts.",
+                            f"Message could not be consumed after {most} delivery attempts.",
                         )
                     return
                 if limit and message.delivery_count >= limit:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from minibroker.broker.clock import BrokerClock
-from minibroker.broker.dispatch import Dispatcher
+from minibroker.broker.dispatch import Dispatcher, entity_properties
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import Node
 from minibroker.broker.nodes import Nodes
@@ -161,7 +161,7 @@ class Management:
             if isinstance(token, uuid.UUID):
                 until = self.dispatcher.renew_lock(conn, token.bytes_le)  # the delivery-tag (``lock_token``)
                 if until is None and token in self.locked:
-                    until = self.clock.now + sb_messages.LOCK_DURATION  # a deferred message's (not timed)
+                    until = self.clock.now + entity_properties(self.locked[token][0]).lock_duration  # (not timed)
             if until is None:
                 return sb_management.response(
                     request,
@@ -186,7 +186,7 @@ class Management:
             )
         delete = body.get("receiver-settle-mode") == 0  # ReceiverSettleMode.First: receive-and-delete
         encoded, tokens = [], []
-        locked_until = self.clock.wall_ms(self.clock.now + sb_messages.LOCK_DURATION)
+        locked_until = self.clock.wall_ms(self.clock.now + entity_properties(queue).lock_duration)
         for seq in wanted:
             message = deferred[seq]
             if delete:

@@ -18,6 +18,7 @@ from minibroker.broker.personality import MINIBROKER, Personality
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Topic
 from minibroker.engine.connection import ServerConnection
+from minibroker.servicebus.entities import DEFAULT, EntityProperties, key
 
 DEFAULT_NAMESPACE = "default"
 QUEUE, TOPIC = "queue", "topic"
@@ -48,6 +49,12 @@ class Namespace:
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.connections: set[ServerConnection] = set()
+        self.servicebus_entities: dict[str, EntityProperties] = {}
+        """Configured Service Bus entities by ``entities.key`` of their path (``servicebus`` personality only)."""
+
+    def entity_properties(self, path: str) -> EntityProperties:
+        """The Service Bus properties of the entity at ``path`` (the defaults when it was not configured)."""
+        return self.servicebus_entities.get(key(path), DEFAULT) if self.servicebus_entities else DEFAULT
 
     def node(self, name: str) -> Node | None:
         """The queue or topic called ``name``."""

@@ -21,10 +21,6 @@ from minibroker.amqp.types import DecodeError, Int, Long, Symbol, Timestamp
 
 BATCH_FORMAT = 0x80013700
 """The message-format of a batch transfer (``_pyamqp/constants.py`` ``BATCH_MESSAGE_FORMAT``)."""
-LOCK_DURATION = 60.0
-"""Seconds a peek-lock lasts (Service Bus's default ``LockDuration``), on the broker's clock."""
-MAX_DELIVERY_COUNT = 10
-"""Deliveries after which a message is dead-lettered (Service Bus's default ``MaxDeliveryCount``)."""
 ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
 """``x-opt-message-state`` (``_common/constants.py`` ``ServiceBusMessageState``)."""
 DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
