@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from minibroker.amqp.definitions import Modified
+from minibroker.amqp import codec
+from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Modified, Properties, Target
+from minibroker.amqp.types import Int
+from minibroker.testing import frames
+from tests.broker.txn_driver import Peer, World
 from tests.personalities.harness import peer, ready, receive, seed, world
 
 pytestmark = pytest.mark.timeout(30)
@@ -46,3 +52,43 @@ def test_js_abandons_reach_max_delivery_count() -> None:
     assert counts == list(range(10))
     assert ready(w, "q") == []
     assert ready(w, "q/$DeadLetterQueue") == ["m"]
+
+
+def _js_request(node_reply_to: str, operation: str, body: dict[str, Any]) -> bytes:
+    """A ``$management`` request as the JS SDK sends it (``ManagementClient._makeManagementRequest``: a string
+    message-id from ``generate_uuid``, reply-to the answer link's generated target address)."""
+    return (
+        codec.encode(Properties(message_id="c2d4f6a8-0000-4000-8000-000000000001", reply_to=node_reply_to))
+        + codec.encode(ApplicationProperties({"operation": operation}))
+        + codec.encode(AmqpValue(body))
+    )
+
+
+def _peek(w: World, p: Peer, entity: str) -> None:
+    """Attach ``entity``'s ``$management`` pair as the JS SDK does and peek once; the answer must be 204."""
+    node = f"amqps://127.0.0.1:5671/{entity}/$management"
+    p.attach_producer(f"{entity}-req", node)
+    p.send(frames.attach_receiver(node, p.new_handle(f"{entity}-resp"), f"{entity}-resp", target=Target(address=entity)))
+    w.settle()
+    p.flow(f"{entity}-resp", 1)
+    p.transfer(f"{entity}-req", _js_request(entity, "com.microsoft:peek-message", {"message-count": Int(1)}))
+    (answer,) = [c for c in w.settle()[p].completed if c.link == f"{entity}-resp"]
+    _properties, pos = codec.decode(answer.payload)
+    application, _ = codec.decode(answer.payload, pos)
+    assert isinstance(application, ApplicationProperties)
+    assert application.value["status-code"] == 204
+
+
+def test_peek_on_subscriptions_makes_a_topic() -> None:
+    """Peeking ``t/Subscriptions/s`` before anything exists (the JS SDK attaches its receiver link only on the
+    first receive) makes ``t`` a topic with subscription ``s``, as a receiver's attach would; it used to make
+    ``t`` a queue, so two subscriptions then competed for one queue's messages instead of each getting a copy."""
+    w = world("servicebus")
+    p = peer(w)
+    _peek(w, p, "t/Subscriptions/one")
+    _peek(w, p, "t/Subscriptions/two")
+    seed(w, p, "t", "m")
+    for name in ("one", "two"):
+        p.attach_consumer(name, f"amqps://127.0.0.1:5671/t/Subscriptions/{name}", presettled=False, default_outcome=None)
+        p.flow(name, 2)
+        assert [c.name for c in w.settle()[p].completed] == ["m"], name
