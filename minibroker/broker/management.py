@@ -121,7 +121,8 @@ class Management:
         if not found:
             return sb_management.response(request, sb_management.NO_CONTENT, "No messages to peek")
         encoded = [
-            message.rewritten(sb_messages.delivery_annotations(seq, 0, state)) for seq, message, state in found[:count]
+            message.rewritten(sb_messages.delivery_annotations(seq, None, state))
+            for seq, message, state in found[:count]
         ]
         return sb_management.response(request, sb_management.OK, "OK", sb_management.messages_value(encoded))
 
