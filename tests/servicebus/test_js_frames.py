@@ -68,7 +68,9 @@ def _peek(w: World, p: Peer, entity: str) -> None:
     """Attach ``entity``'s ``$management`` pair as the JS SDK does and peek once; the answer must be 204."""
     node = f"amqps://127.0.0.1:5671/{entity}/$management"
     p.attach_producer(f"{entity}-req", node)
-    p.send(frames.attach_receiver(node, p.new_handle(f"{entity}-resp"), f"{entity}-resp", target=Target(address=entity)))
+    p.send(
+        frames.attach_receiver(node, p.new_handle(f"{entity}-resp"), f"{entity}-resp", target=Target(address=entity))
+    )
     w.settle()
     p.flow(f"{entity}-resp", 1)
     p.transfer(f"{entity}-req", _js_request(entity, "com.microsoft:peek-message", {"message-count": Int(1)}))
@@ -89,6 +91,8 @@ def test_peek_on_subscriptions_makes_a_topic() -> None:
     _peek(w, p, "t/Subscriptions/two")
     seed(w, p, "t", "m")
     for name in ("one", "two"):
-        p.attach_consumer(name, f"amqps://127.0.0.1:5671/t/Subscriptions/{name}", presettled=False, default_outcome=None)
+        p.attach_consumer(
+            name, f"amqps://127.0.0.1:5671/t/Subscriptions/{name}", presettled=False, default_outcome=None
+        )
         p.flow(name, 2)
         assert [c.name for c in w.settle()[p].completed] == ["m"], name
