@@ -91,7 +91,7 @@ def _resolve(
         if named is not None:
             topic, name, sub_queue = named
             if sub_queue:  # a subscription's dead-letter queue: a queue of its own
-                return f"{topic}/Subscriptions/{name}/{sub_queue}", QUEUE, None
+                return sb_addresses.sub_queue_node(topic, name, sub_queue), QUEUE, None
             return topic, TOPIC, None
         return address, None, None
     name, kind = parse_address(address, capabilities)

@@ -25,7 +25,7 @@ from typing import Any
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.dispatch import Dispatcher, entity_properties
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import TOPIC, Node
+from minibroker.broker.namespace import QUEUE, TOPIC, Node
 from minibroker.broker.nodes import Nodes, SubscriptionSpec
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Topic
@@ -83,11 +83,13 @@ class Management:
 
     def _node(self, conn: ServerConnection, entity: str) -> Node | None:
         """The node ``entity`` names, created as an attach would: ``TOPIC/Subscriptions/NAME`` makes a topic (a
-        JS SDK receiver peeks before its first receive attaches the link)."""
+        JS SDK receiver peeks before its first receive attaches the link), a subscription's sub-queue is a queue."""
         named = sb_addresses.subscription(entity)
-        if named is not None:
-            return self.nodes.lookup(conn, named[0], TOPIC)
-        return self.nodes.lookup(conn, entity, None)
+        if named is None:
+            return self.nodes.lookup(conn, entity, None)
+        if named[2]:
+            return self.nodes.lookup(conn, sb_addresses.sub_queue_node(*named), QUEUE)
+        return self.nodes.lookup(conn, named[0], TOPIC)
 
     def _queue(self, conn: ServerConnection, entity: str) -> Queue | None:
         """The queue behind ``entity`` (a queue, or ``TOPIC/Subscriptions/NAME``), created as an attach would."""

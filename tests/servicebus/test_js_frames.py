@@ -96,3 +96,21 @@ def test_peek_on_subscriptions_makes_a_topic() -> None:
         )
         p.flow(name, 2)
         assert [c.name for c in w.settle()[p].completed] == ["m"], name
+
+
+@pytest.mark.parametrize(
+    "entity",
+    [
+        "t/Subscriptions/s/$DeadLetterQueue",  # a sub-queue before its topic exists
+        "t/Subscriptions/s\x00",
+        "t/Subscriptions/" + "s" * 10_000,
+        "t/Subscriptions/s/$DeadLetterQueue/more",
+    ],
+)
+def test_peek_odd_subscription_paths_is_204(entity: str) -> None:
+    """Odd subscription paths on ``$management`` are answered (204: nothing there), the connection stays up."""
+    w = world("servicebus")
+    p = peer(w)
+    _peek(w, p, entity)
+    assert not p.observed.violations
+    assert not p.observed.closed

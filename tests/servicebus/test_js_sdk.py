@@ -33,6 +33,7 @@ SCENARIOS = [
     "receive_and_delete",
     "max_delivery",
     "topic",
+    "subscription_dead_letter",
 ]
 
 
@@ -200,3 +201,14 @@ def test_topic_subscriptions(played: dict[str, list[Line]]) -> None:
     got = played["topic"]
     assert [line.get("error") for line in got] == [None, None]
     assert {line["subscription"]: line["bodies"] for line in got} == {"one": ["t-1", "t-2"], "two": ["t-1", "t-2"]}
+
+
+def test_subscription_dead_letter_queue(played: dict[str, list[Line]]) -> None:
+    """A message dead-lettered from a subscription is in that subscription's dead-letter sub-queue: peeked there
+    (``TOPIC/Subscriptions/NAME/$DeadLetterQueue/$management``) and received there, with its reason."""
+    got = lines_of(played, "subscription_dead_letter")
+    assert got["peekedSubscription"] == 0
+    ((peeked,), dead) = got["peekedDeadLetters"], got["dead"]
+    assert peeked["messageId"] == dead["messageId"] == "sub-dl-1"
+    assert dead["deadLetterReason"] == "audit-failed"
+    assert dead["deadLetterSource"] == "js-subscription_dead_letter/Subscriptions/audit"

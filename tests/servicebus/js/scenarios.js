@@ -227,6 +227,25 @@ scenario("topic", async (ctx) => {
   }
 });
 
+scenario("subscription_dead_letter", async (ctx) => {
+  const topic = ctx.entity();
+  const receiver = ctx.client.createReceiver(topic, "audit");
+  await receiver.peekMessages(1); // makes the topic and its subscription before the first send
+  const sender = ctx.client.createSender(topic);
+  await sender.sendMessages({ body: "rejected", messageId: "sub-dl-1" });
+  await sender.close();
+  const [m] = await ctx.receive(receiver, 1);
+  await receiver.deadLetterMessage(m, { deadLetterReason: "audit-failed", deadLetterErrorDescription: "no" });
+  ctx.emit({ peekedSubscription: (await receiver.peekMessages(5, { fromSequenceNumber: m.sequenceNumber })).length });
+  await receiver.close();
+  const dlq = ctx.client.createReceiver(topic, "audit", { subQueueType: "deadLetter" });
+  ctx.emit({ peekedDeadLetters: (await dlq.peekMessages(5)).map(ctx.describe) });
+  const [dead] = await ctx.receive(dlq, 1);
+  ctx.emit({ dead: dead ? ctx.describe(dead) : null });
+  if (dead) await dlq.completeMessage(dead);
+  await dlq.close();
+});
+
 if (require.main === module) {
   run(JSON.parse(process.argv[2])).catch((err) => {
     process.stderr.write(`${err && err.stack}\n`);
