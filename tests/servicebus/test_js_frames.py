@@ -114,3 +114,34 @@ def test_peek_odd_subscription_paths_is_204(entity: str) -> None:
     _peek(w, p, entity)
     assert not p.observed.violations
     assert not p.observed.closed
+
+
+def test_cbs_put_token_as_js_sends_it() -> None:
+    """``$cbs`` put-token as ``@azure/core-amqp`` ``CbsClient.negotiateClaim`` sends it: a string message-id,
+    ``reply-to`` the answer link's ``cbs-<uuid>`` target, ``to`` set, no ``expiration``; answered 202 with the
+    correlation-id that string (``requestResponseLink.js`` reads ``status-code``)."""
+    w = world("servicebus")
+    p = peer(w)
+    reply_to = "cbs-4f1e0e4c-0000-4000-8000-000000000002"
+    p.attach_producer("cbs-req", "$cbs")
+    p.send(frames.attach_receiver("$cbs", p.new_handle("cbs-resp"), "cbs-resp", target=Target(address=reply_to)))
+    w.settle()
+    p.flow("cbs-resp", 1)
+    message_id = "9d3c7b1a-0000-4000-8000-000000000003"
+    request = (
+        codec.encode(Properties(message_id=message_id, reply_to=reply_to, to="sb://127.0.0.1/"))
+        + codec.encode(
+            ApplicationProperties(
+                {"operation": "put-token", "name": "sb://127.0.0.1/orders", "type": "servicebus.windows.net:sastoken"}
+            )
+        )
+        + codec.encode(AmqpValue("SharedAccessSignature sr=x&sig=y&se=1&skn=RootManageSharedAccessKey"))
+    )
+    p.transfer("cbs-req", request)
+    (answer,) = [c for c in w.settle()[p].completed if c.link == "cbs-resp"]
+    properties, pos = codec.decode(answer.payload)
+    application, _ = codec.decode(answer.payload, pos)
+    assert isinstance(properties, Properties)
+    assert isinstance(application, ApplicationProperties)
+    assert properties.correlation_id == message_id
+    assert application.value["status-code"] == 202
