@@ -3,6 +3,10 @@
 ``js/harness.js`` plays scenarios (``js/scenarios.js``, one function each) and prints JSON lines; a line with a
 ``step`` asks this side to act (advance the broker's virtual clock, say) and waits for one line on the node
 process's standard input before it goes on, so scenarios that depend on time stay fast and deterministic.
+
+A new scenario (sessions, the rule manager, ...) is one ``scenario(name, async (ctx) => ...)`` in
+``js/scenarios.js`` (``ctx``: ``client``, ``entity()``, ``receive()``, ``describe()``, ``emit()``, ``step()``; see
+``js/harness.js``), its name in a test module's list for ``NodeSdk.play``, and a test on its lines.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ function describe(message) {
   for (const key of [
     "messageId", "body", "sequenceNumber", "enqueuedTimeUtc", "lockedUntilUtc", "lockToken", "deliveryCount",
     "applicationProperties", "deadLetterReason", "deadLetterErrorDescription", "deadLetterSource", "state",
-    "scheduledEnqueueTimeUtc", "subject", "correlationId", "contentType",
+    "scheduledEnqueueTimeUtc", "subject", "correlationId", "contentType", "sessionId",
   ]) {
     const value = message[key];
     if (value !== undefined) out[key] = jsonValue(value);
