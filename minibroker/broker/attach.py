@@ -91,7 +91,7 @@ def _resolve(
         if named is not None:
             topic, name, sub_queue = named
             if sub_queue:  # a subscription's dead-letter queue: a queue of its own
-                return f"{topic}/Subscriptions/{name}/{sub_queue}", QUEUE, None
+                return sb_addresses.sub_queue_node(topic, name, sub_queue), QUEUE, None
             return topic, TOPIC, None
         return address, None, None
     name, kind = parse_address(address, capabilities)
@@ -326,7 +326,7 @@ def _subscription(link: Link, source: Source, context: AttachContext) -> Subscri
         # Service Bus: ``TOPIC/Subscriptions/NAME`` names one durable subscription all its receivers share
         found = sb_addresses.subscription(sb_addresses.entity_path(source.address))
         if found is not None:
-            return SubscriptionSpec(("", found[1]), durable=True, shared=True)
+            return SubscriptionSpec.servicebus(found[1])
     capabilities = {str(c) for c in source.capabilities or ()}
     durable = (source.durable or _DURABLE_NONE) != _DURABLE_NONE and source.expiry_policy == "never"
     shared = "shared" in capabilities

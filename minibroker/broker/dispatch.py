@@ -709,8 +709,10 @@ class Dispatcher:
                 if message.excluded is None:
                     message.excluded = WeakSet()
                 message.excluded.add(consumer)
-            if outcome.delivery_failed:
-                # a uint (§3.2.1): saturates rather than wrapping or overflowing the header
+            if outcome.delivery_failed or servicebus:
+                # Service Bus counts every abandon, with delivery-failed (azure-servicebus) or without it
+                # (@azure/service-bus ``settleMessage``: ``modified({undeliverable_here: false})``).
+                # The count is a uint (§3.2.1): saturates rather than wrapping or overflowing the header
                 if message.delivery_count < MAX_DELIVERY_COUNT:
                     message.delivery_count += 1
                 limit = queue.policy.max_delivery_attempts

@@ -25,8 +25,8 @@ from typing import Any
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.dispatch import Dispatcher, entity_properties
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import Node
-from minibroker.broker.nodes import Nodes
+from minibroker.broker.namespace import QUEUE, TOPIC, Node
+from minibroker.broker.nodes import Nodes, SubscriptionSpec
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Topic
 from minibroker.engine.connection import ServerConnection
@@ -82,9 +82,14 @@ class Management:
         )
 
     def _node(self, conn: ServerConnection, entity: str) -> Node | None:
+        """The node ``entity`` names, created as an attach would: ``TOPIC/Subscriptions/NAME`` makes a topic (a
+        JS SDK receiver peeks before its first receive attaches the link), a subscription's sub-queue is a queue."""
         named = sb_addresses.subscription(entity)
-        name = named[0] if named is not None else entity
-        return self.nodes.lookup(conn, name, None)
+        if named is None:
+            return self.nodes.lookup(conn, entity, None)
+        if named[2]:
+            return self.nodes.lookup(conn, sb_addresses.sub_queue_node(*named), QUEUE)
+        return self.nodes.lookup(conn, named[0], TOPIC)
 
     def _queue(self, conn: ServerConnection, entity: str) -> Queue | None:
         """The queue behind ``entity`` (a queue, or ``TOPIC/Subscriptions/NAME``), created as an attach would."""
@@ -94,7 +99,10 @@ class Management:
             if named is None:
                 return None
             wanted = named[1].lower()
-            return next((s for key, s in node.subscriptions.items() if key[1].lower() == wanted), None)
+            found = next((s for key, s in node.subscriptions.items() if key[1].lower() == wanted), None)
+            if found is None:
+                found = self.nodes.subscribe(node, SubscriptionSpec.servicebus(named[1]), None, None, link=False)
+            return found
         return node
 
     # -- peek ---------------------------------------------------------------------------------------------
@@ -115,7 +123,8 @@ class Management:
         if not found:
             return sb_management.response(request, sb_management.NO_CONTENT, "No messages to peek")
         encoded = [
-            message.rewritten(sb_messages.delivery_annotations(seq, 0, state)) for seq, message, state in found[:count]
+            message.rewritten(sb_messages.delivery_annotations(seq, None, state))
+            for seq, message, state in found[:count]
         ]
         return sb_management.response(request, sb_management.OK, "OK", sb_management.messages_value(encoded))
 

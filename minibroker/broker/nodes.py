@@ -44,6 +44,11 @@ class SubscriptionSpec(NamedTuple):
     durable: bool
     shared: bool
 
+    @classmethod
+    def servicebus(cls, name: str) -> SubscriptionSpec:
+        """Service Bus: ``TOPIC/Subscriptions/NAME`` is one durable subscription that all its receivers share."""
+        return cls(("", name), durable=True, shared=True)
+
 
 class Nodes:
     """The namespaces of one broker, their nodes, and the namespace of each connection."""
@@ -228,16 +233,23 @@ class Nodes:
 
     # -- topic subscriptions --------------------------------------------------------------------------
     def subscribe(
-        self, topic: Topic, spec: SubscriptionSpec, selector: Selector | None, no_local: ServerConnection | None
+        self,
+        topic: Topic,
+        spec: SubscriptionSpec,
+        selector: Selector | None,
+        no_local: ServerConnection | None,
+        *,
+        link: bool = True,
     ) -> Subscription:
-        """The subscription ``spec`` names, created if needed, with one more link on it."""
+        """The subscription ``spec`` names, created if needed, with one more link on it (none with ``link=False``:
+        a Service Bus ``$management`` request creates the subscription it names, as a receiver's attach would)."""
         existing = topic.subscriptions.get(spec.key)
         if existing is not None and not existing.links and _source(existing.selector) != _source(selector):
             # JMS: a durable subscription resumed with another selector starts afresh
             self.unsubscribe(existing)
         created = spec.key not in topic.subscriptions
         subscription = topic.subscribe(
-            spec.key, durable=spec.durable, shared=spec.shared, selector=selector, no_local=no_local
+            spec.key, durable=spec.durable, shared=spec.shared, selector=selector, no_local=no_local, link=link
         )
         if subscription.links == 1:  # resumed (or new): no-local now means this link's connection
             subscription.no_local = no_local

@@ -81,13 +81,15 @@ class Topic:
         shared: bool,
         selector: Selector | None,
         no_local: Any = None,
+        link: bool = True,
     ) -> Subscription:
-        """The subscription called ``key``, created if needed; counts one more link on it."""
+        """The subscription called ``key``, created if needed; counts one more link on it (unless not ``link``)."""
         subscription = self.subscriptions.get(key)
         if subscription is None:
             subscription = Subscription(self, key, durable=durable, shared=shared, selector=selector, no_local=no_local)
             self.subscriptions[key] = subscription
-        subscription.links += 1
+        if link:
+            subscription.links += 1
         return subscription
 
     def publish(

@@ -41,6 +41,11 @@ def subscription(path: str) -> tuple[str, str, str] | None:
     return topic, name, sub_queue
 
 
+def sub_queue_node(topic: str, name: str, sub_queue: str) -> str:
+    """The node of a subscription's sub-queue (``orders/Subscriptions/audit/$DeadLetterQueue``): a queue of its own."""
+    return f"{topic}/Subscriptions/{name}/{sub_queue}"
+
+
 def is_management(path: str) -> bool:
     """Whether ``path`` names a management node (``$management`` or ``ENTITY/$management``)."""
     return path == MANAGEMENT or path.endswith("/" + MANAGEMENT)

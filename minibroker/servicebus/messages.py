@@ -54,13 +54,14 @@ def split_batch(payload: bytes) -> list[bytes] | None:
     return parts or None
 
 
-def delivery_annotations(seq: int, locked_until_ms: int, state: int = ACTIVE) -> dict[str, Any]:
-    """The annotations added to a message as it goes to a peek-lock or receive-and-delete receiver."""
-    return {
-        "x-opt-sequence-number": Long(seq),
-        "x-opt-locked-until": Timestamp(locked_until_ms),
-        "x-opt-message-state": Int(state),
-    }
+def delivery_annotations(seq: int, locked_until_ms: int | None, state: int = ACTIVE) -> dict[str, Any]:
+    """The annotations added to a message as it goes to a peek-lock or receive-and-delete receiver, or to a peek
+    (``locked_until_ms`` None: no ``x-opt-locked-until``, which @azure/service-bus ``fromRheaMessage`` would
+    otherwise read as a lock until 1970)."""
+    annotations: dict[str, Any] = {"x-opt-sequence-number": Long(seq), "x-opt-message-state": Int(state)}
+    if locked_until_ms is not None:
+        annotations["x-opt-locked-until"] = Timestamp(locked_until_ms)
+    return annotations
 
 
 def dead_letter_info(info: Any) -> tuple[str | None, str | None]:

@@ -7,17 +7,15 @@ JSON lines it printed. A machine without node or npm fails these tests: they are
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.npm_install import ensure_package, node_and_npm
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "rhea_client.js"
@@ -25,7 +23,6 @@ CACHE = HERE / ".node"
 """npm ``--prefix`` of the rhea install: rhea lands in ``CACHE / "node_modules"``."""
 RHEA_SPEC = "rhea@3"
 RHEA_MAJOR = "3"
-INSTALL_TIMEOUT = 120.0
 RUN_TIMEOUT = 30.0
 """Upper bound of one node run (the script has its own 10 s guard)."""
 ARGV_LIMIT = 64 * 1024
@@ -82,62 +79,9 @@ class RheaClient:
         return lines[:-1]
 
 
-def _installed_version() -> str | None:
-    manifest = CACHE / "node_modules" / "rhea" / "package.json"
-    try:
-        version = json.loads(manifest.read_text())["version"]
-    except (OSError, ValueError, KeyError):
-        return None
-    return version if isinstance(version, str) else None
-
-
-@contextmanager
-def _install_lock() -> Iterator[None]:
-    """Serialise installs between pytest-xdist workers (each one runs session fixtures)."""
-    CACHE.mkdir(exist_ok=True)
-    with (CACHE / ".install.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _ensure_rhea(npm: str) -> str:
-    """Install rhea into ``CACHE`` unless it is there already; return its version."""
-    with _install_lock():
-        version = _installed_version()
-        if version is not None and version.split(".")[0] == RHEA_MAJOR:
-            return version
-        command = [npm, "install", "--no-audit", "--no-fund", "--prefix", str(CACHE), RHEA_SPEC]
-        try:
-            proc = subprocess.run(
-                command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False, cwd=CACHE
-            )
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"`{' '.join(command)}` did not finish within {INSTALL_TIMEOUT} s", pytrace=False)
-        if proc.returncode != 0:
-            pytest.fail(
-                f"`{' '.join(command)}` failed with exit code {proc.returncode}:\n{proc.stdout}\n{proc.stderr}",
-                pytrace=False,
-            )
-        version = _installed_version()
-        if version is None:
-            pytest.fail(f"npm reported success but {CACHE}/node_modules/rhea is missing", pytrace=False)
-        return version
-
-
 @pytest.fixture(scope="session")
 def rhea() -> RheaClient:
     """rhea, installed once, behind a callable that plays one scenario (see ``RheaClient``)."""
-    node = shutil.which("node")
-    npm = shutil.which("npm")
-    if node is None or npm is None:
-        missing = " and ".join(name for name, path in (("node", node), ("npm", npm)) if path is None)
-        pytest.fail(
-            f"{missing} not found on PATH: the rhea interoperability tests need Node.js (>= 14) with npm; "
-            "install them (e.g. `apt-get install nodejs npm`)",
-            pytrace=False,
-        )
-    _ensure_rhea(npm)
+    node, npm = node_and_npm("the rhea interoperability tests")
+    ensure_package(npm, CACHE, "rhea", RHEA_SPEC, f"{RHEA_MAJOR}.")
     return RheaClient(node, CACHE / "node_modules")

@@ -8,6 +8,9 @@ import pytest
 from azure.servicebus import ServiceBusClient  # a test dependency (the ``test`` extras): never skipped
 
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
+from tests.npm_install import ensure_package, node_and_npm
+from tests.servicebus import node_sdk
+from tests.servicebus.node_sdk import NodeSdk
 
 
 def connection_string(port: int) -> str:
@@ -42,3 +45,11 @@ def virtual_broker() -> Iterator[ThreadedBroker]:
 def virtual_client(virtual_broker: ThreadedBroker) -> Iterator[ServiceBusClient]:
     with ServiceBusClient.from_connection_string(connection_string(virtual_broker.port)) as sb:
         yield sb
+
+
+@pytest.fixture(scope="session")
+def js_sdk() -> NodeSdk:
+    """``@azure/service-bus`` installed once into ``tests/servicebus/.node`` (git-ignored), run with node."""
+    node, npm = node_and_npm("the @azure/service-bus tests")
+    ensure_package(npm, node_sdk.CACHE, node_sdk.PACKAGE, node_sdk.SPEC, node_sdk.VERSION_PREFIX)
+    return NodeSdk(node, node_sdk.CACHE / "node_modules")
