@@ -78,6 +78,7 @@ from minibroker.engine.events import (
     TransferReceived,
 )
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import via as sb_via
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
 Linked = Consumer | Producer | Controller | CheckLink | ServiceLink
@@ -335,15 +336,22 @@ class Endpoints:
                 capabilities=target.capabilities,
             )
         elif decision.name is not None:
-            found = self._lookup(conn, decision.name, decision.kind, create=decision.missing is None)
+            # a via-sender's via entity must exist or be creatable, as its destination must
+            via = None if decision.via is None else self._lookup(conn, *decision.via)
+            found = via if isinstance(via, Error) else None
             if found is None:
+                found = self._lookup(conn, decision.name, decision.kind, create=decision.missing is None)
+            if found is None or (via is None and decision.via is not None):
                 found = decision.missing or error(Condition.NOT_FOUND, f"no node at address {target.address!r}")
             if isinstance(found, Error):
                 conn.refuse_attach(link, found)
                 return
             node = found
         producer = Producer(conn, link, node, decision.route)
-        producer.servicebus = self.nodes.personality_of(conn).servicebus
+        if self.nodes.personality_of(conn).servicebus:
+            producer.servicebus = True
+            entity = decision.via[0] if decision.via is not None else node.name if node is not None else None
+            producer.entity = None if entity is None else sb_via.top_level_entity(entity)
         if decision.dynamic:
             producer.owned_node = node
         # what a transfer naming at most one state makes the broker do (post or stage it, answer, top up credit)
@@ -532,7 +540,11 @@ class Endpoints:
             assert not isinstance(routed, Error)
             target = routed
         if transactional:
-            self.coordinator.post(conn, delivery, target, message)
+            # Service Bus: the entity it is work on, its link's (a via-sender's via entity) or the one it reaches
+            entity = context.entity
+            if entity is None and context.servicebus and target is not None:
+                entity = sb_via.top_level_entity(target.name)
+            self.coordinator.post(conn, delivery, target, message, entity=entity)
         elif target is None and context.route is not None:
             self.outbox.answer_now(conn, delivery, RELEASED)  # an exchange that cannot route releases the message
         elif target is None:
