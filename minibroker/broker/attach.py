@@ -358,10 +358,13 @@ def decide_producer(link: Link, context: AttachContext) -> AttachDecision:
 
 def _producer(link: Link, context: AttachContext) -> AttachProducer | Refuse:
     target = link.target
-    if context.personality.servicebus and sb_via.transfer_destination(link.attach.properties) is not None:
-        if not isinstance(target, Target) or not isinstance(target.address, str) or target.dynamic:
-            text = f"{sb_via.TRANSFER_DESTINATION} needs a target address: the via entity"
-            return Refuse(wire_error(sb_via.ARGUMENT_ERROR, text))
+    if (
+        context.personality.servicebus
+        and sb_via.transfer_destination(link.attach.properties) is not None
+        and (not isinstance(target, Target) or not isinstance(target.address, str) or target.dynamic)
+    ):
+        text = f"{sb_via.TRANSFER_DESTINATION} needs a target address: the via entity"
+        return Refuse(wire_error(sb_via.ARGUMENT_ERROR, text))
     if isinstance(target, Target) and target.dynamic:
         # the permission is checked against the generated address, when the node is made (endpoints.py)
         _, kind = parse_address("", target.capabilities)
@@ -385,7 +388,9 @@ def _producer(link: Link, context: AttachContext) -> AttachProducer | Refuse:
     return AttachProducer(target, None, None, dynamic=False)
 
 
-def _send_via(link: Link, context: AttachContext, target: Target, via: tuple[str, str | None]) -> AttachProducer | Refuse:
+def _send_via(
+    link: Link, context: AttachContext, target: Target, via: tuple[str, str | None]
+) -> AttachProducer | Refuse:
     """A Service Bus sender to entity ``via``; with ``com.microsoft:transfer-destination-address`` a via-sender
     whose messages go to that destination (azure-sdk-for-net ``Microsoft.Azure.ServiceBus/src/Core/
     MessageSender.cs`` ``CreateLinkAsync``; ``minibroker.servicebus.via``)."""

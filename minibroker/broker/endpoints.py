@@ -338,7 +338,7 @@ class Endpoints:
         elif decision.name is not None:
             # a via-sender's via entity must exist or be creatable, as its destination must
             via = None if decision.via is None else self._lookup(conn, *decision.via)
-            found = via if isinstance(via, Error) else None
+            found: Node | Error | None = via if isinstance(via, Error) else None
             if found is None:
                 found = self._lookup(conn, decision.name, decision.kind, create=decision.missing is None)
             if found is None or (via is None and decision.via is not None):

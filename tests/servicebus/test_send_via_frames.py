@@ -17,7 +17,7 @@ from minibroker.amqp.types import Symbol
 from minibroker.servicebus.via import SPAN_TEXT, TRANSFER_DESTINATION
 from minibroker.testing import frames
 from tests.broker.txn_driver import BrokerView, Peer, World, census
-from tests.personalities.harness import answer, declare, discharge, payload, peer, post, ready, receive, seed, world
+from tests.personalities.harness import answer, declare, discharge, peer, post, ready, receive, seed, world
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -40,9 +40,11 @@ def attach_via(p: Peer, name: str, via: Any, destination: Any) -> Any:
 def refusal(w: World, p: Peer, name: str, via: Any, destination: Any) -> tuple[str, str | None]:
     """The (condition, description) of the detach that refuses a via-sender's attach (§2.6.3: null target)."""
     reply = attach_via(p, name, via, destination)
-    assert reply is not None and reply.target is None, reply
+    assert reply is not None
+    assert reply.target is None, reply
     ((link, err),) = p.observed.detached
-    assert link == name and isinstance(err, Error)
+    assert link == name
+    assert isinstance(err, Error)
     return str(err.condition), err.description
 
 
@@ -50,7 +52,8 @@ def rejected(state: Any) -> tuple[str, str | None]:
     """The (condition, description) of a rejected outcome (a refused post's comes in its transactional-state)."""
     if isinstance(state, TransactionalState):
         state = state.outcome
-    assert isinstance(state, Rejected) and isinstance(state.error, Error), state
+    assert isinstance(state, Rejected), state
+    assert isinstance(state.error, Error), state
     return str(state.error.condition), state.error.description
 
 
@@ -124,7 +127,9 @@ def test_a_transaction_on_two_entities_without_via_is_refused() -> None:
     assert first == (Accepted(), True)
     assert settled
     condition, description = rejected(state)
-    assert condition == Condition.NOT_ALLOWED and description is not None and description.startswith(SPAN_TEXT)
+    assert condition == Condition.NOT_ALLOWED
+    assert description is not None
+    assert description.startswith(SPAN_TEXT)
     assert rejected(outcome)[0] == Condition.TRANSACTION_ROLLBACK
     assert queues == [[], []]
 
@@ -214,8 +219,10 @@ def test_a_bad_destination_refuses_the_attach(destination: Any, reason: str) -> 
     p = peer(w)
     condition, description = refusal(w, p, "via", "a", destination)
     assert condition == "com.microsoft:argument-error"
-    assert description is not None and reason in description
-    assert ready(w, "a") == [] and "b" not in w.broker.default.queues
+    assert description is not None
+    assert reason in description
+    assert ready(w, "a") == []
+    assert "b" not in w.broker.default.queues
 
 
 def test_a_via_sender_without_a_target_address_is_refused() -> None:
@@ -223,7 +230,8 @@ def test_a_via_sender_without_a_target_address_is_refused() -> None:
     p = peer(w)
     condition, description = refusal(w, p, "via", None, "b")
     assert condition == "com.microsoft:argument-error"
-    assert description is not None and "via entity" in description
+    assert description is not None
+    assert "via entity" in description
 
 
 def test_a_namespace_reset_before_the_commit_rolls_everything_back() -> None:
