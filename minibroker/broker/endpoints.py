@@ -52,7 +52,7 @@ from minibroker.broker.attach import (
 from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
-from minibroker.broker.dispatch import ACCEPTED, Dispatcher
+from minibroker.broker.dispatch import ACCEPTED, Dispatcher, servicebus_entity
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -222,6 +222,11 @@ class Endpoints:
 
     def _attach_consumer(self, conn: ServerConnection, link: Link, decision: AttachConsumer) -> None:
         source = decision.source
+        if decision.name is not None and self.nodes.personality_of(conn).servicebus:
+            entity, first = sb_via.top_level_entity(decision.name), _session_entity(link)
+            if first is not None and first != entity:
+                conn.refuse_attach(link, sb_via.span_error(first, entity))  # a receive cannot go via ``first``
+                return
         node: Node | None
         found: Node | Error | None
         if decision.name is None:
@@ -351,7 +356,7 @@ class Endpoints:
         if self.nodes.personality_of(conn).servicebus:
             producer.servicebus = True
             entity = decision.via[0] if decision.via is not None else node.name if node is not None else None
-            producer.entity = None if entity is None else sb_via.top_level_entity(entity)
+            producer.entity = _session_entity(link) or (None if entity is None else sb_via.top_level_entity(entity))
         if decision.dynamic:
             producer.owned_node = node
         # what a transfer naming at most one state makes the broker do (post or stage it, answer, top up credit)
@@ -724,3 +729,22 @@ class Endpoints:
             self.outbox.flush(conn)  # outcomes first, then the credit they make room for
             conn.grant_credit(link, self.settings.link_credit)
             self.outbox.touch(conn)
+
+
+def _session_entity(link: Link) -> str | None:
+    """The entity every send of ``link``'s session goes via, when it is a Service Bus cross-entity session: its
+    first link is a coordinator (Azure.Messaging.ServiceBus ``EnableCrossEntityTransactions``: one session, the
+    controller opened first "to let the service know that there will be cross entity transactions on this
+    session", ``Amqp/AmqpConnectionScope.cs``); the entity is that of its first sender or receiver
+    (``samples/Sample06_Transactions.md``). None: no such session, or no entity used on it yet."""
+    links = iter(link.session.links.values())
+    first = next(links, None)
+    if first is None or not isinstance(first.context, Controller):
+        return None
+    for other in links:
+        context = other.context
+        if isinstance(context, Producer) and context.entity is not None:
+            return context.entity
+        if isinstance(context, Consumer) and context.servicebus:
+            return sb_via.top_level_entity(servicebus_entity(context.queue))
+    return None

@@ -254,3 +254,67 @@ def test_a_namespace_reset_before_the_commit_rolls_everything_back() -> None:
     assert [ready(w, "a"), ready(w, "b")] == [[], []]
     q.attach_controller("ctl")
     assert rejected(answer(w, q, q.discharge("ctl", txn_id, fail=False))[0])[0] == Condition.UNKNOWN_TXN_ID
+
+
+# -- Azure.Messaging.ServiceBus: EnableCrossEntityTransactions --------------------------------------------------
+# One session for every link, its coordinator attached first (AmqpConnectionScope: "the controller needs to be
+# opened before the link is established in order to let the service know that there will be cross entity
+# transactions on this session"); the first entity used is the one every later send goes via
+# (samples/Sample06_Transactions.md, "Transactions across entities").
+
+
+def test_cross_entity_session_sends_via_its_first_entity() -> None:
+    """Receiver on A first, then plain senders to B and C on the same session: one transaction completes A's
+    message and sends to B and C, committed together."""
+    w = world("servicebus")
+    p = peer(w)
+    seed(w, p, "a", "in")
+    p.detach("seed-a")
+    w.settle()
+    p.attach_controller("ctl")
+    (delivery,) = receive(w, p, "c", "a")
+    p.attach_producer("pb", "b")
+    p.attach_producer("pc", "amqps://host/c")
+    txn_id = declare(w, p)
+    p.dispose(delivery.delivery_id, TransactionalState(txn_id=txn_id, outcome=Accepted()), settled=True)
+    assert post(w, p, "pb", "mb", txn_id) == (Accepted(), True)
+    assert post(w, p, "pc", "mc", txn_id) == (Accepted(), True)
+    assert discharge(w, p, txn_id) == (Accepted(), True)
+    assert [ready(w, q) for q in "abc"] == [[], ["mb"], ["mc"]]
+
+
+def test_cross_entity_session_refuses_a_receiver_on_another_entity() -> None:
+    """After a sender to A, a receiver on B on that session is refused with amqp:not-allowed (a receive cannot
+    go via A); a receiver on A's dead-letter queue is A's and is taken."""
+    w = world("servicebus")
+    p = peer(w)
+    p.attach_controller("ctl")
+    p.attach_producer("pa", "a")
+    w.settle()
+    p.attach_consumer("cb", "b", presettled=False, default_outcome=None)
+    seen = w.settle()[p]
+    assert seen.attached["cb"].source is None
+    ((link, err),) = seen.detached
+    assert link == "cb"
+    assert isinstance(err, Error)
+    assert err.condition == Condition.NOT_ALLOWED
+    assert err.description is not None
+    assert err.description.startswith(SPAN_TEXT)
+    p.attach_consumer("dlq", "a/$DeadLetterQueue", presettled=False, default_outcome=None)
+    seen = w.settle()[p]
+    assert seen.attached["dlq"].source is not None
+    assert seen.detached == []
+
+
+def test_a_session_without_a_first_coordinator_is_no_cross_entity_session() -> None:
+    """The controller attached after the senders: each sender is on its own entity, and one transaction on two
+    of them is refused."""
+    w = world("servicebus")
+    p = peer(w)
+    p.attach_producer("pa", "a")
+    p.attach_producer("pb", "b")
+    p.attach_consumer("cb", "b", presettled=False, default_outcome=None)
+    assert w.settle()[p].detached == []
+    txn_id = declare(w, p)
+    post(w, p, "pa", "m1", txn_id)
+    assert rejected(post(w, p, "pb", "m2", txn_id)[0])[0] == Condition.NOT_ALLOWED
