@@ -527,9 +527,13 @@ SERVICEBUS = Personality(
             "send-via: a sender attached to entity VIA with the property com.microsoft:transfer-destination-address "
             "= DEST sends to DEST through VIA (in a transaction on VIA, committed with the rest of its work); a "
             "destination that is no string, empty, with a NUL or a service node refuses the attach with "
-            "com.microsoft:argument-error",
+            "com.microsoft:argument-error; on a session whose first link is a coordinator every sender sends via the "
+            "entity of the session's first sender or receiver, and a receiver on another entity is refused with "
+            "amqp:not-allowed",
             "Azure/azure-sdk-for-net: sdk/servicebus/Microsoft.Azure.ServiceBus/src/Core/MessageSender.cs "
-            "(CreateLinkAsync); src/Amqp/AmqpClientConstants.cs (TransferDestinationAddress, ArgumentError)",
+            "(CreateLinkAsync); src/Amqp/AmqpClientConstants.cs (TransferDestinationAddress, ArgumentError); "
+            "Azure.Messaging.ServiceBus/src/Amqp/AmqpConnectionScope.cs (EnableCrossEntityTransactions: one "
+            "session, its controller opened first)",
         ),
         Quirk(
             "a transaction times out 2 minutes after its first operation",
