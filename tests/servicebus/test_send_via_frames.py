@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from minibroker.amqp.definitions import Accepted, Error, Rejected, Source, TransactionalState
+from minibroker.amqp.definitions import Accepted, Error, Rejected, Source, Target, TransactionalState
 from minibroker.amqp.errors import Condition
 from minibroker.amqp.types import Symbol
 from minibroker.servicebus.via import SPAN_TEXT, TRANSFER_DESTINATION
@@ -62,7 +62,10 @@ def test_via_sender_outside_a_transaction_transfers_to_the_destination() -> None
     w = world("servicebus")
     p = peer(w)
     reply = attach_via(p, "via", "amqps://127.0.0.1:5671/a", "b")
-    assert reply.target.address == "amqps://127.0.0.1:5671/a"
+    assert (reply.source, reply.target) == (
+        Source(address="MessageSender1"),
+        Target(address="amqps://127.0.0.1:5671/a"),
+    )
     assert post(w, p, "via", "m") == (Accepted(), True)
     assert (ready(w, "a"), ready(w, "b")) == ([], ["m"])
 
@@ -223,6 +226,19 @@ def test_a_bad_destination_refuses_the_attach(destination: Any, reason: str) -> 
     assert reason in description
     assert ready(w, "a") == []
     assert "b" not in w.broker.default.queues
+
+
+@pytest.mark.parametrize(("via", "destination"), [("a", "new"), ("new", "a")])
+def test_no_room_for_the_via_entity_or_the_destination_refuses_the_attach(via: str, destination: str) -> None:
+    """The via entity and the destination are created like any entity: when ``max_nodes`` leaves no room for
+    the one that does not exist, the attach is refused with amqp:resource-limit-exceeded."""
+    w = world("servicebus", max_nodes=1)
+    p = peer(w)
+    p.attach_producer("pa", "a")
+    w.settle()
+    condition, _ = refusal(w, p, "via", via, destination)
+    assert condition == Condition.RESOURCE_LIMIT_EXCEEDED
+    assert "new" not in w.broker.default.queues
 
 
 def test_a_via_sender_without_a_target_address_is_refused() -> None:
