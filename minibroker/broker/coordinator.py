@@ -874,6 +874,11 @@ class Coordinator:
 
     def _check(self, txn: Transaction) -> Error | None:
         """Why a staged post can no longer be applied (its node was deleted, or is full), or None."""
+        if txn.entity is not None and txn.controller.personality.one_entity:
+            # Service Bus: the transaction's work is in its entity (sends via it are transferred from it)
+            entity = self.nodes.namespace_of(txn.conn).node(txn.entity)
+            if entity is None or entity.deleted:
+                return error(Condition.RESOURCE_DELETED, f"entity {txn.entity!r} was deleted")
         extra: dict[Any, tuple[int, int]] = {}  # what the posts before this one add, per queue
         created: set[tuple[int, str]] = set()  # the nodes this commit creates
         for post in txn.posts:

@@ -334,3 +334,22 @@ def test_a_session_without_a_first_coordinator_is_no_cross_entity_session() -> N
     txn_id = declare(w, p)
     post(w, p, "pa", "m1", txn_id)
     assert rejected(post(w, p, "pb", "m2", txn_id)[0])[0] == Condition.NOT_ALLOWED
+
+
+def test_the_via_entity_deleted_before_the_commit_fails_it() -> None:
+    """Only the via entity deleted before the commit: the messages sent via it cannot be transferred, so the
+    commit fails with amqp:transaction:rollback and the destination gets nothing."""
+    w = world("servicebus")
+    p = peer(w)
+    attach_via(p, "via", "a", "b")
+    txn_id = declare(w, p)
+    assert post(w, p, "via", "out", txn_id) == (Accepted(), True)
+    assert w.broker.delete_node(w.broker.default, "a")
+    w.settle()
+    outcome, settled = discharge(w, p, txn_id)
+    assert settled
+    condition, description = rejected(outcome)
+    assert condition == Condition.TRANSACTION_ROLLBACK
+    assert description is not None
+    assert "'a'" in description
+    assert ready(w, "b") == []
