@@ -29,6 +29,7 @@ from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import shared_subscription_name
 from minibroker.engine.endpoints import Link
 from minibroker.servicebus import addresses as sb_addresses
+from minibroker.servicebus import via as sb_via
 
 if TYPE_CHECKING:
     from minibroker.broker.selector import Selector
@@ -174,6 +175,9 @@ class AttachProducer:
     """When set, a node that does not exist is not created: the attach is refused with this error."""
     route: str | None = None
     """Route each message to the node of this name (an exchange's routing key) instead of attaching to a node."""
+    via: tuple[str, str | None] | None = None
+    """Service Bus send-via: the entity (name, kind) the link is attached to, through which its messages go to
+    node ``name`` (``minibroker.servicebus.via``); it is created like any entity."""
 
 
 @dataclass(frozen=True)
@@ -354,6 +358,13 @@ def decide_producer(link: Link, context: AttachContext) -> AttachDecision:
 
 def _producer(link: Link, context: AttachContext) -> AttachProducer | Refuse:
     target = link.target
+    if (
+        context.personality.servicebus
+        and sb_via.transfer_destination(link.attach.properties) is not None
+        and (not isinstance(target, Target) or not isinstance(target.address, str) or target.dynamic)
+    ):
+        text = f"{sb_via.TRANSFER_DESTINATION} needs a target address: the via entity"
+        return Refuse(wire_error(sb_via.ARGUMENT_ERROR, text))
     if isinstance(target, Target) and target.dynamic:
         # the permission is checked against the generated address, when the node is made (endpoints.py)
         _, kind = parse_address("", target.capabilities)
@@ -370,9 +381,34 @@ def _producer(link: Link, context: AttachContext) -> AttachProducer | Refuse:
         name, kind, route = resolved
         if route is not None:  # an exchange: each message is routed by the key, the attach names no node
             return AttachProducer(target, None, kind, dynamic=False, route=route)
+        if context.personality.servicebus:
+            return _send_via(link, context, target, (name, kind))
         return AttachProducer(target, name, kind, dynamic=False, missing=_missing(context.personality, name))
     # a null target address: the anonymous relay routes each message by its ``to``
     return AttachProducer(target, None, None, dynamic=False)
+
+
+def _send_via(
+    link: Link, context: AttachContext, target: Target, via: tuple[str, str | None]
+) -> AttachProducer | Refuse:
+    """A Service Bus sender to entity ``via``; with ``com.microsoft:transfer-destination-address`` a via-sender
+    whose messages go to that destination (azure-sdk-for-net ``Microsoft.Azure.ServiceBus/src/Core/
+    MessageSender.cs`` ``CreateLinkAsync``; ``minibroker.servicebus.via``)."""
+    destination = sb_via.transfer_destination(link.attach.properties)
+    if isinstance(destination, sb_via.BadDestination):
+        return Refuse(wire_error(sb_via.ARGUMENT_ERROR, destination.reason))
+    name, kind = via
+    if destination is None:
+        return AttachProducer(target, name, kind, dynamic=False)
+    refusal = denied(context, "send", destination)
+    if refusal is not None:
+        return Refuse(refusal)
+    resolved = _resolve(destination, None, context.personality, source=False)
+    assert not isinstance(resolved, Error)  # (Service Bus addresses always resolve)
+    final, final_kind, _ = resolved
+    if final == name:
+        return AttachProducer(target, name, kind, dynamic=False)  # via itself: a plain sender
+    return AttachProducer(target, final, final_kind, dynamic=False, via=via)
 
 
 def decide_coordinator(link: Link, context: AttachContext) -> AttachDecision:

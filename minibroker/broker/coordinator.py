@@ -59,7 +59,7 @@ from minibroker.broker.checkback import (
     request_of,
 )
 from minibroker.broker.clock import BrokerClock
-from minibroker.broker.dispatch import ACCEPTED, Dispatcher
+from minibroker.broker.dispatch import ACCEPTED, Dispatcher, servicebus_entity
 from minibroker.broker.faults import COORDINATOR_ADDRESS
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Dispatched
@@ -86,6 +86,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery, LinkState, OutgoingDelivery
 from minibroker.engine.events import DeliveryUpdated, TransferReceived
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import via as sb_via
 
 CONTROLLER_CREDIT = MINIBROKER.controller_credit
 Contain = Callable[[str, Callable[[], None]], bool]
@@ -564,9 +565,11 @@ class Coordinator:
         target: Node | Deferred | None,
         message: Message,
         refusal: Error | None = None,
+        entity: str | None = None,
     ) -> None:
         """Stage a transactional post and answer with its provisional outcome (``target`` None: unroutable;
-        ``refusal``: the post is refused, e.g. not permitted, and so is the commit)."""
+        ``refusal``: the post is refused, e.g. not permitted, and so is the commit; ``entity``: the Service Bus
+        entity the post is work on, for ``Personality.one_entity``)."""
         named = named_transactions(delivery)
         if len(named) > 1:
             # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
@@ -588,6 +591,8 @@ class Coordinator:
         personality = txn.controller.personality
         if txn.deadline is None and personality.timeout_from == "first-operation":
             self._time(txn)
+        if refusal is None and entity is not None and personality.one_entity:
+            refusal = _one_entity(txn, entity)
         if refusal is None and self.injection.rules:
             refusal = self._post_fault(conn, txn, target, message)
         err: Error | None
@@ -779,6 +784,17 @@ class Coordinator:
             return  # ignored: no disposition, the delivery stays as it was
         if txn.deadline is None and personality.timeout_from == "first-operation":
             self._time(txn)
+        if personality.one_entity and consumer.servicebus:
+            refused = _one_entity(txn, sb_via.top_level_entity(servicebus_entity(consumer.queue)))
+            if refused is not None:
+                txn.failed = txn.failed or refused
+                if holder is None:  # (else the transaction that holds its outcome decides)
+                    # refused, so it cannot stay locked to a client that settled it: back to its queue at once
+                    self.dispatcher.finish(dispatched, RELEASED)
+                    touched.add(consumer.queue)
+                    if dispatched.delivery.open:
+                        self.outbox.settle(conn, [dispatched.delivery], Rejected(error=refused))
+                return
         if holder is not None and holder is not txn:
             if dispatched in holder.acquired or (personality.strict and dispatched in holder.outcomes):
                 # §4.4.2: "the delivery MUST NOT be associated with a different non discharged transaction than the
@@ -858,6 +874,11 @@ class Coordinator:
 
     def _check(self, txn: Transaction) -> Error | None:
         """Why a staged post can no longer be applied (its node was deleted, or is full), or None."""
+        if txn.entity is not None and txn.controller.personality.one_entity:
+            # Service Bus: the transaction's work is in its entity (sends via it are transferred from it)
+            entity = self.nodes.namespace_of(txn.conn).node(txn.entity)
+            if entity is None or entity.deleted:
+                return error(Condition.RESOURCE_DELETED, f"entity {txn.entity!r} was deleted")
         extra: dict[Any, tuple[int, int]] = {}  # what the posts before this one add, per queue
         created: set[tuple[int, str]] = set()  # the nodes this commit creates
         for post in txn.posts:
@@ -1226,6 +1247,14 @@ def _commit_failure(personality: Personality, cause: Error, *, refused_post: boo
         prefix = "transaction rolled back: " if condition == Condition.TRANSACTION_ROLLBACK else ""
         description = f"{prefix}{cause.description}"
     return wire_error(condition, description)
+
+
+def _one_entity(txn: Transaction, entity: str) -> Error | None:
+    """``Personality.one_entity``: the refusal of work on ``entity`` in ``txn``, which is on the first entity its
+    work touched (``minibroker.servicebus.via``)."""
+    if txn.entity is None:
+        txn.entity = entity
+    return None if txn.entity == entity else sb_via.span_error(txn.entity, entity)
 
 
 def _held_back(txn: Transaction) -> list[OutgoingDelivery]:

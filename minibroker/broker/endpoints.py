@@ -52,7 +52,7 @@ from minibroker.broker.attach import (
 from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
-from minibroker.broker.dispatch import ACCEPTED, Dispatcher
+from minibroker.broker.dispatch import ACCEPTED, Dispatcher, servicebus_entity
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -78,6 +78,7 @@ from minibroker.engine.events import (
     TransferReceived,
 )
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import via as sb_via
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
 Linked = Consumer | Producer | Controller | CheckLink | ServiceLink
@@ -221,6 +222,11 @@ class Endpoints:
 
     def _attach_consumer(self, conn: ServerConnection, link: Link, decision: AttachConsumer) -> None:
         source = decision.source
+        if decision.name is not None and self.nodes.personality_of(conn).servicebus:
+            entity, first = sb_via.top_level_entity(decision.name), _session_entity(link)
+            if first is not None and first != entity:
+                conn.refuse_attach(link, sb_via.span_error(first, entity))  # a receive cannot go via ``first``
+                return
         node: Node | None
         found: Node | Error | None
         if decision.name is None:
@@ -335,15 +341,22 @@ class Endpoints:
                 capabilities=target.capabilities,
             )
         elif decision.name is not None:
-            found = self._lookup(conn, decision.name, decision.kind, create=decision.missing is None)
+            # a via-sender's via entity must exist or be creatable, as its destination must
+            via = None if decision.via is None else self._lookup(conn, *decision.via)
+            found: Node | Error | None = via if isinstance(via, Error) else None
             if found is None:
+                found = self._lookup(conn, decision.name, decision.kind, create=decision.missing is None)
+            if found is None or (via is None and decision.via is not None):
                 found = decision.missing or error(Condition.NOT_FOUND, f"no node at address {target.address!r}")
             if isinstance(found, Error):
                 conn.refuse_attach(link, found)
                 return
             node = found
         producer = Producer(conn, link, node, decision.route)
-        producer.servicebus = self.nodes.personality_of(conn).servicebus
+        if self.nodes.personality_of(conn).servicebus:
+            producer.servicebus = True
+            entity = decision.via[0] if decision.via is not None else node.name if node is not None else None
+            producer.entity = _session_entity(link) or (None if entity is None else sb_via.top_level_entity(entity))
         if decision.dynamic:
             producer.owned_node = node
         # what a transfer naming at most one state makes the broker do (post or stage it, answer, top up credit)
@@ -532,7 +545,11 @@ class Endpoints:
             assert not isinstance(routed, Error)
             target = routed
         if transactional:
-            self.coordinator.post(conn, delivery, target, message)
+            # Service Bus: the entity it is work on, its link's (a via-sender's via entity) or the one it reaches
+            entity = context.entity
+            if entity is None and context.servicebus and target is not None:
+                entity = sb_via.top_level_entity(target.name)
+            self.coordinator.post(conn, delivery, target, message, entity=entity)
         elif target is None and context.route is not None:
             self.outbox.answer_now(conn, delivery, RELEASED)  # an exchange that cannot route releases the message
         elif target is None:
@@ -712,3 +729,22 @@ class Endpoints:
             self.outbox.flush(conn)  # outcomes first, then the credit they make room for
             conn.grant_credit(link, self.settings.link_credit)
             self.outbox.touch(conn)
+
+
+def _session_entity(link: Link) -> str | None:
+    """The entity every send of ``link``'s session goes via, when it is a Service Bus cross-entity session: its
+    first link is a coordinator (Azure.Messaging.ServiceBus ``EnableCrossEntityTransactions``: one session, the
+    controller opened first "to let the service know that there will be cross entity transactions on this
+    session", ``Amqp/AmqpConnectionScope.cs``); the entity is that of its first sender or receiver
+    (``samples/Sample06_Transactions.md``). None: no such session, or no entity used on it yet."""
+    links = iter(link.session.links.values())
+    first = next(links, None)
+    if first is None or not isinstance(first.context, Controller):
+        return None
+    for other in links:
+        context = other.context
+        if isinstance(context, Producer) and context.entity is not None:
+            return context.entity
+        if isinstance(context, Consumer) and context.servicebus:
+            return sb_via.top_level_entity(servicebus_entity(context.queue))
+    return None

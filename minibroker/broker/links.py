@@ -147,7 +147,7 @@ class ConsumerGroup:
 class Producer:
     """A link on which the peer sends messages to ``node`` (None: the anonymous relay routes each by ``to``)."""
 
-    __slots__ = ("conn", "link", "node", "owned_node", "route", "servicebus")
+    __slots__ = ("conn", "entity", "link", "node", "owned_node", "route", "servicebus")
 
     def __init__(self, conn: ServerConnection, link: Link, node: Node | None, route: str | None = None) -> None:
         self.conn = conn
@@ -158,6 +158,9 @@ class Producer:
         """With no node: the name every message is routed to (an exchange's routing key), instead of its ``to``."""
         self.servicebus = False
         """A Service Bus sender: messages are stamped on arrival, batches split (``minibroker.servicebus``)."""
+        self.entity: str | None = None
+        """A Service Bus sender's top-level entity, the one its transactional work is on: its node's, or the via
+        entity's of a via-sender (``minibroker.servicebus.via``); None: the entity each routed message reaches."""
 
     def __repr__(self) -> str:
         return f"Producer({self.link.name!r} to {self.node.name if self.node else None!r})"

@@ -87,6 +87,11 @@ class Personality:
     """§4 intro: a controller link that closes rolls back the transactions it declared (else: only the end of
     the connection does, and another controller of the connection may still discharge them)."""
 
+    one_entity: bool = False
+    """A transaction's work is on one top-level entity, the first it touches: a transfer to (or a settlement on)
+    another one is refused with amqp:not-allowed and the commit fails; a sender reaches other entities through
+    the transaction's entity (Service Bus send-via, ``minibroker.servicebus.via``)."""
+
     # -- time-outs ----------------------------------------------------------------------------------------------
     timeout: float | None = None
     """Seconds a transaction may live (None: the broker's ``transaction_timeout``; 0: never times out)."""
@@ -512,6 +517,25 @@ SERVICEBUS = Personality(
             "Azure/azure-service-bus#657",
         ),
         Quirk(
+            "a transaction is on the first queue or topic it touches (a subscription or dead-letter queue counts as "
+            "its topic or queue): a transactional transfer to, or settlement on, another one is rejected with "
+            "amqp:not-allowed (Local transactions cannot span multiple top-level entities...) and the commit fails",
+            "Azure/azure-sdk-for-net#18160, #42316; Azure/azure-sdk-for-java#29881; azure-sdk-for-net "
+            "Azure.Messaging.ServiceBus/samples/Sample06_Transactions.md (Transactions across entities)",
+        ),
+        Quirk(
+            "send-via: a sender attached to entity VIA with the property com.microsoft:transfer-destination-address "
+            "= DEST sends to DEST through VIA (in a transaction on VIA, committed with the rest of its work); a "
+            "destination that is no string, empty, with a NUL or a service node refuses the attach with "
+            "com.microsoft:argument-error; on a session whose first link is a coordinator every sender sends via the "
+            "entity of the session's first sender or receiver, and a receiver on another entity is refused with "
+            "amqp:not-allowed",
+            "Azure/azure-sdk-for-net: sdk/servicebus/Microsoft.Azure.ServiceBus/src/Core/MessageSender.cs "
+            "(CreateLinkAsync); src/Amqp/AmqpClientConstants.cs (TransferDestinationAddress, ArgumentError); "
+            "Azure.Messaging.ServiceBus/src/Amqp/AmqpConnectionScope.cs (EnableCrossEntityTransactions: one "
+            "session, its controller opened first)",
+        ),
+        Quirk(
             "a transaction times out 2 minutes after its first operation",
             "MicrosoftDocs/azure-docs: articles/service-bus-messaging/service-bus-transactions.md (Timeout)",
         ),
@@ -576,6 +600,7 @@ SERVICEBUS = Personality(
         ),
     ),
     txn_id=_servicebus,
+    one_entity=True,
     provisional="accepted",
     timeout=120.0,
     timeout_from="first-operation",

@@ -76,6 +76,7 @@ class Transaction:
         "created",
         "deadline",
         "delayed",
+        "entity",
         "failed",
         "id",
         "outcomes",
@@ -93,6 +94,8 @@ class Transaction:
         """Posts in it that a ``delay`` fault holds back (``Coordinator.hold_post``): a commit meanwhile fails."""
         self.deadline: float | None = None
         """When it times out (None: not yet timed: never, or from its first operation)."""
+        self.entity: str | None = None
+        """The Service Bus entity its work is on, the first it touched (``Personality.one_entity``)."""
         # state: what transfers acquired under it carry (§4.4.3), made when a link first acquires under it;
         # accepted_state: the provisional outcome of its posts, one object so their answers merge into ranges
         self.state: TransactionalState | None = None

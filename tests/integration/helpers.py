@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from proton import Connection, Data, Delivery, Described, Endpoint, Handler, Link, Message, Sender, ulong
+from proton import Connection, Data, Delivery, Described, Endpoint, Handler, Link, Message, Sender, symbol, ulong
 from proton.handlers import IncomingMessageHandler, MessagingHandler
-from proton.reactor import Container
+from proton.reactor import Container, LinkOption
 from proton.utils import BlockingConnection
 
 from minibroker.testing.thread import ThreadedBroker
@@ -294,6 +294,18 @@ class Scenario(MessagingHandler):
 
     def on_link_error(self, event: Any) -> None:
         self._fail(f"link {event.link.name} detached by the broker: {event.link.remote_condition}")
+
+
+class TransferDestination(LinkOption):  # type: ignore[misc]
+    """A sender link option: Service Bus send-via, the attach property ``com.microsoft:transfer-destination-address``
+    naming the final destination of what is sent to the link's target (the via entity), as the .NET SDK's
+    via-sender sends it (``Microsoft.Azure.ServiceBus/src/Core/MessageSender.cs`` ``CreateLinkAsync``)."""
+
+    def __init__(self, destination: str) -> None:
+        self.destination = destination
+
+    def apply(self, link: Link) -> None:
+        link.properties = {symbol("com.microsoft:transfer-destination-address"): self.destination}
 
 
 def run(scenario: Scenario) -> None:

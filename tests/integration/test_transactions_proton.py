@@ -16,7 +16,15 @@ from proton.reactor import Container, Transaction
 
 from minibroker.server.app import RunningBroker
 from minibroker.testing.thread import ThreadedBroker
-from tests.integration.helpers import Scenario, blocking_connection, queue_stats, run, send_messages, wait_for
+from tests.integration.helpers import (
+    Scenario,
+    TransferDestination,
+    blocking_connection,
+    queue_stats,
+    run,
+    send_messages,
+    wait_for,
+)
 
 
 def _stats(broker: ThreadedBroker) -> Any:
@@ -42,9 +50,11 @@ class SendInTransactions(Scenario, TransactionHandler):  # type: ignore[misc]
     """Declares ``len(plan)`` transactions one after another on one connection; in each, sends one message
     to every queue of ``queues`` and then commits or aborts as ``plan`` says."""
 
-    def __init__(self, url: str, queues: list[str], plan: list[bool]) -> None:
+    def __init__(self, url: str, queues: list[str], plan: list[bool], via: str | None = None) -> None:
         super().__init__(url)
         self.queues = queues
+        self.via = via
+        """Send to every queue but the first through this one (Service Bus send-via: ``TransferDestination``)."""
         self.plan = list(plan)
         self.outcomes: list[str] = []
         self.provisional: list[Any] = []
@@ -52,7 +62,12 @@ class SendInTransactions(Scenario, TransactionHandler):  # type: ignore[misc]
 
     def setup(self, container: Container) -> None:
         self.conn = self.connect()
-        self.senders = [container.create_sender(self.conn, q) for q in self.queues]
+        self.senders = [
+            container.create_sender(self.conn, self.via, name=f"via-{q}", options=TransferDestination(q))
+            if self.via not in (None, q)
+            else container.create_sender(self.conn, q)
+            for q in self.queues
+        ]
         container.declare_transaction(self.conn, handler=self)
 
     def on_transaction_declared(self, event: Any) -> None:

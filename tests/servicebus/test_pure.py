@@ -8,7 +8,7 @@ import pytest
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Properties
-from minibroker.servicebus import addresses, cbs
+from minibroker.servicebus import addresses, cbs, via
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -57,3 +57,29 @@ def test_other_operation_is_400() -> None:
     application, _ = codec.decode(answer, pos)
     assert isinstance(application, ApplicationProperties)
     assert application.value["status-code"] == 400
+
+
+@pytest.mark.parametrize(
+    ("path", "entity"),
+    [
+        ("orders", "orders"),
+        ("orders/$DeadLetterQueue", "orders"),
+        ("t/Subscriptions/s", "t"),
+        ("t/subscriptions/s/$DeadLetterQueue", "t"),
+        ("a/b", "a/b"),
+        ("/$DeadLetterQueue", "/$DeadLetterQueue"),
+    ],
+)
+def test_top_level_entity(path: str, entity: str) -> None:
+    assert via.top_level_entity(path) == entity
+
+
+@pytest.mark.parametrize("properties", [None, [], [via.TRANSFER_DESTINATION], 5, {}, {"other": "b"}])
+def test_no_transfer_destination(properties: object) -> None:
+    """Properties that are no map, or a map without the key, name no destination (never an error)."""
+    assert via.transfer_destination(properties) is None
+
+
+def test_transfer_destination_is_an_entity_path() -> None:
+    assert via.transfer_destination({via.TRANSFER_DESTINATION: "amqps://ns.servicebus.windows.net/b"}) == "b"
+    assert isinstance(via.transfer_destination({via.TRANSFER_DESTINATION: ["b"]}), via.BadDestination)
