@@ -158,3 +158,17 @@ def test_a_bad_servicebus_config_exits_2(tmp_path: Path, content: str | None, pr
     assert "servicebus.config" in result.stderr
     assert problem in result.stderr
     assert result.stdout == ""
+
+
+def test_the_readme_example_loads(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Service Bus") :]
+    example = section[section.index("```toml\n") + len("```toml\n") :]
+    example = "\n".join(line.strip() for line in example[: example.index("```")].splitlines())
+    (tmp_path / "Config.json").write_text(FIXTURE.read_text())
+    (tmp_path / "c.toml").write_text(example)
+    config = Config.load(tmp_path / "c.toml")
+    assert config.servicebus.entities.queues["orders"].lock_duration == 30.0
+    assert config.servicebus.entities.subscriptions[("events", "audit")].lock_duration == 45.0
+    assert "invoices" in config.servicebus.entities.queues
+    assert config.broker.personality == "servicebus"
