@@ -208,12 +208,12 @@ class _Reader:
                 raise DeclarationError(f"{path}.{self.name(needed)}", "is required")
         return {spelled[k]: v for k, v in value.items()}
 
-    def named(self, value: Any, path: str, taken: set[str]) -> dict[str, Any]:
+    def named(self, value: Any, path: str, taken: set[str], *, subscription: bool = False) -> dict[str, Any]:
         """A table of entities by name (the TOML form); a name taken already (without regard to case) refused."""
         if not isinstance(value, dict):
             raise DeclarationError(path, f"expected a table, got {_kind(value)}")
         for name in value:
-            self.text(name, f"{path}.{name}")
+            self.entity_name(name, f"{path}.{name}", subscription=subscription)
             if key(name) in taken:
                 raise DeclarationError(f"{path}.{name}", f"entity {name!r} is declared twice")
             taken.add(key(name))
@@ -228,6 +228,20 @@ class _Reader:
         if not isinstance(value, str) or not value or "\x00" in value:
             raise DeclarationError(path, f"expected a non-empty string, got {_kind(value)}")
         return value
+
+    def entity_name(self, value: Any, path: str, *, subscription: bool = False) -> str:
+        """An entity's name: one an address can name (``addresses.py``): no ``$`` part (``$cbs``,
+        ``$management``, ``$DeadLetterQueue``), no ``/Subscriptions/`` in a queue or topic, no ``/`` in a
+        subscription."""
+        name = self.text(value, path)
+        parts = name.split("/")
+        if any(not part or part.startswith("$") for part in parts):
+            raise DeclarationError(path, f"{name!r} is no entity name (an empty part, or one starting with $)")
+        if subscription and len(parts) > 1:
+            raise DeclarationError(path, f"{name!r}: a subscription's name has no /")
+        if "subscriptions" in (part.lower() for part in parts[1:]):
+            raise DeclarationError(path, f"{name!r}: /Subscriptions/ names a subscription, not a queue or topic")
+        return name
 
     def properties(self, value: Any, path: str, allowed: Mapping[str, _Property]) -> EntityProperties:
         """``EntityProperties`` from an entity's ``Properties``."""
@@ -342,8 +356,8 @@ def _emulator_namespace(reader: _Reader, namespace: dict[str, Any], path: str) -
     subscriptions: dict[tuple[str, str], EntityProperties] = {}
     names: set[str] = set()
 
-    def named(entry: dict[str, Any], where: str, taken: set[str]) -> str:
-        name = reader.text(entry["Name"], f"{where}.Name")
+    def named(entry: dict[str, Any], where: str, taken: set[str], *, subscription: bool = False) -> str:
+        name = reader.entity_name(entry["Name"], f"{where}.Name", subscription=subscription)
         if key(name) in taken:
             raise DeclarationError(f"{where}.Name", f"{name!r} is declared twice")
         taken.add(key(name))
@@ -363,7 +377,7 @@ def _emulator_namespace(reader: _Reader, namespace: dict[str, Any], path: str) -
         for sub_index, sub_raw in enumerate(reader.items(entry.get("Subscriptions", []), f"{where}.Subscriptions")):
             sub_where = f"{where}.Subscriptions[{sub_index}]"
             sub = reader.table(sub_raw, sub_where, {"Name", "Properties", "Rules"}, ("Name",))
-            name = named(sub, sub_where, taken)
+            name = named(sub, sub_where, taken, subscription=True)
             props = reader.properties(sub.get("Properties", {}), f"{sub_where}.Properties", _SUBSCRIPTION_PROPERTIES)
             if "Rules" in sub:
                 rules = reader.items(sub["Rules"], f"{sub_where}.Rules")
@@ -430,7 +444,7 @@ def parse_toml_entities(queues: Any, topics: Any, path: str) -> Declarations:
         subs = table.get("subscriptions", {})
         own = {k: v for k, v in table.items() if k != "subscriptions"}
         declared_topics[topic] = reader.properties(own, where, _TOPIC_PROPERTIES)
-        for sub, sub_raw in reader.named(subs, f"{where}.subscriptions", set()).items():
+        for sub, sub_raw in reader.named(subs, f"{where}.subscriptions", set(), subscription=True).items():
             sub_where = f"{where}.subscriptions.{sub}"
             rules = sub_raw.get("rules") if isinstance(sub_raw, dict) else None
             own = {k: v for k, v in sub_raw.items() if k != "rules"} if isinstance(sub_raw, dict) else sub_raw
