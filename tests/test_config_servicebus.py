@@ -4,6 +4,7 @@ unless one is named, and every kind of bad input exits 2 naming the files, the k
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from minibroker.cli import build_parser, resolve_config
 from minibroker.config import Config, ConfigError
+from minibroker.testing.thread import run_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "conf" / "minibroker.toml"
@@ -172,3 +174,17 @@ def test_the_readme_example_loads(tmp_path: Path) -> None:
     assert config.servicebus.entities.subscriptions[("events", "audit")].lock_duration == 45.0
     assert "invoices" in config.servicebus.entities.queues
     assert config.broker.personality == "servicebus"
+
+
+def test_fields_without_effect_are_listed_once_at_start(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "Config.json"
+    path.write_text(FIXTURE.read_text().replace('"ForwardTo": ""', '"ForwardTo": "plain"'))
+    with (
+        caplog.at_level(logging.WARNING, logger="minibroker"),
+        run_in_thread({"server": {"port": 0}, "servicebus": {"config": str(path)}}),
+    ):
+        pass
+    warnings = [r.getMessage() for r in caplog.records if "without effect" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "UserConfig.Namespaces[0].Queues[0].Properties.ForwardTo" in warnings[0]
+    assert "UserConfig.Logging.Type" in warnings[0]
