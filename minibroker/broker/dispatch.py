@@ -203,15 +203,18 @@ class Dispatcher:
             message.deliver_at = deliver_at if deliver_at is not None and deliver_at > now else None
 
     def servicebus_arrive(self, node: Node | None, message: Message) -> None:
-        """``arrive`` at a Service Bus entity: a message with no expiry of its own lives the entity's
-        ``DefaultMessageTimeToLive`` (``EntityProperties.default_message_ttl``; a topic's for its subscriptions)."""
+        """``arrive`` at a Service Bus entity: a message lives at most the entity's ``DefaultMessageTimeToLive``
+        (``EntityProperties.default_message_ttl``; a topic's for its subscriptions): one without a ttl of its own
+        that long, one with a longer ttl is cut down to it, as Service Bus does."""
         self.arrive(message)
         namespace = node.namespace if node is not None else None
-        if message.expires_at is None and namespace is not None and namespace.servicebus_entities:
+        if namespace is not None and namespace.servicebus_entities:
             assert node is not None
             ttl = namespace.entity_properties(node.name).default_message_ttl
             if ttl is not None:
-                message.expires_at = self.clock.now + ttl
+                limit = self.clock.now + ttl
+                expires = message.expires_at
+                message.expires_at = limit if expires is None else min(expires, limit)
 
     def targets(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """The queues a message posted to ``node`` goes to (a topic's matching subscriptions)."""
