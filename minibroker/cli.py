@@ -2,7 +2,9 @@
 
 Precedence of settings: command line, then environment (``MINIBROKER_HOST``, ``MINIBROKER_PORT``,
 ``MINIBROKER_HTTP_PORT``, ``MINIBROKER_HTTP_HOST``, ``MINIBROKER_CONFIG``, ``MINIBROKER_RECOVER``,
-``MINIBROKER_PERSONALITY``, ``MINIBROKER_CLOCK``), then the config file, then defaults.
+``MINIBROKER_PERSONALITY``, ``MINIBROKER_CLOCK``, ``MINIBROKER_SERVICEBUS_CONFIG``), then the config file, then
+defaults. ``--servicebus-config Config.json`` reads the Service Bus emulator's entity file (``[servicebus] config``)
+and, unless a personality is named, makes the broker a ``servicebus`` one.
 ``minibroker personalities`` prints every personality ``--personality`` can name, with its quirks.
 ``minibroker replay CAPTURE --url URL`` replays a captured connection (``minibroker.replay``).
 Exit codes: 0 after SIGINT/SIGTERM, 2 for bad arguments or a bad config file (the message names the file, the key
@@ -87,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="what the broker's timers run on: real (default), or virtual time that moves only when advanced "
         "(POST /api/clock/advance); handshake, idle time-out and heartbeats stay on real time",
     )
+    parser.add_argument(
+        "--servicebus-config",
+        metavar="PATH",
+        help="the Service Bus emulator's Config.json: its queues, topics and subscriptions are created at start "
+        "([servicebus] config); the personality becomes servicebus unless one is named",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="logging threshold (default info)")
     parser.add_argument(
         "--trace-frames", action="store_true", default=None, help="print every frame, decoded, to stderr"
@@ -105,7 +113,13 @@ def resolve_config(args: argparse.Namespace, environ: dict[str, str]) -> Config:
     path = args.config or environ.get("MINIBROKER_CONFIG")
     if path is None and CONTAINER_CONFIG.exists():
         path = str(CONTAINER_CONFIG)
-    config = Config.load(path) if path else Config()
+    servicebus = args.servicebus_config or environ.get("MINIBROKER_SERVICEBUS_CONFIG") or None
+    if path:
+        config = Config.load(path, servicebus_config=servicebus)
+    elif servicebus is not None:
+        config = Config.from_dict({"servicebus": {"config": servicebus}}, source="--servicebus-config")
+    else:
+        config = Config()
     host = args.host or environ.get("MINIBROKER_HOST")
     port_text = environ.get("MINIBROKER_PORT")
     port = args.port

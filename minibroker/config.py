@@ -20,6 +20,12 @@ from minibroker.broker.checkback import ORPHANED
 from minibroker.broker.faults import FaultSpec
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.policy import OVERFLOW_POLICIES, NodePolicy
+from minibroker.servicebus.declarations import (
+    DeclarationError,
+    Declarations,
+    parse_emulator_config,
+    parse_toml_entities,
+)
 from minibroker.store.journal import RECOVER_MODES
 
 CLOCK_MODES = ("real", "virtual")
@@ -180,6 +186,26 @@ class TransactionsConfig:
 
 
 @dataclass(frozen=True)
+class ServiceBusConfig:
+    """``[servicebus]``: entities of the ``servicebus`` personality, declared here or in the Service Bus emulator's
+    ``Config.json``, and the SAS keys ``$cbs`` checks tokens against (``minibroker.servicebus``)."""
+
+    config: str = ""
+    """The emulator's ``Config.json`` (relative to the TOML file); its entities join those declared here."""
+    sas_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    """Shared access keys by name; set: a put-token to ``$cbs`` must carry a token one of them signed (401
+    otherwise); empty: any token is accepted."""
+    entities: Declarations = field(default_factory=Declarations)
+    """``[servicebus.queues.NAME]``, ``[servicebus.topics.NAME]`` (with ``subscriptions.SUB``) and the entities
+    of ``config``, created at start in every namespace of the ``servicebus`` personality."""
+
+    @property
+    def configured(self) -> bool:
+        """Whether anything is configured (then the default personality is ``servicebus``)."""
+        return bool(self.config or self.sas_keys or self.entities)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -206,10 +232,13 @@ class Config:
     "skip-corrupt" skips the corrupt records (a copy of the segment is kept in ``quarantine/``)."""
     faults: tuple[FaultSpec, ...] = ()
     """``[[faults]]``: fault injection rules in force from the start (``minibroker.broker.faults``)."""
+    servicebus: ServiceBusConfig = field(default_factory=ServiceBusConfig)
+    """``[servicebus]``: Service Bus entities and SAS keys. Configuring any makes ``servicebus`` the personality
+    unless ``[broker] personality`` names one."""
 
     @classmethod
-    def load(cls, path: str | Path) -> Config:
-        """Read a TOML file."""
+    def load(cls, path: str | Path, *, servicebus_config: str | Path | None = None) -> Config:
+        """Read a TOML file; ``servicebus_config`` (``--servicebus-config``) replaces its ``[servicebus] config``."""
         path = Path(path)
         try:
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -219,12 +248,17 @@ class Config:
             raise ConfigError(f"{path}: cannot read: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-        return cls.from_dict(raw, source=str(path))
+        if servicebus_config is not None:
+            section = raw.setdefault("servicebus", {})
+            if isinstance(section, dict):  # (else the section's own error is reported)
+                section["config"] = str(Path(servicebus_config).absolute())
+        return cls.from_dict(raw, source=str(path), base=path.parent)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], *, source: str = "<dict>") -> Config:
-        """Build from a dict shaped like the TOML file."""
-        config: Config = _build(cls, raw, source, "")
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "<dict>", base: str | Path | None = None) -> Config:
+        """Build from a dict shaped like the TOML file; relative file names are relative to ``base`` (default: the
+        working directory)."""
+        config: Config = _build(cls, raw, source, "", Path(base) if base is not None else Path())
         return config
 
     def replace(self, **changes: Any) -> Config:
@@ -315,7 +349,7 @@ def _check_type(value: Any, expected: Any, where: str, secret: bool = False) -> 
     raise ConfigError(f"{where}: unsupported setting type {expected}")  # pragma: no cover
 
 
-def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
+def _build(cls: type, raw: Any, source: str, prefix: str, directory: Path = Path()) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: {prefix.rstrip('.') or 'top level'}: expected a table, got {raw!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -335,6 +369,8 @@ def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
             values[key] = _build(_SECTIONS[key], value, source, f"{key}.")
         elif cls is Config and key == "faults":
             values[key] = _faults(value, where)
+        elif cls is Config and key == "servicebus":
+            values[key] = _servicebus(value, source, directory)
         elif cls is Config and key in ("queues", "topics"):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: expected a table of {key}")
@@ -347,9 +383,46 @@ def _build(cls: type, raw: Any, source: str, prefix: str) -> Any:
             }
         else:
             values[key] = _check_type(value, spec.type, where, _is_secret(cls, key))
+    if cls is Config and values.get("servicebus", ServiceBusConfig()).configured:
+        broker = raw.get("broker")
+        if not (isinstance(broker, dict) and "personality" in broker):
+            values["broker"] = dataclasses.replace(values.get("broker", BrokerConfig()), personality="servicebus")
     config = cls(**values)
     _validate(config, source, prefix)
     return config
+
+
+def _servicebus(raw: Any, source: str, directory: Path) -> ServiceBusConfig:
+    """``[servicebus]``: its keys, its declared entities and those of the emulator file it names."""
+    section = _table(raw, f"{source}: servicebus")
+    known = ("config", "sas_keys", "queues", "topics")
+    for key in section:
+        if key not in known:
+            raise ConfigError(f"{source}: servicebus.{key}: unknown key (known keys here: {', '.join(sorted(known))})")
+    config = _check_type(section.get("config", ""), str, f"{source}: servicebus.config")
+    keys = _check_type(section.get("sas_keys", {}), "dict[str, str]", f"{source}: servicebus.sas_keys", secret=True)
+    for name, value in keys.items():
+        if not name or not value:
+            raise ConfigError(f"{source}: servicebus.sas_keys.{name}: a key name and its key must not be empty")
+    try:
+        entities = parse_toml_entities(section.get("queues", {}), section.get("topics", {}), "servicebus")
+    except DeclarationError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    if config:
+        path = directory / config
+        where = f"{source}: servicebus.config: {path}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"{where}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where}: cannot read: {exc}") from None
+        try:
+            entities = entities.merged(parse_emulator_config(text), "UserConfig.Namespaces")
+        except DeclarationError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        config = str(path)
+    return ServiceBusConfig(config=config, sas_keys=keys, entities=entities)
 
 
 def _faults(value: Any, where: str) -> tuple[FaultSpec, ...]:

@@ -107,6 +107,11 @@ def _refusal(targets: list[Queue], message: Message) -> Error | None:
     return None
 
 
+TTL_EXPIRED = "TTLExpiredException"
+TTL_EXPIRED_DESCRIPTION = "The message expired and was dead lettered."
+"""Service Bus's dead-letter reason and description for an expired message."""
+
+
 def servicebus_entity(queue: Queue) -> str:
     """The Service Bus entity path of a queue: its node, or ``TOPIC/Subscriptions/NAME`` for a subscription."""
     if isinstance(queue, Subscription):
@@ -196,6 +201,20 @@ class Dispatcher:
                     deliver_at = now + value / 1000 if relative else self.clock.from_wall_ms(value)
                     break
             message.deliver_at = deliver_at if deliver_at is not None and deliver_at > now else None
+
+    def servicebus_arrive(self, node: Node | None, message: Message) -> None:
+        """``arrive`` at a Service Bus entity: a message lives at most the entity's ``DefaultMessageTimeToLive``
+        (``EntityProperties.default_message_ttl``; a topic's for its subscriptions): one without a ttl of its own
+        that long, one with a longer ttl is cut down to it, as Service Bus does."""
+        self.arrive(message)
+        namespace = node.namespace if node is not None else None
+        if namespace is not None and namespace.servicebus_entities:
+            assert node is not None
+            ttl = namespace.entity_properties(node.name).default_message_ttl
+            if ttl is not None:
+                limit = self.clock.now + ttl
+                expires = message.expires_at
+                message.expires_at = limit if expires is None else min(expires, limit)
 
     def targets(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """The queues a message posted to ``node`` goes to (a topic's matching subscriptions)."""
@@ -790,7 +809,14 @@ class Dispatcher:
             self.dispatch_all(self.post(node, copy, None))
 
     def _expire(self, queue: Queue, message: Message) -> None:
-        """An expired message (already out of ``queue``'s counts) goes to the expiry address, or away."""
+        """An expired message (already out of ``queue``'s counts) goes to the expiry address, or away; from a
+        Service Bus entity with ``DeadLetteringOnMessageExpiration``, to its dead-letter queue with reason
+        ``TTLExpiredException``, as Service Bus does."""
+        namespace = queue.namespace
+        configured = namespace is not None and bool(namespace.servicebus_entities)
+        if configured and entity_properties(queue).dead_lettering_on_message_expiration:
+            self.servicebus_dead_letter(queue, message, TTL_EXPIRED, TTL_EXPIRED_DESCRIPTION)
+            return
         target = queue.policy.expiry_address
         if target:
             self._forward(queue, message, target, {"x-opt-original-address": queue.node_name})

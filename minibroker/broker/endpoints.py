@@ -124,7 +124,7 @@ class Endpoints:
         self._late: dict[int, TransferReceived] = {}  # transfers a ``delay`` fault held back, being taken now
         self._sb_ids = 0  # message-ids stamped on Service Bus messages that came without one
         self.management = Management(nodes, dispatcher, self.clock, self._servicebus_arrival)
-        self.services = Services(outbox, self.management.answer)
+        self.services = Services(outbox, self.management.answer, self.settings.sas_keys, self.clock)
         """Service nodes of the ``servicebus`` personality (``$cbs``, ``ENTITY/$management``)."""
 
     def _context(self, conn: ServerConnection) -> AttachContext:
@@ -524,7 +524,10 @@ class Endpoints:
             )
             self._refuse_post(conn, context.link, delivery, message, transactional, undecodable)
             return
-        self.dispatcher.arrive(message)
+        if context.servicebus:
+            self.dispatcher.servicebus_arrive(context.node, message)
+        else:
+            self.dispatcher.arrive(message)
         target: Node | Deferred | None = context.node
         if target is None:  # the anonymous relay routes by ``to`` (an exchange by its routing key)
             to = message.to if context.route is None else context.route
@@ -588,7 +591,7 @@ class Endpoints:
             if message.malformed is not None:
                 refusal = refusal or error(Condition.DECODE_ERROR, f"a message of the batch: {message.malformed}")
                 continue
-            self.dispatcher.arrive(message)
+            self.dispatcher.servicebus_arrive(node, message)
             refusal = self.dispatcher.inject(node, message) or refusal
         self.outbox.answer_now(conn, event.delivery, ACCEPTED if refusal is None else Rejected(error=refusal))
         self._top_up(conn, producer.link)

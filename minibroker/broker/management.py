@@ -141,7 +141,7 @@ class Management:
             message = Message(self.arrival(bytes(encoded)))
             if message.malformed is not None:
                 return sb_management.response(request, sb_management.BAD_REQUEST, f"a message: {message.malformed}")
-            self.dispatcher.arrive(message)
+            self.dispatcher.servicebus_arrive(node, message)
             refusal = self.dispatcher.inject(node, message)
             if refusal is not None:
                 return sb_management.response(request, sb_management.BAD_REQUEST, str(refusal.description))

@@ -83,10 +83,23 @@ class Nodes:
         return self.namespace_of(conn).personality
 
     def populate(self, namespace: Namespace) -> None:
-        """Create the configured nodes in ``namespace`` (a name configured as both is a topic: ``policy_for``)."""
+        """Create the configured nodes in ``namespace`` (a name configured as both is a topic: ``policy_for``), and
+        in a ``servicebus`` namespace the declared Service Bus entities with their properties."""
         for name in [*self.settings.queues, *self.settings.topics]:
             if namespace.node(name) is None:
                 self.create(namespace, name, None)
+        declared = self.settings.servicebus
+        if declared and namespace.personality.servicebus:
+            namespace.servicebus_entities = declared.entities()
+            for names, kind in ((declared.queues, QUEUE), (declared.topics, TOPIC)):
+                for name in names:
+                    if namespace.node(name) is None:
+                        self.create(namespace, name, kind)
+            for topic_name, name in declared.subscriptions:
+                topic = namespace.topics.get(topic_name)
+                if topic is not None and ("", name) not in topic.subscriptions:
+                    # as a receiver of TOPIC/Subscriptions/NAME makes it (attach.py ``_subscription``), with no link
+                    topic.subscribe(("", name), durable=True, shared=True, selector=None).links -= 1
 
     def connection_made(self, conn: ServerConnection, namespace: Namespace | None) -> None:
         namespace = namespace or self.default

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 
 from minibroker.amqp.definitions import Accepted, Target
+from minibroker.broker.clock import BrokerClock
 from minibroker.broker.outbox import Outbox
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery, Link, LinkState
@@ -52,9 +53,18 @@ class ServiceLink:
 class Services:
     """The service links of one broker, per connection."""
 
-    def __init__(self, outbox: Outbox, manage: Manage | None = None) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        manage: Manage | None = None,
+        sas_keys: dict[str, str] | None = None,
+        clock: BrokerClock | None = None,
+    ) -> None:
         self.outbox = outbox
         self.manage = manage
+        self.sas_keys = sas_keys or {}
+        """Keys ``$cbs`` checks tokens against (``cbs.check_token``); none: any token."""
+        self.clock = clock or BrokerClock()
         self._answering: dict[ServerConnection, list[ServiceLink]] = {}
 
     def attached(self, service: ServiceLink) -> None:
@@ -74,7 +84,7 @@ class Services:
         if self.manage is not None and sb_addresses.is_management(service.node):
             request, answer = cbs.read_request(payload), self.manage(conn, service.node, payload)
         else:
-            request, answer = cbs.answer(payload)
+            request, answer = cbs.answer(payload, self.sas_keys, self.clock.wall_ms() / 1000)
         out = self._answer_link(conn, service.node, request.reply_to)
         if out is not None:
             out.pending.append(answer)

@@ -9,6 +9,7 @@ from minibroker.broker.checkback import CheckBackSettings
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.personality import MINIBROKER, Personality
 from minibroker.broker.policy import NodePolicy
+from minibroker.servicebus.declarations import Declarations
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ class BrokerSettings:
     with a larger one is not selected by a selector that reads a field of it. 0: no limit."""
     check_back: CheckBackSettings = field(default_factory=CheckBackSettings)
     """``[transactions]``: in-doubt transactions and check-back (``checkback.py``)."""
+    servicebus: Declarations = field(default_factory=Declarations)
+    """Service Bus entities that exist from the start in every namespace of the ``servicebus`` personality, with
+    their properties (``[servicebus]``, the emulator's ``Config.json``)."""
+    sas_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    """Shared access keys by name ``$cbs`` checks put-token tokens against; empty: any token is accepted."""
 
     def permits(self, user: str | None, action: str, address: str) -> bool:
         """Whether ``user`` may ``action`` ("send", "receive", "transactions") on ``address``."""

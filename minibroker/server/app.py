@@ -662,6 +662,8 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
             max_selector_properties_size=config.broker.max_selector_properties_size,
             personality=personalities.get(config.broker.personality),
             check_back=check_back_settings(config),
+            servicebus=config.servicebus.entities,
+            sas_keys=dict(config.servicebus.sas_keys),
         ),
         txn_ids=counter_ids(secrets.token_bytes(8)),
         clock=WallClock(time.time() - trio.current_time()),
@@ -669,6 +671,9 @@ def make_broker(config: Config, *, durable: bool = False) -> Broker:
     )
     for spec in config.faults:
         broker.add_fault(spec)
+    unused = config.servicebus.entities.not_implemented
+    if unused:
+        log.warning("[servicebus]: accepted without effect (not implemented): %s", ", ".join(unused))
     return broker
 
 

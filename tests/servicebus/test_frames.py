@@ -4,8 +4,10 @@ addresses given as URIs, against ``minibroker``'s own answers."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
+from azure.servicebus._pyamqp.utils import generate_sas_token
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import (
@@ -25,7 +27,11 @@ from tests.personalities.harness import payload, peer, ready, world
 pytestmark = pytest.mark.timeout(30)
 
 
-def _put_token(message_id: uuid.UUID, reply_to: str | None = None) -> bytes:
+def _put_token(
+    message_id: uuid.UUID,
+    reply_to: str | None = None,
+    token: str = "SharedAccessSignature sr=x&sig=y&se=1&skn=RootManageSharedAccessKey",
+) -> bytes:
     """A put-token request as azure-servicebus sends it (``_pyamqp/cbs.py`` ``CBSAuthenticator._put_token``)."""
     return (
         codec.encode(Properties(message_id=message_id, reply_to=reply_to))
@@ -39,13 +45,13 @@ def _put_token(message_id: uuid.UUID, reply_to: str | None = None) -> bytes:
                 }
             )
         )
-        + codec.encode(AmqpValue("SharedAccessSignature sr=x&sig=y&se=1&skn=RootManageSharedAccessKey"))
+        + codec.encode(AmqpValue(token))
     )
 
 
-def _cbs_world(name: str, answer_address: str = "$cbs") -> tuple[World, Peer]:
+def _cbs_world(name: str, answer_address: str = "$cbs", **settings: Any) -> tuple[World, Peer]:
     """A peer with a request link to ``$cbs`` and an answer link from ``answer_address``, with credit."""
-    w = world(name)
+    w = world(name, **settings)
     p = peer(w)
     p.attach_producer("cbs-req", "$cbs")
     p.attach_consumer("cbs-resp", answer_address, presettled=False, default_outcome=None)
@@ -96,6 +102,30 @@ def test_cbs_put_token_is_answered_202() -> None:
             },
         )
     ]
+
+
+def test_cbs_checks_tokens_against_configured_sas_keys() -> None:
+    """With ``sas_keys``: a token the key signed, not expired, is answered 202; a wrong signature, an unknown key
+    name, an expired token, a token of another kind, 401 (azure-servicebus: ServiceBusAuthenticationError). The
+    request itself is accepted either way (the answer carries the verdict)."""
+    audience = "sb://127.0.0.1/orders"
+    tokens = [
+        (generate_sas_token(audience, "RootManageSharedAccessKey", "k3y", 1_900_000_000), 202, "Accepted"),
+        (generate_sas_token(audience, "RootManageSharedAccessKey", "nope", 1_900_000_000), 401, "signature"),
+        (generate_sas_token(audience, "Other", "k3y", 1_900_000_000), 401, "no shared access key named 'Other'"),
+        (generate_sas_token(audience, "RootManageSharedAccessKey", "k3y", -1), 401, "expiry"),
+        ("Bearer eyJ0", 401, "not a shared access signature"),
+    ]
+    for token, status, words in tokens:  # (one request per connection, as azure-servicebus makes them)
+        w, p = _cbs_world("servicebus", sas_keys={"RootManageSharedAccessKey": "k3y"})
+        message_id = uuid.uuid4()
+        delivery_id = p.transfer("cbs-req", _put_token(message_id, token=token))
+        w.settle()
+        assert p.observed.answers[delivery_id][0] == Accepted()
+        ((correlation, application),) = _answers(p)
+        assert (correlation, application["status-code"]) == (message_id, status)
+        assert words in str(application["status-description"])
+        assert not p.observed.violations
 
 
 def test_cbs_answer_follows_reply_to() -> None:

@@ -1,0 +1,189 @@
+"""Configured Service Bus entities and SAS keys (issue 17 items 1, 5 and 11) with the real azure-servicebus SDK: the
+emulator's ``Config.json`` (tests/servicebus/data/Config.json) sets lock durations, max delivery counts and message
+time-to-live per entity, its topics and subscriptions exist from the start, a wrong SAS key is refused at once, and
+no emulator quota (10 connections, 50 entities) applies. Locks and expiry on the virtual clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.exceptions import ServiceBusAuthenticationError
+
+from minibroker.testing.thread import ThreadedBroker, run_in_thread
+from tests.servicebus.conftest import connection_string
+
+pytestmark = pytest.mark.timeout(60)
+FIXTURE = Path(__file__).parent / "data" / "Config.json"
+
+
+@pytest.fixture
+def configured() -> Iterator[ThreadedBroker]:
+    """A broker given only the emulator's file (no personality named: the file makes it ``servicebus``), on the
+    virtual clock."""
+    with run_in_thread(
+        {"server": {"port": 0}, "broker": {"clock": "virtual"}, "servicebus": {"config": str(FIXTURE)}}
+    ) as broker:
+        yield broker
+
+
+@pytest.fixture
+def sb(configured: ThreadedBroker) -> Iterator[ServiceBusClient]:
+    with ServiceBusClient.from_connection_string(connection_string(configured.port)) as client:
+        yield client
+
+
+def _send(client: ServiceBusClient, queue: str, body: str, **fields: Any) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages(ServiceBusMessage(body, **fields))
+
+
+def test_configured_lock_duration(configured: ThreadedBroker, sb: ServiceBusClient) -> None:
+    _send(sb, "invoices", "a")
+    with sb.get_queue_receiver("invoices") as receiver:
+        (first,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        assert first.locked_until_utc is not None
+        assert abs(first.locked_until_utc.timestamp() - (configured.clock.now + 5)) < 1  # PT5S, not 60 s
+        configured.clock.advance(6)
+        (again,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        assert (str(again), again.delivery_count) == ("a", 1)
+        receiver.complete_message(again)
+
+
+def test_an_unconfigured_queue_keeps_the_defaults(configured: ThreadedBroker, sb: ServiceBusClient) -> None:
+    _send(sb, "plain", "b")
+    configured.clock.advance(3600 * 24)  # no time-to-live: still there a day later
+    with sb.get_queue_receiver("plain") as receiver:
+        (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        assert message.locked_until_utc is not None
+        assert abs(message.locked_until_utc.timestamp() - (configured.clock.now + 60)) < 1
+        receiver.complete_message(message)
+
+
+def test_configured_max_delivery_count(sb: ServiceBusClient) -> None:
+    _send(sb, "invoices", "c")
+    with sb.get_queue_receiver("invoices") as receiver:
+        for _ in range(2):
+            (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            receiver.abandon_message(message)
+        assert receiver.receive_messages(max_message_count=1, max_wait_time=0.5) == []
+    with sb.get_queue_receiver("invoices", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
+        (dead,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        assert (str(dead), dead.dead_letter_reason) == ("c", "MaxDeliveryCountExceeded")
+        receiver.complete_message(dead)
+
+
+def test_default_time_to_live_dead_letters_on_expiry(configured: ThreadedBroker, sb: ServiceBusClient) -> None:
+    # DefaultMessageTimeToLive PT10M, DeadLetteringOnMessageExpiration true: a message lives its own shorter ttl,
+    # else ten minutes (a longer ttl of its own is cut down to the entity's, as Service Bus does)
+    _send(sb, "invoices", "none")
+    _send(sb, "invoices", "short", time_to_live=timedelta(minutes=5))
+    _send(sb, "invoices", "long", time_to_live=timedelta(hours=2))
+    with sb.get_queue_receiver("invoices", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dead_letters:
+        configured.clock.advance(301)
+        (short,) = dead_letters.receive_messages(max_message_count=3, max_wait_time=5)
+        assert str(short) == "short"
+        assert short.dead_letter_reason == "TTLExpiredException"
+        assert short.dead_letter_source == "invoices"
+        dead_letters.complete_message(short)
+        configured.clock.advance(300)
+        found = dead_letters.receive_messages(max_message_count=3, max_wait_time=5)
+        if len(found) < 2:
+            found += dead_letters.receive_messages(max_message_count=3, max_wait_time=5)
+        assert sorted(str(m) for m in found) == ["long", "none"]
+        assert {m.dead_letter_reason for m in found} == {"TTLExpiredException"}
+        for message in found:
+            dead_letters.complete_message(message)
+    assert configured.queue("invoices").depth == 0
+
+
+def test_declared_topic_and_subscriptions_exist_before_first_use(
+    configured: ThreadedBroker, sb: ServiceBusClient
+) -> None:
+    assert "shipments" in configured.topics
+    assert {"invoices", "plain"} <= set(configured.queues)
+    # a sender attaching first to a configured topic: a topic, and its subscriptions already take messages
+    with sb.get_topic_sender("shipments") as sender:
+        message = ServiceBusMessage(
+            "crate", subject="north", application_properties={"priority": "high", "weight": 500}
+        )
+        sender.send_messages(message)
+    for name in ("by-region", "large"):
+        with sb.get_subscription_receiver("shipments", name) as receiver:
+            (got,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert str(got) == "crate"
+            receiver.complete_message(got)
+
+
+def test_configured_subscription_lock_duration(configured: ThreadedBroker, sb: ServiceBusClient) -> None:
+    with sb.get_topic_sender("shipments") as sender:
+        sender.send_messages(ServiceBusMessage("box", subject="north", application_properties={"priority": "high"}))
+    with sb.get_subscription_receiver("shipments", "by-region") as receiver:
+        (got,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        assert got.locked_until_utc is not None
+        assert abs(got.locked_until_utc.timestamp() - (configured.clock.now + 120)) < 1  # PT2M
+        receiver.complete_message(got)
+
+
+# -- SAS keys -----------------------------------------------------------------------------------------------------
+def _with_key(port: int, key: str) -> str:
+    return connection_string(port).replace("SharedAccessKey=SAS_KEY_VALUE", f"SharedAccessKey={key}")
+
+
+@pytest.fixture
+def keyed() -> Iterator[ThreadedBroker]:
+    config = {"server": {"port": 0}, "servicebus": {"sas_keys": {"RootManageSharedAccessKey": "SAS_KEY_VALUE"}}}
+    with run_in_thread(config) as broker:
+        yield broker
+
+
+def test_the_right_sas_key_is_accepted(keyed: ThreadedBroker) -> None:
+    with ServiceBusClient.from_connection_string(_with_key(keyed.port, "SAS_KEY_VALUE")) as client:
+        _send(client, "guarded", "ok")
+        with client.get_queue_receiver("guarded") as receiver:
+            (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            receiver.complete_message(message)
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        lambda port: _with_key(port, "not-the-key"),
+        lambda port: connection_string(port).replace("RootManageSharedAccessKey", "SomeOtherPolicy"),
+    ],
+)
+def test_a_wrong_sas_key_is_refused_at_once(keyed: ThreadedBroker, connection: Any) -> None:
+    started = time.monotonic()
+    client = ServiceBusClient.from_connection_string(connection(keyed.port), retry_total=0)
+    with client, pytest.raises(ServiceBusAuthenticationError), client.get_queue_sender("guarded") as sender:
+        sender.send_messages(ServiceBusMessage("no"))
+    assert time.monotonic() - started < 10  # answered 401 at once, not left to time out
+    assert keyed.queue("guarded").depth == 0
+
+
+# -- no quotas ----------------------------------------------------------------------------------------------------
+def test_more_than_ten_connections_and_fifty_entities(sb_broker: ThreadedBroker) -> None:
+    clients = [ServiceBusClient.from_connection_string(connection_string(sb_broker.port)) for _ in range(11)]
+
+    def send(i: int) -> None:  # each sender on its own connection of client i % 11; opened in parallel (cheaply)
+        with clients[i % 11].get_queue_sender(f"many-{i}") as sender:
+            sender.send_messages(ServiceBusMessage("x"))
+
+    senders = [client.get_queue_sender(f"many-{i}") for i, client in enumerate(clients)]
+    try:
+        with ThreadPoolExecutor(11) as pool:
+            list(pool.map(lambda sender: sender.send_messages(ServiceBusMessage("x")), senders))
+            assert len(sb_broker.connections) >= 11  # all open at once (the emulator's cap is 10)
+            list(pool.map(send, range(11, 52)))  # 52 queues (the emulator's cap is 50 entities)
+    finally:
+        for sender in senders:
+            sender.close()
+        for client in clients:
+            client.close()
+    assert all(sb_broker.queue(f"many-{i}").depth == 1 for i in range(52))
