@@ -52,6 +52,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import rules as sb_rules
 from minibroker.servicebus.entities import DEFAULT, EntityProperties
 
 if TYPE_CHECKING:
@@ -94,6 +95,10 @@ def selects(selector: Selector | None, message: Message) -> bool:
 def _subscription_selects(subscription: Any, message: Message) -> bool:
     selector = subscription.selector
     return selector is None or selector.matches(selector_fields(message, selector.max_properties_size))
+
+
+def _never(view: sb_rules.MessageView) -> bool:
+    return False
 
 
 def _refusal(targets: list[Queue], message: Message) -> Error | None:
@@ -200,9 +205,47 @@ class Dispatcher:
     def targets(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """The queues a message posted to ``node`` goes to (a topic's matching subscriptions)."""
         if isinstance(node, Topic):
-            subscriptions: list[Queue] = list(node.publish(message, origin, _subscription_selects))
+            servicebus = node.namespace is not None and node.namespace.personality.servicebus
+            matches = self._servicebus_matcher() if servicebus else _subscription_selects
+            subscriptions: list[Queue] = list(node.publish(message, origin, matches))
             return subscriptions
         return [node]
+
+    # -- Service Bus subscription rules (``minibroker.servicebus.rules``) ------------------------------------
+    def _servicebus_matcher(self) -> Callable[[Subscription, Message], bool]:
+        """Whether a subscription takes a message: any of its rules matches (the message's properties decoded
+        once per publish, for all subscriptions)."""
+        view: sb_rules.MessageView | None = None
+        limit = self.nodes.settings.max_selector_properties_size or None
+
+        def matches(subscription: Subscription, message: Message) -> bool:
+            if not _subscription_selects(subscription, message):
+                return False
+            nonlocal view
+            rules = self.subscription_rules(subscription)
+            if view is None:
+                view = sb_rules.MessageView.of(message.payload, limit, message.seq or None)
+            return any(rule.matches(view) for rule, _ in rules.values())
+
+        return matches
+
+    def subscription_rules(self, subscription: Subscription) -> dict[str, tuple[sb_rules.Rule, int]]:
+        """A Service Bus subscription's rules by name, each with its creation time (wall-clock ms); first made
+        from its entity properties (no rules configured: ``$Default``, the true filter). A configured rule
+        whose filter does not compile matches nothing."""
+        if subscription.rules is None:
+            specs = entity_properties(subscription).rules
+            created = self.clock.wall_ms(self.clock.now)
+            rules: dict[str, tuple[sb_rules.Rule, int]] = {}
+            for spec in specs if specs is not None else (sb_rules.default_rule(),):
+                try:
+                    rule = sb_rules.compile_rule(spec, self.nodes.settings.max_selector_length or None)
+                except sb_rules.RuleError:
+                    rule = sb_rules.Rule(spec, _never)
+                rules[spec.name] = (rule, created)
+            subscription.rules = rules
+        found: dict[str, tuple[sb_rules.Rule, int]] = subscription.rules
+        return found
 
     def admit(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
