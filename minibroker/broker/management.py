@@ -31,7 +31,7 @@ from typing import Any
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.dispatch import Dispatcher, entity_properties
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import Node
+from minibroker.broker.namespace import TOPIC, Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Subscription, Topic
@@ -77,6 +77,8 @@ class Management:
             return self._renew_lock(conn, request, body)
         if operation == sb_management.UPDATE_DISPOSITION:
             return self._update_disposition(request, body)
+        if operation in _RULE_OPERATIONS:
+            return self._rules(request, operation, self._subscription(conn, entity), body)
         queue = self._queue(conn, entity)
         if operation == sb_management.PEEK:
             return self._peek(request, queue, body)
@@ -84,8 +86,6 @@ class Management:
             return self._cancel(request, body)
         if operation == sb_management.RECEIVE_BY_SEQUENCE_NUMBER:
             return self._receive_deferred(request, queue, body)
-        if operation in _RULE_OPERATIONS:
-            return self._rules(request, operation, queue, body)
         return sb_management.response(
             request, sb_management.NOT_IMPLEMENTED, f"$management operation {operation!r} is not implemented"
         )
@@ -105,6 +105,16 @@ class Management:
             wanted = named[1].lower()
             return next((s for key, s in node.subscriptions.items() if key[1].lower() == wanted), None)
         return node
+
+    def _subscription(self, conn: ServerConnection, entity: str) -> Subscription | None:
+        """The subscription ``TOPIC/Subscriptions/NAME`` names, created (with its topic) when it is not there yet,
+        as a receiver's attach would: the JS SDK's rule manager opens no receiver. None when ``entity`` names no
+        subscription, or the name is a queue's."""
+        named = sb_addresses.subscription(entity)
+        if named is None:
+            return None
+        topic = self.nodes.lookup(conn, named[0], TOPIC)
+        return self.nodes.servicebus_subscription(topic, named[1]) if isinstance(topic, Topic) else None
 
     # -- peek ---------------------------------------------------------------------------------------------
     def _peek(self, request: Request, queue: Queue | None, body: dict[str, Any]) -> bytes:

@@ -245,6 +245,17 @@ class Nodes:
             self.recorder.subscription(subscription, subscribed=True)
         return subscription
 
+    def servicebus_subscription(self, topic: Topic, name: str) -> Subscription:
+        """The Service Bus subscription ``TOPIC/Subscriptions/NAME`` (keyed as ``attach.py`` keys its receivers'),
+        created with no link on it if needed: Service Bus subscriptions exist without receivers."""
+        wanted = name.lower()
+        for key, subscription in topic.subscriptions.items():
+            if key[1].lower() == wanted and subscription.durable:
+                return subscription
+        subscription = self.subscribe(topic, SubscriptionSpec(("", name), durable=True, shared=True), None, None)
+        subscription.links -= 1
+        return subscription
+
     def durable_subscription(self, conn: ServerConnection, link_name: str) -> Subscription | None:
         """The durable subscription a link name designates (an attach without a source, as JMS unsubscribe
         sends): named by this container, or global; or the shared one the name is a link of (``sub|global``)."""

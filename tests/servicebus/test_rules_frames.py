@@ -279,3 +279,36 @@ def test_other_personalities_have_no_rules() -> None:
     topic = w.broker.nodes.default.topics["events"]
     assert isinstance(topic, Topic)
     assert [s.rules for s in topic.subscriptions.values()] == [None]
+
+
+def test_rule_operations_need_no_receiver() -> None:
+    """The JS SDK's rule manager opens only the management link: add-rule makes the topic and the subscription,
+    which takes matching messages until a receiver comes."""
+    w = world("servicebus")
+    p = peer(w)
+    p.attach_producer("mgmt-req", NODE)
+    p.attach_consumer("mgmt-resp", NODE, presettled=False, default_outcome=None)
+    w.settle()
+    p.flow("mgmt-resp", 100)
+    w.settle()
+    assert _add(w, p, "eu", {"correlation-filter": {"properties": {"region": "eu"}}})["statusCode"] == 200
+    assert _ask(w, p, "com.microsoft:remove-rule", {"rule-name": "$Default"})[0]["statusCode"] == 200
+    p.attach_producer("events-in", "events")
+    p.attach_consumer("audit", SUBSCRIPTION, presettled=True, default_outcome=None)
+    w.settle()
+    assert _delivered(w, p, _message("eu", region="eu"), _message("us", region="us")) == ["eu"]
+
+
+def test_subscription_outlives_a_closing_detach() -> None:
+    w, p = _rules_world()
+    _add(w, p, "eu", {"correlation-filter": {"properties": {"region": "eu"}}})
+    _ask(w, p, "com.microsoft:remove-rule", {"rule-name": "$Default"})
+    p.detach("audit", closed=True)
+    w.settle()
+    p.transfer("events-in", _message("eu", region="eu"))
+    p.transfer("events-in", _message("us", region="us"))
+    p.attach_consumer("audit2", SUBSCRIPTION, presettled=True, default_outcome=None)
+    w.settle()
+    p.flow("audit2", 10)
+    got = [c for c in w.settle()[p].completed if c.link == "audit2"]
+    assert len(got) == 1
