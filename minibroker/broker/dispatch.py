@@ -36,6 +36,7 @@ from weakref import WeakSet
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, TransactionalState
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome, is_outcome
+from minibroker.amqp.types import DecodeError
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import Consumer, ConsumerGroup, Dispatched
@@ -171,6 +172,7 @@ class Dispatcher:
         self._stopped: dict[Queue, set[Consumer]] = {}  # attached, but out of their group until restarted
         self._by_conn: dict[ServerConnection, set[Consumer]] = {}
         self._seq = 0
+        self._rule_actions = False  # a Service Bus rule with an action was ever made: copies may need rewriting
         # the last forwarded copy: (the original's bytes, its delivery-count, the annotations added, the copy's
         # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
         self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
@@ -237,15 +239,45 @@ class Dispatcher:
             specs = entity_properties(subscription).rules
             created = self.clock.wall_ms(self.clock.now)
             rules: dict[str, tuple[sb_rules.Rule, int]] = {}
+            subscription.rules = rules
             for spec in specs if specs is not None else (sb_rules.default_rule(),):
                 try:
                     rule = sb_rules.compile_rule(spec, self.nodes.settings.max_selector_length or None)
                 except sb_rules.RuleError:
                     rule = sb_rules.Rule(spec, _never)
-                rules[spec.name] = (rule, created)
-            subscription.rules = rules
+                self.add_rule(subscription, rule, created)
         found: dict[str, tuple[sb_rules.Rule, int]] = subscription.rules
         return found
+
+    def add_rule(self, subscription: Subscription, rule: sb_rules.Rule, created: int) -> None:
+        """Give ``subscription`` (its rules made already) ``rule``, created at ``created`` (wall-clock ms)."""
+        assert subscription.rules is not None
+        subscription.rules[rule.name] = (rule, created)
+        self._rule_actions = self._rule_actions or rule.action is not None
+
+    def _apply_rule_actions(self, targets: list[Queue], copies: list[Message]) -> None:
+        """SQL rule actions: a subscription whose matching rules have actions gets a copy of its own, with the
+        application-properties as those actions (in rule order) leave them; the other copies keep the bytes."""
+        view: sb_rules.MessageView | None = None
+        for queue, copy in zip(targets, copies, strict=True):
+            rules = queue.rules if isinstance(queue, Subscription) else None
+            if not rules:
+                continue
+            if view is None:
+                limit = self.nodes.settings.max_selector_properties_size or None
+                view = sb_rules.MessageView.of(copy.payload, limit, copy.seq or None)
+            current = view
+            for rule, _ in rules.values():
+                if rule.action is not None and rule.matches(view):
+                    current = sb_rules.MessageView(current.system, rule.action(current))
+            if current is view:
+                continue
+            payload, start = copy.payload, copy.properties_start
+            try:
+                rest = sb_rules.with_user_properties(payload, start, current.user)
+            except DecodeError:
+                continue  # (a malformed message is refused on arrival: not reached)
+            copy.annotate({}, payload[:start] + rest)
 
     def admit(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
@@ -276,6 +308,8 @@ class Dispatcher:
         if len(targets) > 1:
             sharing = Message.sharing
             copies += [sharing(message) for _ in range(len(targets) - 1)]
+        if self._rule_actions:
+            self._apply_rule_actions(targets, copies)
         now = self.clock.now
         expires_at = message.expires_at
         if expires_at is not None and expires_at <= now:

@@ -16,7 +16,7 @@ Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servi
 - on ``TOPIC/Subscriptions/NAME/$management``, the rule operations as the JS SDK sends them
   (``core/managementClient.ts`` ``addRule``, ``removeRule``, ``getRules``; encoding in
   ``minibroker.servicebus.rules``): ``add-rule`` (``rule-name``, ``rule-description``; 409
-  ``entity-already-exists`` for a name taken, 400 for a bad description or filter, or an action), ``remove-rule``
+  ``entity-already-exists`` for a name taken, 400 for a bad description, filter or action), ``remove-rule``
   (``rule-name``; 404 ``amqp:not-found`` for an unknown one), ``enumerate-rules`` (``skip``, ``top``: ``rules``,
   each a map with its ``rule-description``; 204 when there are none).
 """
@@ -252,7 +252,7 @@ class Management:
                 f"rule {spec.name!r} already exists",
                 condition=sb_management.ENTITY_ALREADY_EXISTS,
             )
-        rules[spec.name] = (rule, self.clock.wall_ms(self.clock.now))
+        self.dispatcher.add_rule(queue, rule, self.clock.wall_ms(self.clock.now))
         return sb_management.response(request, sb_management.OK, "OK")
 
     def _enumerate_rules(

@@ -17,13 +17,17 @@ one sits in the broker layer above this package, and the dialects differ in iden
 operators (``!=``, ``%``), ``EXISTS`` and NULL constants; what they share is the three-valued logic, written
 here in a few lines. Invariants, fuzzed by tests/servicebus/test_rules_pure.py:
 
-- ``compile_rule`` / ``parse_sql`` either return or raise ``RuleError``, whatever the text;
-- ``Rule.matches`` never raises: type mismatches, NULLs, division by zero give UNKNOWN, which matches nothing;
+- ``compile_rule`` / ``parse_sql`` / ``parse_action`` either return or raise ``RuleError``, whatever the text;
+- ``Rule.matches`` and running an action never raise: type mismatches, NULLs, division by zero give UNKNOWN, which matches nothing;
 - nesting is bounded at parse time (``MAX_DEPTH``) and operator chains are evaluated in loops, so evaluation
   cannot run out of stack; an expression longer than ``max_length`` (the broker's ``max_selector_length``) is
   refused before parsing; ``LIKE`` matches without backtracking (fixed-width pieces found left to right).
 
-SQL rule actions (``SET``/``REMOVE``) are not applied: ``parse_description`` refuses a rule that has one.
+A SQL rule action (``SET name = expression``, ``REMOVE name``, statements separated by ``;`` or blanks) changes
+the application-properties of the subscription's copy of a message its filter matched (``Rule.action``, run by
+the dispatcher; ``with_user_properties``); setting or removing a system property (``sys.``) is refused. When
+several matching rules have actions, the subscription still gets one copy, with the actions run in rule order
+(Service Bus makes a copy per matching rule).
 
 AMQP encoding (``com.microsoft:add-rule`` / ``enumerate-rules``), as the JS SDK (``core/managementClient.ts``
 ``addRule`` / ``getRules``, ``util/constants.ts`` ``descriptorCodes``) and the .NET SDK
@@ -55,8 +59,10 @@ __all__ = [
     "RuleError",
     "compile_rule",
     "description_value",
+    "parse_action",
     "parse_description",
     "parse_sql",
+    "with_user_properties",
 ]
 
 RULE_DESCRIPTION = ULong(0x0000013700000004)
@@ -290,7 +296,7 @@ _TOKEN = re.compile(
       | (?P<number>(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)
       | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
       | (?P<bracketed>\[[^\]]*\])
-      | (?P<op><>|!=|<=|>=|[=<>+\-*/%(),.])""",
+      | (?P<op><>|!=|<=|>=|[=<>+\-*/%(),.;])""",
     re.VERBOSE,
 )
 _KEYWORDS = frozenset({"AND", "OR", "NOT", "IS", "NULL", "IN", "LIKE", "ESCAPE", "EXISTS", "TRUE", "FALSE"})
@@ -356,6 +362,27 @@ class _Parser:
         if self.peek().kind != "end":
             raise self.error("unexpected text")
         return expr
+
+    def actions(self) -> list[tuple[str, Evaluator | None]]:
+        """``(SET name = expression | REMOVE name) [;] ...``: (user property, value; None to remove) in order."""
+        statements: list[tuple[str, Evaluator | None]] = []
+        while self.peek().kind != "end":
+            if not self.keyword("SET", "REMOVE"):
+                raise self.error("expected SET or REMOVE")
+            verb = self.advance().value.upper()
+            scope, name = self.property()
+            if scope == "sys":
+                raise RuleError(f"a rule action may not change the system property sys.{name}")
+            value: Evaluator | None = None
+            if verb == "SET":
+                self.expect_op("=")
+                value = self.or_expr()
+            statements.append((name, value))
+            if self.op(";"):
+                self.advance()
+        if not statements:
+            raise self.error("expected SET or REMOVE")
+        return statements
 
     def chain(self, operand: Callable[[], Evaluator], words: tuple[str, ...], ops: tuple[str, ...]) -> Evaluator:
         """``operand (op operand)*``, left-associative, evaluated in a loop (no recursion per operator)."""
@@ -586,11 +613,36 @@ def _maybe_not(evaluator: Evaluator, negated: bool) -> Evaluator:
 
 def parse_sql(text: str, max_length: int | None = DEFAULT_MAX_LENGTH) -> Evaluator:
     """Compile a SQL filter expression; raises ``RuleError`` (only) when it is invalid or too long."""
+    return _parser(text, max_length).parse()
+
+
+Action = Callable[[MessageView], dict[str, Any]]
+"""A compiled SQL rule action: the application-properties a message has once the action ran."""
+
+
+def parse_action(text: str, max_length: int | None = DEFAULT_MAX_LENGTH) -> Action:
+    """Compile a SQL rule action; raises ``RuleError`` (only) when it is invalid or too long. Each statement sees
+    the properties as the statements before it left them; running one never raises."""
+    statements = _parser(text, max_length).actions()
+
+    def run(view: MessageView) -> dict[str, Any]:
+        user = dict(view.user)
+        for name, value in statements:
+            if value is None:
+                user.pop(name, None)
+            else:
+                user[name] = value(MessageView(view.system, user))
+        return user
+
+    return run
+
+
+def _parser(text: str, max_length: int | None) -> _Parser:
     if not isinstance(text, str):
         raise RuleError("a SQL expression must be a string")
     if max_length is not None and len(text) > max_length:
         raise RuleError(f"SQL expression longer than {max_length} characters")
-    return _Parser(text).parse()
+    return _Parser(text)
 
 
 # -- rules ----------------------------------------------------------------------------------------------
@@ -600,6 +652,7 @@ class Rule:
 
     spec: RuleSpec
     test: Evaluator
+    action: Action | None = None
 
     @property
     def name(self) -> str:
@@ -611,13 +664,26 @@ class Rule:
 
 
 def compile_rule(spec: RuleSpec, max_length: int | None = DEFAULT_MAX_LENGTH) -> Rule:
-    """The rule ``spec`` describes, its filter compiled (its action, if any, is not applied); ``RuleError`` when
-    the filter is invalid."""
+    """The rule ``spec`` describes, its filter and action compiled; ``RuleError`` when one is invalid."""
+    action = parse_action(spec.sql_action, max_length) if spec.sql_action is not None else None
     if spec.correlation_filter is not None:
-        return Rule(spec, _correlation(spec.correlation_filter))
+        return Rule(spec, _correlation(spec.correlation_filter), action)
     if spec.sql_filter is not None:
-        return Rule(spec, parse_sql(spec.sql_filter, max_length))
-    return Rule(spec, lambda view: True)
+        return Rule(spec, parse_sql(spec.sql_filter, max_length), action)
+    return Rule(spec, lambda view: True, action)
+
+
+def with_user_properties(payload: bytes, pos: int, user: Mapping[str, Any]) -> bytes:
+    """``payload`` from ``pos`` (where its properties section, or what follows, starts) with ``user`` as its
+    application-properties, in place of those it had (a section made when there was none). ``DecodeError`` when
+    the sections there do not decode (the broker refuses such messages on arrival)."""
+    head = pos
+    code, value = sections.section_at(payload, head)
+    if code == sections.PROPERTIES:
+        head = sections.section_end(payload, value)
+        code, value = sections.section_at(payload, head)
+    tail = sections.section_end(payload, value) if code == sections.APPLICATION_PROPERTIES else head
+    return payload[pos:head] + codec.encode(ApplicationProperties(dict(user))) + payload[tail:]
 
 
 def _correlation(fields: Mapping[str, Any]) -> Evaluator:
@@ -661,8 +727,12 @@ def parse_description(name: Any, description: Any) -> RuleSpec:
     if not isinstance(name, str) or not name or "\x00" in name or len(name) > 50:
         raise RuleError("rule-name must be a string of 1 to 50 characters without NUL")
     description = _map(description, "rule-description")
-    if description.get("sql-rule-action") is not None:
-        raise RuleError("SQL rule actions are not supported by minibroker")
+    action = description.get("sql-rule-action")
+    sql_action = None
+    if action is not None:
+        sql_action = _map(action, "sql-rule-action").get("expression")
+        if not isinstance(sql_action, str):
+            raise RuleError("sql-rule-action expression must be a string")
     sql, correlation = description.get("sql-filter"), description.get("correlation-filter")
     if (sql is None) == (correlation is None):
         raise RuleError("rule-description must hold one of sql-filter and correlation-filter")
@@ -670,7 +740,7 @@ def parse_description(name: Any, description: Any) -> RuleSpec:
         expression = _map(sql, "sql-filter").get("expression")
         if not isinstance(expression, str):
             raise RuleError("sql-filter expression must be a string")
-        return RuleSpec(name, sql_filter=expression)
+        return RuleSpec(name, sql_filter=expression, sql_action=sql_action)
     given = _map(correlation, "correlation-filter")
     fields: dict[str, Any] = {}
     for field_name, wire in CORRELATION_FIELDS:
@@ -680,7 +750,7 @@ def parse_description(name: Any, description: Any) -> RuleSpec:
         fields[field_name] = value
     if given.get("properties") is not None:
         fields["properties"] = {str(k): v for k, v in _map(given["properties"], "properties").items()}
-    return RuleSpec(name, correlation_filter=fields)
+    return RuleSpec(name, correlation_filter=fields, sql_action=sql_action)
 
 
 def _map(value: Any, what: str) -> dict[str, Any]:

@@ -222,7 +222,10 @@ def test_duplicate_rule_is_409_already_exists() -> None:
         ("bad", {"correlation-filter": {"label": 5}}),
         ("bad", {"correlation-filter": {"properties": [1, 2]}}),
         ("bad", {"correlation-filter": {}}),
-        ("bad", {"sql-filter": {"expression": "1=1"}, "sql-rule-action": {"expression": "SET a = 1"}}),
+        ("bad", {"sql-filter": {"expression": "1=1"}, "sql-rule-action": {"expression": "SET sys.Label = 'x'"}}),
+        ("bad", {"sql-filter": {"expression": "1=1"}, "sql-rule-action": {"expression": "SET a ="}}),
+        ("bad", {"sql-filter": {"expression": "1=1"}, "sql-rule-action": {"expression": 5}}),
+        ("bad", {"sql-filter": {"expression": "1=1"}, "sql-rule-action": "SET a = 1"}),
         ("a\x00b", _sql("1=1")),
         ("", _sql("1=1")),
         (None, _sql("1=1")),
@@ -312,3 +315,56 @@ def test_subscription_outlives_a_closing_detach() -> None:
     p.flow("audit2", 10)
     got = [c for c in w.settle()[p].completed if c.link == "audit2"]
     assert len(got) == 1
+
+
+def _properties_delivered(w: World, p: Peer, link: str, message: bytes) -> list[dict[Any, Any]]:
+    """Publish ``message``; the application-properties of what ``link`` got."""
+    p.transfer("events-in", message)
+    p.flow(link, 5)
+    found = []
+    for completed in w.settle()[p].completed:
+        if completed.link == link:
+            (application,) = [
+                codec.decode(completed.payload, s.start)[0]
+                for s in sections.walk(completed.payload)
+                if s.code == sections.APPLICATION_PROPERTIES
+            ]
+            found.append(application.value)
+    return found
+
+
+def test_rule_action_rewrites_that_subscriptions_copy() -> None:
+    w, p = _rules_world()
+    p.attach_consumer("other", "events/Subscriptions/other", presettled=True, default_outcome=None)
+    w.settle()
+    description = {
+        "sql-filter": {"expression": "color = 'red'"},
+        "sql-rule-action": {"expression": "SET color = 'crimson'; SET n = n * 2; REMOVE secret"},
+    }
+    assert _add(w, p, "tint", description)["statusCode"] == 200
+    _ask(w, p, "com.microsoft:remove-rule", {"rule-name": "$Default"})
+    p.transfer("events-in", _message("m", color="red", n=21, secret="s"))
+    p.flow("audit", 5)
+    p.flow("other", 5)
+    observed = w.settle()[p]
+    by_link = {}
+    for completed in observed.completed:
+        (application,) = [
+            codec.decode(completed.payload, s.start)[0]
+            for s in sections.walk(completed.payload)
+            if s.code == sections.APPLICATION_PROPERTIES
+        ]
+        by_link[completed.link] = application.value
+    assert by_link["audit"] == {"color": "crimson", "n": 42}
+    assert by_link["other"] == {"color": "red", "n": 21, "secret": "s"}  # $Default, no action: as sent
+    _, value = _ask(w, p, "com.microsoft:enumerate-rules", {"top": Int(10), "skip": Int(0)})
+    action = value["rules"][0]["rule-description"].value[1]
+    assert action.descriptor == ULong(0x0000013700000006)
+    assert action.value[0] == "SET color = 'crimson'; SET n = n * 2; REMOVE secret"
+
+
+def test_rule_action_runs_only_when_its_filter_matches() -> None:
+    w, p = _rules_world()
+    _add(w, p, "tag", {"sql-filter": {"expression": "n > 10"}, "sql-rule-action": {"expression": "SET big = TRUE"}})
+    assert _properties_delivered(w, p, "audit", _message("small", n=1)) == [{"n": 1}]  # through $Default
+    assert _properties_delivered(w, p, "audit", _message("big", n=11)) == [{"n": 11, "big": True}]

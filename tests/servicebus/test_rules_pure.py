@@ -29,8 +29,10 @@ from minibroker.servicebus.rules import (
     RuleError,
     compile_rule,
     description_value,
+    parse_action,
     parse_description,
     parse_sql,
+    with_user_properties,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -382,10 +384,65 @@ def test_parse_description() -> None:
     assert spec.correlation_filter["properties"] == {"k": 1}
     for name, description in (
         ("r\x00", {"sql-filter": {"expression": "1=1"}}),
-        ("r", {"sql-filter": {"expression": "1=1"}, "sql-rule-action": {"expression": "SET a = 1"}}),
+        ("r", {"sql-filter": {"expression": "1=1"}, "sql-rule-action": {"expression": 1}}),
         ("r", {1: 2}),
         ("r", [1]),
         ("r", {"correlation-filter": {"to": b"x"}}),
     ):
         with pytest.raises(RuleError):
             parse_description(name, description)
+    with_action = parse_description(
+        "r", {"sql-filter": {"expression": "1=1"}, "sql-rule-action": {"expression": "REMOVE a"}}
+    )
+    assert with_action.sql_action == "REMOVE a"
+
+
+# -- actions -------------------------------------------------------------------------------------------
+def test_actions_run_in_order_on_user_properties() -> None:
+    run = parse_action("SET n = n + 1; SET tag = 'xy' REMOVE color; set [my prop] = n * 2; REMOVE missing")
+    assert run(VIEW) == {"n": 6, "x": 2.5, "flag": True, "s": "50%_off", "nothing": None, "my prop": 12, "tag": "xy"}
+    assert VIEW.user["n"] == 5  # the view is left as it was
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        ";",
+        "SET",
+        "SET a",
+        "SET a 1",
+        "REMOVE",
+        "DELETE a",
+        "SET sys.Label = 'x'",
+        "REMOVE sys.To",
+        "SET a = newid()",
+        "SET a = (",
+        "SET a = 1 SET",
+    ],
+)
+def test_invalid_action_is_rule_error(text: str) -> None:
+    with pytest.raises(RuleError):
+        parse_action(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(_SQLISH.map(lambda t: "SET a = " + t), _SQLISH.map(lambda t: "REMOVE " + t), st.text(max_size=30)),
+    st.dictionaries(st.sampled_from(["a", "b", "n", "s"]), _ANY_VALUE),
+)
+def test_action_parse_raises_only_rule_error_and_running_never_raises(text: str, props: dict[str, Any]) -> None:
+    try:
+        run = parse_action(text)
+    except RuleError:
+        return
+    assert isinstance(run(MessageView({}, props)), dict)
+
+
+def test_with_user_properties_replaces_the_section() -> None:
+    properties = codec.encode(Properties(message_id="m"))
+    body = codec.encode(AmqpValue("body"))
+    for application in (b"", codec.encode(ApplicationProperties({"old": 1, "keep": "k"}))):
+        rewritten = with_user_properties(properties + application + body, 0, {"keep": "k", "new": 2})
+        assert rewritten == properties + codec.encode(ApplicationProperties({"keep": "k", "new": 2})) + body
+    assert with_user_properties(body, 0, {}) == codec.encode(ApplicationProperties({})) + body

@@ -144,3 +144,21 @@ def test_rules_outlive_the_receiver(client: ServiceBusClient) -> None:
         sender.send_messages([ServiceBusMessage(str(n), application_properties={"n": n}) for n in (5, 50)])
     with client.get_subscription_receiver("kept", "sub") as receiver:
         assert _received(receiver, 1) == ["50"]
+
+
+def test_rule_action_sets_and_removes_properties(client: ServiceBusClient) -> None:
+    with client.get_subscription_receiver("tinted", "sub") as receiver:
+        _add_rule(
+            receiver,
+            "tint",
+            {
+                "sql-filter": {"expression": "color = 'red'"},
+                "sql-rule-action": {"expression": "SET color = 'crimson'; SET n = n + 1; REMOVE secret"},
+            },
+        )
+        _remove_rule(receiver, "$Default")
+        with client.get_topic_sender("tinted") as sender:
+            sender.send_messages(ServiceBusMessage("m", application_properties={"color": "red", "n": 1, "secret": "s"}))
+        (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        assert message.application_properties == {b"color": b"crimson", b"n": 2}  # pyamqp: strings as bytes
+        receiver.complete_message(message)
