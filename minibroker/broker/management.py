@@ -16,7 +16,8 @@ Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servi
 - on ``TOPIC/Subscriptions/NAME/$management``, the rule operations as the JS SDK sends them
   (``core/managementClient.ts`` ``addRule``, ``removeRule``, ``getRules``; encoding in
   ``minibroker.servicebus.rules``): ``add-rule`` (``rule-name``, ``rule-description``; 409
-  ``entity-already-exists`` for a name taken, 400 for a bad description, filter or action), ``remove-rule``
+  ``entity-already-exists`` for a name taken, 400 for a bad description, filter or action, 403
+  ``resource-limit-exceeded`` past 2000 rules), ``remove-rule``
   (``rule-name``; 404 ``amqp:not-found`` for an unknown one), ``enumerate-rules`` (``skip``, ``top``: ``rules``,
   each a map with its ``rule-description``; 204 when there are none).
 """
@@ -245,6 +246,13 @@ class Management:
             rule = sb_rules.compile_rule(spec, self.nodes.settings.max_selector_length or None)
         except sb_rules.RuleError as exc:
             return sb_management.response(request, sb_management.BAD_REQUEST, f"invalid rule: {exc}")
+        if len(rules) >= sb_rules.MAX_RULES:
+            return sb_management.response(
+                request,
+                sb_management.FORBIDDEN,
+                f"a subscription holds at most {sb_rules.MAX_RULES} rules",
+                condition=sb_management.QUOTA_EXCEEDED,
+            )
         if spec.name in rules:
             return sb_management.response(
                 request,

@@ -28,7 +28,19 @@ UPDATE_DISPOSITION = "com.microsoft:update-disposition"
 ADD_RULE = "com.microsoft:add-rule"
 REMOVE_RULE = "com.microsoft:remove-rule"
 ENUMERATE_RULES = "com.microsoft:enumerate-rules"
-OK, NO_CONTENT, BAD_REQUEST, NOT_FOUND, CONFLICT, GONE, NOT_IMPLEMENTED = 200, 204, 400, 404, 409, 410, 501
+OK, NO_CONTENT, BAD_REQUEST, FORBIDDEN, NOT_FOUND, CONFLICT, GONE, NOT_IMPLEMENTED = (
+    200,
+    204,
+    400,
+    403,
+    404,
+    409,
+    410,
+    501,
+)
+QUOTA_EXCEEDED = "amqp:resource-limit-exceeded"
+"""The ``errorCondition`` of a request over a quota: ``ServiceBusQuotaExceededError``
+(``_transport/_pyamqp_transport.py`` ``_ERROR_CODE_TO_ERROR_MAPPING``)."""
 ENTITY_NOT_FOUND = "amqp:not-found"
 """The ``errorCondition`` of an unknown rule: the SDKs raise ``MessagingEntityNotFound`` for it
 (``_transport/_pyamqp_transport.py`` ``_handle_amqp_exception_with_condition``)."""

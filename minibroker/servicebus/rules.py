@@ -18,7 +18,8 @@ operators (``!=``, ``%``), ``EXISTS`` and NULL constants; what they share is the
 here in a few lines. Invariants, fuzzed by tests/servicebus/test_rules_pure.py:
 
 - ``compile_rule`` / ``parse_sql`` / ``parse_action`` either return or raise ``RuleError``, whatever the text;
-- ``Rule.matches`` and running an action never raise: type mismatches, NULLs, division by zero give UNKNOWN, which matches nothing;
+- ``Rule.matches`` and running an action never raise: type mismatches, NULLs, division by zero give UNKNOWN,
+  which matches nothing;
 - nesting is bounded at parse time (``MAX_DEPTH``) and operator chains are evaluated in loops, so evaluation
   cannot run out of stack; an expression longer than ``max_length`` (the broker's ``max_selector_length``) is
   refused before parsing; ``LIKE`` matches without backtracking (fixed-width pieces found left to right).
@@ -54,6 +55,7 @@ from minibroker.servicebus.entities import DEFAULT_RULE, RuleSpec
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_RULES",
     "MessageView",
     "Rule",
     "RuleError",
@@ -87,6 +89,8 @@ CORRELATION_FIELDS = (
     ("content_type", "content-type"),
 )
 """A correlation filter's fields: ``RuleSpec`` name, wire name; in the order of the described list."""
+MAX_RULES = 2000
+"""Rules a subscription may hold (Service Bus's quota)."""
 MAX_DEPTH = 50
 """Nested parentheses, NOT and unary signs an expression may hold."""
 DEFAULT_MAX_LENGTH = 4096

@@ -15,6 +15,7 @@ from minibroker.amqp.types import Described, Int, Timestamp, ULong
 from minibroker.broker.policy import NodePolicy
 from minibroker.broker.topic import Topic
 from minibroker.servicebus.entities import EntityProperties, RuleSpec
+from minibroker.servicebus.rules import Rule
 from tests.broker.txn_driver import Peer, World
 from tests.personalities.harness import peer, world
 
@@ -368,3 +369,16 @@ def test_rule_action_runs_only_when_its_filter_matches() -> None:
     _add(w, p, "tag", {"sql-filter": {"expression": "n > 10"}, "sql-rule-action": {"expression": "SET big = TRUE"}})
     assert _properties_delivered(w, p, "audit", _message("small", n=1)) == [{"n": 1}]  # through $Default
     assert _properties_delivered(w, p, "audit", _message("big", n=11)) == [{"n": 11, "big": True}]
+
+
+def test_rules_per_subscription_are_bounded() -> None:
+    """As in Service Bus, at most 2000 rules a subscription: the next add-rule is refused (quota exceeded)."""
+    w, p = _rules_world()
+    subscription = w.broker.nodes.default.topics["events"].subscriptions[("", "audit")]
+    rules = w.broker.dispatcher.subscription_rules(subscription)
+    for n in range(1999):
+        w.broker.dispatcher.add_rule(subscription, Rule(RuleSpec(f"r{n}"), lambda view: True), 0)
+    status = _add(w, p, "one-too-many", _sql("1=1"))
+    assert status["statusCode"] == 403
+    assert status["errorCondition"] == "amqp:resource-limit-exceeded"
+    assert len(rules) == 2000
