@@ -235,8 +235,10 @@ def _arithmetic(op: str, a: Any, b: Any) -> Any:
     elif isinstance(a, int) and isinstance(b, int):
         quotient = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
         result = quotient if op == "/" else a - quotient * b
+    elif op == "/":
+        result = a / b
     else:
-        result = a / b if op == "/" else math.fmod(a, b)
+        result = math.fmod(a, b) if math.isfinite(a) else math.nan  # (fmod of an infinity raises)
     if isinstance(result, int):
         return ((result - _LONG_MIN) % 2**64) + _LONG_MIN  # a C# long wraps
     return result
@@ -247,7 +249,7 @@ def _plus(value: Any) -> Any:
 
 
 def _negate(value: Any) -> Any:
-    return -value if _kind(value) == _NUMBER else None
+    return _arithmetic("*", value, -1) if _kind(value) == _NUMBER else None
 
 
 # -- LIKE -----------------------------------------------------------------------------------------------

@@ -150,6 +150,17 @@ def test_invalid_sql_is_rule_error(text: str) -> None:
         parse_sql(text)
 
 
+def test_numeric_edges_never_raise() -> None:
+    """Infinities, NaN and the 64-bit edges: C# long arithmetic wraps; nothing raises."""
+    view = MessageView({}, {"inf": float("inf"), "nan": float("nan"), "low": -(2**63), "top": 2**64 - 1})
+    assert _sql("inf % 1 IS NULL", view) is False  # NaN, a number
+    assert _sql("NOT (nan = nan)", view) is True
+    assert _sql("-low = low", view) is True  # wraps, as in C#
+    assert _sql("low / -1 = low", view) is True
+    assert _sql("top * 2 < 0", view) is True
+    assert _sql("inf - inf = 0", view) is False
+
+
 def test_length_and_depth_are_bounded() -> None:
     long = "a = 1 OR " * 1000 + "1=1"
     with pytest.raises(RuleError, match="longer than 4096"):
