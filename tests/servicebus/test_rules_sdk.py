@@ -37,9 +37,10 @@ def _enumerate(receiver: ServiceBusReceiver) -> tuple[int, Any]:
     def answer(status_code: int, message: Any, description: str, amqp_transport: Any) -> tuple[int, Any]:
         return status_code, message.value
 
-    return receiver._mgmt_request_response_with_retry(
+    status, value = receiver._mgmt_request_response_with_retry(
         REQUEST_RESPONSE_GET_RULES_OPERATION, {"top": 10, "skip": 0}, answer, timeout=10
     )
+    return int(status), value
 
 
 def _add_rule(receiver: ServiceBusReceiver, name: str, description: dict[str, Any]) -> None:
