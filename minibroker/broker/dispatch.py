@@ -36,6 +36,7 @@ from weakref import WeakSet
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, TransactionalState
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome, is_outcome
+from minibroker.amqp.types import DecodeError
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import Consumer, ConsumerGroup, Dispatched
@@ -52,6 +53,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import rules as sb_rules
 from minibroker.servicebus.entities import DEFAULT, EntityProperties
 
 if TYPE_CHECKING:
@@ -94,6 +96,10 @@ def selects(selector: Selector | None, message: Message) -> bool:
 def _subscription_selects(subscription: Any, message: Message) -> bool:
     selector = subscription.selector
     return selector is None or selector.matches(selector_fields(message, selector.max_properties_size))
+
+
+def _never(view: sb_rules.MessageView) -> bool:
+    return False
 
 
 def _refusal(targets: list[Queue], message: Message) -> Error | None:
@@ -171,6 +177,7 @@ class Dispatcher:
         self._stopped: dict[Queue, set[Consumer]] = {}  # attached, but out of their group until restarted
         self._by_conn: dict[ServerConnection, set[Consumer]] = {}
         self._seq = 0
+        self._rule_actions = False  # a Service Bus rule with an action was ever made: copies may need rewriting
         # the last forwarded copy: (the original's bytes, its delivery-count, the annotations added, the copy's
         # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
         self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
@@ -219,9 +226,77 @@ class Dispatcher:
     def targets(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """The queues a message posted to ``node`` goes to (a topic's matching subscriptions)."""
         if isinstance(node, Topic):
-            subscriptions: list[Queue] = list(node.publish(message, origin, _subscription_selects))
+            servicebus = node.namespace is not None and node.namespace.personality.servicebus
+            matches = self._servicebus_matcher() if servicebus else _subscription_selects
+            subscriptions: list[Queue] = list(node.publish(message, origin, matches))
             return subscriptions
         return [node]
+
+    # -- Service Bus subscription rules (``minibroker.servicebus.rules``) ------------------------------------
+    def _servicebus_matcher(self) -> Callable[[Subscription, Message], bool]:
+        """Whether a subscription takes a message: any of its rules matches (the message's properties decoded
+        once per publish, for all subscriptions)."""
+        view: sb_rules.MessageView | None = None
+        limit = self.nodes.settings.max_selector_properties_size or None
+
+        def matches(subscription: Subscription, message: Message) -> bool:
+            if not _subscription_selects(subscription, message):
+                return False
+            nonlocal view
+            rules = self.subscription_rules(subscription)
+            if view is None:
+                view = sb_rules.MessageView.of(message.payload, limit, message.seq or None)
+            return any(rule.matches(view) for rule, _ in rules.values())
+
+        return matches
+
+    def subscription_rules(self, subscription: Subscription) -> dict[str, tuple[sb_rules.Rule, int]]:
+        """A Service Bus subscription's rules by name, each with its creation time (wall-clock ms); first made
+        from its entity properties (no rules configured: ``$Default``, the true filter). A configured rule
+        whose filter does not compile matches nothing."""
+        if subscription.rules is None:
+            specs = entity_properties(subscription).rules
+            created = self.clock.wall_ms(self.clock.now)
+            rules: dict[str, tuple[sb_rules.Rule, int]] = {}
+            subscription.rules = rules
+            for spec in specs if specs is not None else (sb_rules.default_rule(),):
+                try:
+                    rule = sb_rules.compile_rule(spec, self.nodes.settings.max_selector_length or None)
+                except sb_rules.RuleError:
+                    rule = sb_rules.Rule(spec, _never)
+                self.add_rule(subscription, rule, created)
+        found: dict[str, tuple[sb_rules.Rule, int]] = subscription.rules
+        return found
+
+    def add_rule(self, subscription: Subscription, rule: sb_rules.Rule, created: int) -> None:
+        """Give ``subscription`` (its rules made already) ``rule``, created at ``created`` (wall-clock ms)."""
+        assert subscription.rules is not None
+        subscription.rules[rule.name] = (rule, created)
+        self._rule_actions = self._rule_actions or rule.action is not None
+
+    def _apply_rule_actions(self, targets: list[Queue], copies: list[Message]) -> None:
+        """SQL rule actions: a subscription whose matching rules have actions gets a copy of its own, with the
+        application-properties as those actions (in rule order) leave them; the other copies keep the bytes."""
+        view: sb_rules.MessageView | None = None
+        for queue, copy in zip(targets, copies, strict=True):
+            rules = queue.rules if isinstance(queue, Subscription) else None
+            if not rules:
+                continue
+            if view is None:
+                limit = self.nodes.settings.max_selector_properties_size or None
+                view = sb_rules.MessageView.of(copy.payload, limit, copy.seq or None)
+            current = view
+            for rule, _ in rules.values():
+                if rule.action is not None and rule.matches(view):
+                    current = sb_rules.MessageView(current.system, rule.action(current))
+            if current is view:
+                continue
+            payload, start = copy.payload, copy.properties_start
+            try:
+                rest = sb_rules.with_user_properties(payload, start, current.user)
+            except DecodeError:
+                continue  # (a malformed message is refused on arrival: not reached)
+            copy.annotate({}, payload[:start] + rest)
 
     def admit(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
@@ -252,6 +327,8 @@ class Dispatcher:
         if len(targets) > 1:
             sharing = Message.sharing
             copies += [sharing(message) for _ in range(len(targets) - 1)]
+        if self._rule_actions:
+            self._apply_rule_actions(targets, copies)
         now = self.clock.now
         expires_at = message.expires_at
         if expires_at is not None and expires_at <= now:

@@ -435,7 +435,9 @@ class Endpoints:
         if isinstance(queue, Subscription):
             self._count_topic_link(consumer.conn, -1)
             queue.links -= 1
-            if queue.links <= 0 and (not queue.durable or closed):
+            # Service Bus: a subscription lives on without receivers (with its rules), whatever the detach says
+            kept = queue.namespace is not None and queue.namespace.personality.servicebus and queue.durable
+            if queue.links <= 0 and (not queue.durable or closed) and not kept:
                 self.nodes.unsubscribe(queue)
                 if consumer.owned_node is None:  # a dynamic topic goes with its link, below
                     return

@@ -12,7 +12,14 @@ Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servi
 - ``cancel-scheduled-message`` (``sequence-numbers``): those still waiting are dropped;
 - ``receive-by-sequence-number`` (``sequence-numbers``, ``receiver-settle-mode``): deferred messages, each with a
   lock token (or removed, for receive-and-delete); 404 ``message-not-found`` when one is not deferred;
-- ``update-disposition`` (``disposition-status``, ``lock-tokens``): settles messages received that way.
+- ``update-disposition`` (``disposition-status``, ``lock-tokens``): settles messages received that way;
+- on ``TOPIC/Subscriptions/NAME/$management``, the rule operations as the JS SDK sends them
+  (``core/managementClient.ts`` ``addRule``, ``removeRule``, ``getRules``; encoding in
+  ``minibroker.servicebus.rules``): ``add-rule`` (``rule-name``, ``rule-description``; 409
+  ``entity-already-exists`` for a name taken, 400 for a bad description, filter or action, 403
+  ``resource-limit-exceeded`` past 2000 rules), ``remove-rule``
+  (``rule-name``; 404 ``amqp:not-found`` for an unknown one), ``enumerate-rules`` (``skip``, ``top``: ``rules``,
+  each a map with its ``rule-description``; 204 when there are none).
 """
 
 from __future__ import annotations
@@ -26,13 +33,14 @@ from minibroker.broker.clock import BrokerClock
 from minibroker.broker.dispatch import Dispatcher, entity_properties
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC, Node
-from minibroker.broker.nodes import Nodes, SubscriptionSpec
+from minibroker.broker.nodes import Nodes
 from minibroker.broker.queue import Queue
-from minibroker.broker.topic import Topic
+from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import management as sb_management
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import rules as sb_rules
 from minibroker.servicebus.cbs import Request, read_request
 
 
@@ -70,6 +78,8 @@ class Management:
             return self._renew_lock(conn, request, body)
         if operation == sb_management.UPDATE_DISPOSITION:
             return self._update_disposition(request, body)
+        if operation in _RULE_OPERATIONS:
+            return self._rules(request, operation, self._subscription(conn, entity), body)
         queue = self._queue(conn, entity)
         if operation == sb_management.PEEK:
             return self._peek(request, queue, body)
@@ -98,12 +108,18 @@ class Management:
         if isinstance(node, Topic):
             if named is None:
                 return None
-            wanted = named[1].lower()
-            found = next((s for key, s in node.subscriptions.items() if key[1].lower() == wanted), None)
-            if found is None:
-                found = self.nodes.subscribe(node, SubscriptionSpec.servicebus(named[1]), None, None, link=False)
-            return found
+            return self.nodes.servicebus_subscription(node, named[1])
         return node
+
+    def _subscription(self, conn: ServerConnection, entity: str) -> Subscription | None:
+        """The subscription ``TOPIC/Subscriptions/NAME`` names, created (with its topic) when it is not there yet,
+        as a receiver's attach would: the JS SDK's rule manager opens no receiver. None when ``entity`` names no
+        subscription, or the name is a queue's."""
+        named = sb_addresses.subscription(entity)
+        if named is None:
+            return None
+        topic = self.nodes.lookup(conn, named[0], TOPIC)
+        return self.nodes.servicebus_subscription(topic, named[1]) if isinstance(topic, Topic) else None
 
     # -- peek ---------------------------------------------------------------------------------------------
     def _peek(self, request: Request, queue: Queue | None, body: dict[str, Any]) -> bytes:
@@ -209,6 +225,61 @@ class Management:
         value = sb_management.messages_value(encoded, None if delete else tokens)
         return sb_management.response(request, sb_management.OK, "OK", value)
 
+    # -- subscription rules -------------------------------------------------------------------------------
+    def _rules(self, request: Request, operation: str, queue: Queue | None, body: dict[str, Any]) -> bytes:
+        """add-rule, remove-rule and enumerate-rules on a subscription's rules (``Dispatcher.subscription_rules``)."""
+        if not isinstance(queue, Subscription):
+            return sb_management.response(
+                request,
+                sb_management.NOT_FOUND,
+                "rules live on a subscription (TOPIC/Subscriptions/NAME/$management)",
+                condition=sb_management.ENTITY_NOT_FOUND,
+            )
+        rules = self.dispatcher.subscription_rules(queue)
+        name = body.get("rule-name")
+        if operation == sb_management.ENUMERATE_RULES:
+            return self._enumerate_rules(request, rules, body)
+        if operation == sb_management.REMOVE_RULE:
+            if not isinstance(name, str) or name not in rules:
+                return sb_management.response(
+                    request, sb_management.NOT_FOUND, f"no rule {name!r}", condition=sb_management.ENTITY_NOT_FOUND
+                )
+            del rules[name]
+            return sb_management.response(request, sb_management.OK, "OK")
+        try:
+            spec = sb_rules.parse_description(name, body.get("rule-description"))
+            rule = sb_rules.compile_rule(spec, self.nodes.settings.max_selector_length or None)
+        except sb_rules.RuleError as exc:
+            return sb_management.response(request, sb_management.BAD_REQUEST, f"invalid rule: {exc}")
+        if len(rules) >= sb_rules.MAX_RULES:
+            return sb_management.response(
+                request,
+                sb_management.FORBIDDEN,
+                f"a subscription holds at most {sb_rules.MAX_RULES} rules",
+                condition=sb_management.QUOTA_EXCEEDED,
+            )
+        if spec.name in rules:
+            return sb_management.response(
+                request,
+                sb_management.CONFLICT,
+                f"rule {spec.name!r} already exists",
+                condition=sb_management.ENTITY_ALREADY_EXISTS,
+            )
+        self.dispatcher.add_rule(queue, rule, self.clock.wall_ms(self.clock.now))
+        return sb_management.response(request, sb_management.OK, "OK")
+
+    def _enumerate_rules(
+        self, request: Request, rules: dict[str, tuple[sb_rules.Rule, int]], body: dict[str, Any]
+    ) -> bytes:
+        skip, top = body.get("skip"), body.get("top")
+        skip = skip if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0 else 0
+        top = top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else len(rules)
+        chosen = list(rules.values())[skip : skip + top]
+        if not chosen:
+            return sb_management.response(request, sb_management.NO_CONTENT, "No rules")
+        value = [{"rule-description": sb_rules.description_value(rule.spec, created)} for rule, created in chosen]
+        return sb_management.response(request, sb_management.OK, "OK", {"rules": value})
+
     def _update_disposition(self, request: Request, body: dict[str, Any]) -> bytes:
         status = body.get("disposition-status")
         for token in sb_management.items(body.get("lock-tokens")):
@@ -240,6 +311,9 @@ class Management:
             else:  # abandoned (or deferred again): it stays deferred, its lock given up
                 del self.locked[token]
         return sb_management.response(request, sb_management.OK, "OK")
+
+
+_RULE_OPERATIONS = frozenset({sb_management.ADD_RULE, sb_management.REMOVE_RULE, sb_management.ENUMERATE_RULES})
 
 
 def _random_tokens() -> Iterator[uuid.UUID]:

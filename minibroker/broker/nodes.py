@@ -97,9 +97,8 @@ class Nodes:
                         self.create(namespace, name, kind)
             for topic_name, name in declared.subscriptions:
                 topic = namespace.topics.get(topic_name)
-                if topic is not None and ("", name) not in topic.subscriptions:
-                    # as a receiver of TOPIC/Subscriptions/NAME makes it (attach.py ``_subscription``), with no link
-                    topic.subscribe(("", name), durable=True, shared=True, selector=None).links -= 1
+                if topic is not None:
+                    self.servicebus_subscription(topic, name)
 
     def connection_made(self, conn: ServerConnection, namespace: Namespace | None) -> None:
         namespace = namespace or self.default
@@ -269,6 +268,15 @@ class Nodes:
         if created and spec.durable:
             self.recorder.subscription(subscription, subscribed=True)
         return subscription
+
+    def servicebus_subscription(self, topic: Topic, name: str) -> Subscription:
+        """The Service Bus subscription ``TOPIC/Subscriptions/NAME`` (keyed as ``attach.py`` keys its receivers'),
+        created with no link on it if needed: Service Bus subscriptions exist without receivers."""
+        wanted = name.lower()
+        for key, subscription in topic.subscriptions.items():
+            if key[1].lower() == wanted and subscription.durable:
+                return subscription
+        return self.subscribe(topic, SubscriptionSpec.servicebus(name), None, None, link=False)
 
     def durable_subscription(self, conn: ServerConnection, link_name: str) -> Subscription | None:
         """The durable subscription a link name designates (an attach without a source, as JMS unsubscribe

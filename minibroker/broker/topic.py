@@ -52,6 +52,8 @@ class Subscription(Queue):
         self.selector = selector
         self.no_local = no_local  # the connection whose own messages this subscription does not want
         self.links = 0
+        self.rules: dict[str, Any] | None = None
+        """A Service Bus subscription's rules by name (``Dispatcher.subscription_rules``), made on first use."""
 
 
 class Topic:

@@ -25,7 +25,28 @@ SCHEDULE = "com.microsoft:schedule-message"
 CANCEL_SCHEDULED = "com.microsoft:cancel-scheduled-message"
 RECEIVE_BY_SEQUENCE_NUMBER = "com.microsoft:receive-by-sequence-number"
 UPDATE_DISPOSITION = "com.microsoft:update-disposition"
-OK, NO_CONTENT, BAD_REQUEST, NOT_FOUND, GONE, NOT_IMPLEMENTED = 200, 204, 400, 404, 410, 501
+ADD_RULE = "com.microsoft:add-rule"
+REMOVE_RULE = "com.microsoft:remove-rule"
+ENUMERATE_RULES = "com.microsoft:enumerate-rules"
+OK, NO_CONTENT, BAD_REQUEST, FORBIDDEN, NOT_FOUND, CONFLICT, GONE, NOT_IMPLEMENTED = (
+    200,
+    204,
+    400,
+    403,
+    404,
+    409,
+    410,
+    501,
+)
+QUOTA_EXCEEDED = "amqp:resource-limit-exceeded"
+"""The ``errorCondition`` of a request over a quota: ``ServiceBusQuotaExceededError``
+(``_transport/_pyamqp_transport.py`` ``_ERROR_CODE_TO_ERROR_MAPPING``)."""
+ENTITY_NOT_FOUND = "amqp:not-found"
+"""The ``errorCondition`` of an unknown rule: the SDKs raise ``MessagingEntityNotFound`` for it
+(``_transport/_pyamqp_transport.py`` ``_handle_amqp_exception_with_condition``)."""
+ENTITY_ALREADY_EXISTS = "com.microsoft:entity-already-exists"
+"""The ``errorCondition`` of a rule name taken: ``MessagingEntityAlreadyExistsError``
+(``_common/constants.py`` ``ERROR_CODE_ENTITY_ALREADY_EXISTS``)."""
 MESSAGE_NOT_FOUND = "com.microsoft:message-not-found"
 """The ``errorCondition`` of a 404 (``_common/constants.py`` ``ERROR_CODE_MESSAGE_NOT_FOUND``)."""
 MESSAGE_LOCK_LOST = "com.microsoft:message-lock-lost"

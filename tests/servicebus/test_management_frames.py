@@ -95,7 +95,7 @@ def test_peek_answers_messages_encoded() -> None:
 def test_unknown_operation_is_501() -> None:
     w, p = _mgmt_world()
     message_id = uuid.uuid4()
-    p.transfer("mgmt-req", _request(message_id, "com.microsoft:enumerate-rules", {}))
+    p.transfer("mgmt-req", _request(message_id, "com.microsoft:no-such-operation", {}))
     w.settle()
     ((correlation, status, _body),) = _answers(p)
     assert correlation == message_id
