@@ -13,6 +13,7 @@ import pytest
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import (
+    Accepted,
     AmqpValue,
     ApplicationProperties,
     Attach,
@@ -27,7 +28,7 @@ from minibroker.amqp.definitions import (
     Source,
     Transfer,
 )
-from minibroker.amqp.fastpath import decode_performative
+from minibroker.amqp.fastpath import decode_performative, encode_transfer, encode_transfer_all_fields
 from minibroker.amqp.framing import AMQP_HEADER, encode_frame
 from minibroker.amqp.types import Described, Symbol
 from minibroker.broker.eventhubs import RETENTION, Partition
@@ -323,3 +324,28 @@ def test_a_partition_keeps_its_newest_events() -> None:
     assert (state.begin_sequence_number, state.last_sequence_number) == (5, RETENTION + 4)
     assert partition.start(eh.START) == 5
     assert partition.start(eh.Position("sequence", 1)) == 5  # dropped ones are gone: the oldest kept
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (0, 0, b"t", 0, True, False, None),
+        (3, 70000, b"tag", 0x80013700, False, True, None),
+        (1, None, None, None, None, True, None),
+        (1, None, None, None, None, False, None),
+        (2, 5, b"x" * 300, 0, False, False, Accepted()),  # past 255 bytes: the list32 encoding
+    ],
+)
+def test_transfer_with_every_field_decodes_as_the_trimmed_one(args: tuple[Any, ...]) -> None:
+    whole = encode_transfer_all_fields(*args)
+    assert field_count(whole) == len(Transfer.FIELDS)
+    trimmed = codec.decode(encode_transfer(*args))[0]
+    assert codec.decode(whole) == (trimmed, len(whole))
+
+
+def test_composites_with_every_field_decode_alike() -> None:
+    attach = frames.attach_sender("hub/Partitions/0", 3)
+    buf = bytearray()
+    attach.encode_all_into(buf)
+    assert field_count(bytes(buf)) == len(Attach.FIELDS)
+    assert codec.decode(bytes(buf))[0] == attach
