@@ -249,6 +249,14 @@ class EventHubs:
                 self.flow(reader)
         self.top_up(writer.conn, writer.link)
 
+    def resume(self, conn: ServerConnection) -> None:
+        """``conn``'s peer read what was queued for it: its readers held back (``can_send``) go on."""
+        for hub in self.hubs.values():
+            for partition in hub.partitions.values():
+                for reader in list(partition.readers):
+                    if reader.conn is conn:
+                        self.flow(reader)
+
     def flow(self, reader: Reader) -> None:
         """Send ``reader`` the events from its position on, as far as its credit goes."""
         link, conn, partition = reader.link, reader.conn, reader.partition

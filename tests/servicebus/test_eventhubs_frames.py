@@ -349,3 +349,24 @@ def test_composites_with_every_field_decode_alike() -> None:
     attach.encode_all_into(buf)
     assert field_count(bytes(buf)) == len(Attach.FIELDS)
     assert codec.decode(bytes(buf))[0] == attach
+
+
+def test_a_reader_held_back_by_a_slow_peer_goes_on(peer: RawPeer) -> None:
+    """Past 1 MiB queued for the peer the broker holds deliveries back; once the peer has read them, the reader's
+    remaining events go out (the broker resumes it, with no new flow from the peer)."""
+    _opened(peer)
+    peer.send(frames.attach_sender("hub/Partitions/1", 0))
+    peer.expect(Attach)
+    peer.expect(Flow)
+    count, body = 150, "e" * 10_000  # 1.5 MB in all
+    for i in range(count):
+        peer.send(frames.transfer(0, i, settled=True), frames.message(body))
+    peer.send(frames.attach_receiver("hub/ConsumerGroups/g/Partitions/1", 1))
+    peer.expect(Attach)
+    peer.send(frames.flow(handle=1, link_credit=count, delivery_count=0))
+    numbers = []
+    while len(numbers) < count:
+        _, _, payload = peer.expect(Transfer)
+        annotations = next(s for s in _sections(payload) if isinstance(s, MessageAnnotations)).value
+        numbers.append(annotations["x-opt-sequence-number"])
+    assert numbers == list(range(count))
