@@ -97,6 +97,15 @@ class Composite:
         values = self.field_values()
         while values and values[-1] is None:
             values.pop()
+        self._encode_values(buf, values)
+
+    def encode_all_into(self, buf: bytearray) -> None:
+        """Append the described-list encoding of this value with every field, trailing nulls included (§1.4 lets
+        an encoder omit them, not every decoder cope: azure-eventhub 5.x ``_pyamqp/_decode.py`` ``decode_frame``
+        reads performative fields by position without padding a short list)."""
+        self._encode_values(buf, self.field_values())
+
+    def _encode_values(self, buf: bytearray, values: list[Any]) -> None:
         buf += self._DESCRIPTOR
         if not values:
             buf.append(0x45)

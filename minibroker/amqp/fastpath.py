@@ -207,3 +207,30 @@ def encode_transfer(
     if len(body) + 1 < 256 and count < 256:
         return TRANSFER_PREFIX + _BBB.pack(0xC0, len(body) + 1, count) + body
     return TRANSFER_PREFIX + _BII.pack(0xD0, len(body) + 4, count) + body
+
+
+_TRANSFER_FIELDS = 11  # handle ... batchable (§2.7.5)
+
+
+def encode_transfer_all_fields(
+    handle: int,
+    delivery_id: int | None,
+    tag: bytes | None,
+    message_format: int | None,
+    settled: bool | None,
+    more: bool,
+    state: DeliveryState | None = None,
+) -> bytes:
+    """As ``encode_transfer``, with all eleven fields (the trailing ones null): azure-eventhub 5.x
+    ``_pyamqp/_decode.py`` ``decode_frame`` appends the payload after the fields it finds, and
+    ``_pyamqp/receiver.py`` reads it as the twelfth."""
+    short = encode_transfer(handle, delivery_id, tag, message_format, settled, more, state)
+    at = len(TRANSFER_PREFIX)
+    if short[at] == 0xC0:
+        count, body = short[at + 2], short[at + 3 :]
+    else:
+        count, body = _I.unpack_from(short, at + 5)[0], short[at + 9 :]
+    body += b"\x40" * (_TRANSFER_FIELDS - count)
+    if len(body) + 1 < 256:
+        return TRANSFER_PREFIX + _BBB.pack(0xC0, len(body) + 1, _TRANSFER_FIELDS) + body
+    return TRANSFER_PREFIX + _BII.pack(0xD0, len(body) + 4, _TRANSFER_FIELDS) + body

@@ -10,6 +10,7 @@ import struct
 from typing import Any
 
 from minibroker.amqp import codec
+from minibroker.amqp.composite import Composite
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
 TLS_HEADER = b"AMQP\x02\x01\x00\x00"
@@ -26,6 +27,21 @@ def encode_frame(channel: int, performative: Any, payload: bytes = b"", frame_ty
     """One frame carrying ``performative`` (any encodable value) and ``payload``."""
     body = bytearray(8)
     codec.encode_into(body, performative)
+    if payload:
+        body += payload
+    FRAME_HEADER.pack_into(body, 0, len(body), 2, frame_type, channel)
+    return bytes(body)
+
+
+def encode_frame_all_fields(
+    channel: int, performative: Any, payload: bytes = b"", frame_type: int = AMQP_FRAME
+) -> bytes:
+    """As ``encode_frame``, the performative with every field, trailing nulls included
+    (``Composite.encode_all_into``: for peers that read fields by position)."""
+    if not isinstance(performative, Composite):
+        return encode_frame(channel, performative, payload, frame_type)
+    body = bytearray(8)
+    performative.encode_all_into(body)
     if payload:
         body += payload
     FRAME_HEADER.pack_into(body, 0, len(body), 2, frame_type, channel)

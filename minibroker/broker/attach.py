@@ -12,6 +12,7 @@ topic), the applier refuses: an unknown address with auto-create off gets ``amqp
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import shared_subscription_name
 from minibroker.engine.endpoints import Link
 from minibroker.servicebus import addresses as sb_addresses
+from minibroker.servicebus import eventhubs as sb_eventhubs
 from minibroker.servicebus import via as sb_via
 
 if TYPE_CHECKING:
@@ -118,6 +120,8 @@ class AttachContext:
     conn_id: int
     personality: Personality = MINIBROKER
     """The personality of the connection's namespace."""
+    event_hubs: Container[str] = frozenset()
+    """Names that are event hubs (``eventhubs.py``): a sender link to one of them reaches the hub, not a queue."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,31 @@ class AttachService:
 
 
 @dataclass(frozen=True)
+class AttachEventHub:
+    """A link to an event hub or one of its partitions (``eventhubs.py``): we receive on it when it names no
+    consumer group, else we send the partition's events from where ``selector`` says."""
+
+    address: sb_eventhubs.EventHubAddress
+    selector: object = None
+
+
+def _event_hub(link: Link, path: str, context: AttachContext) -> AttachEventHub | Refuse | None:
+    """An attach to an address of the Event Hubs form, or a producer's to a hub's plain name (a hub already, or an
+    attach with an event hub producer's properties), else None."""
+    address = sb_eventhubs.parse_address(path)
+    if address is None:
+        known = path in context.event_hubs or sb_eventhubs.names_a_producer(link.attach.properties)
+        if link.is_sender or not known:
+            return None
+        address = sb_eventhubs.EventHubAddress(path, None)
+    if (address.consumer_group is not None) != link.is_sender:
+        what = "read from a consumer group's partition" if link.is_sender else "sent to a hub or its partitions"
+        return Refuse(error(Condition.NOT_ALLOWED, f"{path!r}: events are {what}"))
+    source = link.source
+    return AttachEventHub(address, sb_eventhubs.selector_text(getattr(source, "filter", None)))
+
+
+@dataclass(frozen=True)
 class AttachCheck:
     """A ``$txn-check`` link (``checkback.py``): ``outgoing`` when its source is ``$txn-check`` (we send)."""
 
@@ -210,7 +239,14 @@ class AttachCheck:
 
 
 AttachDecision = (
-    Refuse | AttachConsumer | ResumeSubscription | AttachProducer | AttachCoordinator | AttachCheck | AttachService
+    Refuse
+    | AttachConsumer
+    | ResumeSubscription
+    | AttachProducer
+    | AttachCoordinator
+    | AttachCheck
+    | AttachService
+    | AttachEventHub
 )
 
 
@@ -238,6 +274,10 @@ def decide(link: Link, context: AttachContext) -> AttachDecision:
             return AttachService(sb_addresses.CBS, outgoing=link.is_sender)
         if path is not None and sb_addresses.is_management(path):
             return AttachService(path, outgoing=link.is_sender)
+        if path is not None:
+            hub = _event_hub(link, path, context)
+            if hub is not None:
+                return hub
     if link.is_sender:
         return decide_consumer(link, context)
     if isinstance(link.target, Coordinator):

@@ -369,7 +369,12 @@ class Broker:
 
     def resume(self, conn: ServerConnection) -> None:
         """``conn``'s peer read what was queued for it: deliveries held back for it may go on."""
-        self._step(conn, lambda: self.dispatcher.resume(conn))
+        self._step(conn, lambda: self._resume(conn))
+
+    def _resume(self, conn: ServerConnection) -> None:
+        self.dispatcher.resume(conn)
+        if self.nodes.personality_of(conn).servicebus:
+            self.endpoints.event_hubs.resume(conn)  # readers of event hub partitions held back too
 
     # -- durability ---------------------------------------------------------------------------------
     @property

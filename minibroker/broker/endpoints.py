@@ -41,6 +41,7 @@ from minibroker.broker.attach import (
     AttachContext,
     AttachCoordinator,
     AttachDecision,
+    AttachEventHub,
     AttachProducer,
     AttachService,
     Refuse,
@@ -53,6 +54,7 @@ from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher, servicebus_entity
+from minibroker.broker.eventhubs import EventHubs, Reader, Writer
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -81,7 +83,7 @@ from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import via as sb_via
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
-Linked = Consumer | Producer | Controller | CheckLink | ServiceLink
+Linked = Consumer | Producer | Controller | CheckLink | ServiceLink | Writer | Reader
 
 
 def _transactional(delivery: IncomingDelivery) -> bool:
@@ -124,13 +126,19 @@ class Endpoints:
         self._late: dict[int, TransferReceived] = {}  # transfers a ``delay`` fault held back, being taken now
         self._sb_ids = 0  # message-ids stamped on Service Bus messages that came without one
         self.management = Management(nodes, dispatcher, self.clock, self._servicebus_arrival)
-        self.services = Services(outbox, self.management.answer, self.settings.sas_keys, self.clock)
+        self.event_hubs = EventHubs(outbox, self.clock, self._top_up)
+        """Event hubs of the ``servicebus`` personality (``eventhubs.py``)."""
+        self.services = Services(
+            outbox, self.management.answer, self.settings.sas_keys, self.clock, read=self.event_hubs.read
+        )
         """Service nodes of the ``servicebus`` personality (``$cbs``, ``ENTITY/$management``)."""
 
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open
         container = str(remote.container_id if remote else "")
-        return AttachContext(self.settings, conn.user, container, conn.conn_id, self.nodes.personality_of(conn))
+        personality = self.nodes.personality_of(conn)
+        hubs = self.event_hubs.hubs if personality.servicebus else frozenset()
+        return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, hubs)
 
     # -- attach -----------------------------------------------------------------------------------------
     def attached(self, conn: ServerConnection, event: LinkAttached) -> None:
@@ -154,6 +162,8 @@ class Endpoints:
             self._attach_check(conn, link, decision)
         elif isinstance(decision, AttachService):
             self._attach_service(conn, link, decision)
+        elif isinstance(decision, AttachEventHub):
+            self._attach_event_hub(conn, link, decision)
         else:
             self._attach_coordinator(conn, link, decision)
         context = link.context
@@ -400,6 +410,24 @@ class Endpoints:
             conn.grant_credit(link, self.settings.link_credit)
         self.services.attached(service)
 
+    def _attach_event_hub(self, conn: ServerConnection, link: Link, decision: AttachEventHub) -> None:
+        """A link to an event hub or from one of its partitions (``eventhubs.py``)."""
+        hubs = self.event_hubs
+        if decision.address.consumer_group is None:
+            context: Writer | Reader | Error = hubs.writer(conn, link, decision.address)
+        else:
+            context = hubs.reader(conn, link, decision.address, decision.selector)
+        if isinstance(context, Error):
+            conn.refuse_attach(link, context)
+            return
+        conn.accept_attach(
+            link, source=link.source, target=link.target, context=context, settle_at_once=isinstance(context, Writer)
+        )
+        if isinstance(context, Writer):
+            conn.grant_credit(link, self.settings.link_credit)
+        else:
+            hubs.flow(context)
+
     # -- detach -----------------------------------------------------------------------------------------
     def detached(self, conn: ServerConnection, event: LinkDetached) -> None:
         context = event.link.context
@@ -427,6 +455,8 @@ class Endpoints:
             self.coordinator.check_back.detached(context)
         elif isinstance(context, ServiceLink):
             self.services.detached(context)
+        elif isinstance(context, Writer | Reader):
+            self.event_hubs.detached(context)
 
     def _consumer_detached(self, consumer: Consumer, *, closed: bool) -> None:
         self.dispatcher.remove_consumer(consumer)
@@ -465,6 +495,8 @@ class Endpoints:
                 self.coordinator.check_back.flow(consumer)
             elif isinstance(consumer, ServiceLink):
                 self.services.flow(consumer)
+            elif isinstance(consumer, Reader):
+                self.event_hubs.flow(consumer)
             return
         if event.properties is not None:
             err = self.coordinator.flow(conn, consumer, event.properties)
@@ -499,6 +531,8 @@ class Endpoints:
             elif isinstance(context, ServiceLink):
                 self.services.request(context, event.payload, event.delivery)
                 self._top_up(conn, context.link)
+            elif isinstance(context, Writer):
+                self.event_hubs.transfer(context, event.payload, event.message_format, event.delivery)
             return
         if self.injection.rules and self._transfer_fault(conn, context, event):
             return

@@ -19,9 +19,12 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery, Link, LinkState
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import cbs
+from minibroker.servicebus import eventhubs as sb_eventhubs
 
 Manage = Callable[[ServerConnection, str, bytes], bytes]
 """Answers a request to a management node: ``(connection, node, request) -> answer`` (``management.py``)."""
+Read = Callable[[cbs.Request], bytes]
+"""Answers an Event Hubs ``READ`` sent to a management node (``eventhubs.py``)."""
 
 MAX_PENDING = 100
 """Answers kept for a link without credit (older ones are dropped)."""
@@ -59,12 +62,15 @@ class Services:
         manage: Manage | None = None,
         sas_keys: dict[str, str] | None = None,
         clock: BrokerClock | None = None,
+        read: Read | None = None,
     ) -> None:
         self.outbox = outbox
         self.manage = manage
         self.sas_keys = sas_keys or {}
         """Keys ``$cbs`` checks tokens against (``cbs.check_token``); none: any token."""
         self.clock = clock or BrokerClock()
+        self.read = read
+        """Answers an Event Hubs ``READ`` request (``eventhubs.py``)."""
         self._answering: dict[ServerConnection, list[ServiceLink]] = {}
 
     def attached(self, service: ServiceLink) -> None:
@@ -82,7 +88,11 @@ class Services:
         """A request arrived on ``service``'s incoming link: accept it, and send the answer."""
         conn = service.conn
         if self.manage is not None and sb_addresses.is_management(service.node):
-            request, answer = cbs.read_request(payload), self.manage(conn, service.node, payload)
+            request = cbs.read_request(payload)
+            if self.read is not None and request.operation == sb_eventhubs.READ:
+                answer = self.read(request)
+            else:
+                answer = self.manage(conn, service.node, payload)
         else:
             request, answer = cbs.answer(payload, self.sas_keys, self.clock.wall_ms() / 1000)
         out = self._answer_link(conn, service.node, request.reply_to)

@@ -70,7 +70,12 @@ from minibroker.amqp.errors import (
     WindowViolation,
     error,
 )
-from minibroker.amqp.fastpath import TRANSFER_PREFIX, decode_performative, encode_transfer
+from minibroker.amqp.fastpath import (
+    TRANSFER_PREFIX,
+    decode_performative,
+    encode_transfer,
+    encode_transfer_all_fields,
+)
 from minibroker.amqp.framing import (
     AMQP_FRAME,
     AMQP_HEADER,
@@ -80,6 +85,7 @@ from minibroker.amqp.framing import (
     SASL_FRAME,
     SASL_HEADER,
     encode_frame,
+    encode_frame_all_fields,
 )
 from minibroker.amqp.states import DeliveryState
 from minibroker.amqp.types import DecodeError, Symbol, UByte, UInt
@@ -167,6 +173,7 @@ class ServerConnection:
         refuse: Error | None = None,
         external_identity: str | None = None,
         admit: Callable[[], Error | None] | None = None,
+        all_fields: Callable[[Open], bool] | None = None,
     ) -> None:
         self.conn_id = conn_id
         """A number the embedder gives this connection (logs, traces, introspection)."""
@@ -192,6 +199,13 @@ class ServerConnection:
         self.admit = admit
         """Asked once, when the peer's open arrives (unless ``refuse`` is set): an error refuses the connection
         like ``refuse``, None lets it in. The embedder counts open connections with it."""
+        self.all_fields = all_fields
+        """Asked once, when the peer's open arrives and before ours goes out: True makes every performative we send
+        from then on carry all its fields, trailing nulls included (the ``servicebus`` personality: azure-eventhub
+        5.x ``_pyamqp/_decode.py`` ``decode_frame`` reads them by position). Chosen once, so other connections
+        pay nothing for it."""
+        self._encode_frame = encode_frame
+        self._encode_transfer = encode_transfer
         self.external_identity = external_identity
         """The TLS client certificate's identity, offered as SASL EXTERNAL (Part 5 §5.3.3.1)."""
         self.throttled = False
@@ -415,14 +429,14 @@ class ServerConnection:
     def _send(self, channel: int, performative: Any, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
         if self.phase in (Phase.CLOSE_SENT, Phase.FINISHED):
             return  # §2.4.3: nothing follows our close
-        frame = encode_frame(channel, performative, payload, frame_type)
+        frame = self._encode_frame(channel, performative, payload, frame_type)
         if len(frame) > self.remote_max_frame_size:
             # an error's description is ours to word: cut it to fit rather than fail (it may quote what the peer
             # sent: a long address, a long txn-id)
             shorter = _with_short_error(performative, len(frame) - self.remote_max_frame_size)
             if shorter is not None:
                 performative = shorter
-                frame = encode_frame(channel, performative, payload, frame_type)
+                frame = self._encode_frame(channel, performative, payload, frame_type)
         if len(frame) > self.remote_max_frame_size and not isinstance(performative, Close):
             # §2.8.15 frame-size-too-small: e.g. an attach echoing a long address to a peer taking 512 bytes
             size = f"a {len(frame)}-byte {type(performative).__name__} frame"
@@ -589,6 +603,9 @@ class ServerConnection:
                     Condition.RESOURCE_LIMIT_EXCEEDED,
                     f"idle-time-out of {int(open_.idle_time_out)} ms is below the broker's minimum of {floor}",
                 )
+        if self.all_fields is not None and self.all_fields(open_):
+            self._encode_frame = encode_frame_all_fields
+            self._encode_transfer = encode_transfer_all_fields
         self._send(
             0,
             Open(
@@ -1177,6 +1194,7 @@ class ServerConnection:
             session.outgoing_unsettled[delivery_id] = delivery
         handle = link.output_handle
         channel = session.channel
+        encode_transfer = self._encode_transfer
         performative = encode_transfer(handle, delivery_id, tag, message_format, settled, False, state)
         size = 8 + len(performative) + len(payload)
         if size <= self.remote_max_frame_size:  # the common case: one frame
@@ -1262,7 +1280,7 @@ class ServerConnection:
             if link.snd_settle_mode == 1:  # §2.7.5: on a link sending settled, a delivery's frames say so
                 fields["settled"] = True
         aborted = Transfer(handle=UInt(link.output_handle), more=False, aborted=True, **fields)
-        frame = encode_frame(session.channel, aborted)
+        frame = self._encode_frame(session.channel, aborted)
         replaced: deque[tuple[OutgoingDelivery, bytes]] = deque()
         for held, held_frame in session.pending:
             if held is not delivery:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from minibroker.amqp.definitions import Error
+from minibroker.amqp.definitions import Error, Open
 from minibroker.amqp.errors import Condition, error
 from minibroker.auth import LoginThrottle, PasswordBook
 from minibroker.broker import personality as personalities
@@ -168,6 +168,7 @@ def engine_factory(
         refuse: Any = None,
         external_identity: str | None = None,
         admit: Callable[[], Error | None] | None = None,
+        all_fields: Callable[[Open], bool] | None = None,
     ) -> ServerConnection:
         return ServerConnection(
             container_id=server.container_id,
@@ -187,6 +188,7 @@ def engine_factory(
             refuse=refuse,
             external_identity=external_identity,
             admit=admit,
+            all_fields=all_fields,
         )
 
     return make
@@ -389,7 +391,11 @@ class _Server:
             counted = True
             return None
 
-        engine = self.make_engine(conn_id, external_identity=external_identity, admit=admit)
+        def all_fields(open_: Open) -> bool:
+            # the servicebus personality sends every performative whole (azure-eventhub reads fields by position)
+            return self.broker.nodes.namespaces.get(open_.hostname or "", namespace).personality.servicebus
+
+        engine = self.make_engine(conn_id, external_identity=external_identity, admit=admit, all_fields=all_fields)
         capture = None if self.captures is None else self.captures.open(conn_id, *socket_ends(stream))
         task = ConnectionTask(
             conn_id,
