@@ -46,12 +46,14 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
+from minibroker.broker.sessions import SessionGate, SessionLock, Sessions
 from minibroker.broker.timers import Due, Expiry, Lock, TimerKind, Timers
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus.entities import DEFAULT, EntityProperties
 
 if TYPE_CHECKING:
@@ -87,8 +89,12 @@ def selector_fields(message: Message, limit: int | None = None) -> MessageFields
     return fields
 
 
-def selects(selector: Selector | None, message: Message) -> bool:
-    return selector is None or selector.matches(selector_fields(message, selector.max_properties_size))
+def selects(selector: Selector | SessionGate | None, message: Message) -> bool:
+    if selector is None:
+        return True
+    if isinstance(selector, SessionGate):  # a Service Bus receiver: by the message's session (``sessions.py``)
+        return selector.admits(message)
+    return selector.matches(selector_fields(message, selector.max_properties_size))
 
 
 def _subscription_selects(subscription: Any, message: Message) -> bool:
@@ -173,6 +179,8 @@ class Dispatcher:
         self.injection = Injection()
         """Fault injection (set by the core): point ``deliver``."""
         self._late: dict[int, Message] = {}  # messages a ``delay`` fault held back (by id), sent once it is over
+        self.sessions = Sessions(clock, self.timers, new_deadline)
+        """Service Bus sessions: who holds which, their locks and states (``sessions.py``)."""
         self.deferred: dict[Queue, dict[int, Message]] = {}
         """Messages a Service Bus receiver deferred, per queue by sequence number: set aside, never redelivered
         (receive-by-sequence-number, to come, is to fetch them); they go with their queue."""
@@ -341,8 +349,11 @@ class Dispatcher:
         self._by_conn.setdefault(consumer.conn, set()).add(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        """``consumer`` is gone (its unsettled deliveries are someone else's to finish)."""
+        """``consumer`` is gone (its unsettled deliveries are someone else's to finish); a Service Bus session
+        receiver gives its session up at once."""
         self._leave_group(consumer)
+        if consumer.servicebus:
+            self.sessions.release(consumer)
         self._unstop(consumer)
         consumers = self._by_conn.get(consumer.conn)
         if consumers is not None:
@@ -402,6 +413,7 @@ class Dispatcher:
     def queue_deleted(self, queue: Queue) -> None:
         """``queue`` is gone: its consumers, stopped ones included, are detached with ``amqp:resource-deleted``."""
         self.deferred.pop(queue, None)
+        self.sessions.queue_gone(queue)
         group = self._groups.pop(queue, None)
         consumers = [*group.consumers, *group.browsers] if group is not None else []
         consumers += self._stopped.pop(queue, ())
@@ -548,8 +560,12 @@ class Dispatcher:
         if not consumer.servicebus:
             payload = message.encoded()
         else:
-            locked_until = self.clock.now + entity_properties(consumer.queue).lock_duration
-            payload = self._servicebus_payload(message, locked_until)
+            session = self.sessions.lock_of(consumer)
+            if session is not None:  # a session's messages are locked with their session, not each on its own
+                payload = self._servicebus_payload(message, session.until)
+            else:
+                locked_until = self.clock.now + entity_properties(consumer.queue).lock_duration
+                payload = self._servicebus_payload(message, locked_until)
         delivery = conn.deliver(consumer.link, payload, settled=presettled, state=state)
         self.outbox.touch(conn)
         if state is not None:
@@ -604,6 +620,9 @@ class Dispatcher:
         receiver's late settlement of it is answered ``com.microsoft:message-lock-lost`` (``Coordinator``)."""
         dispatched = lock.holder
         lock.holder = None  # (out of the heap already)
+        if isinstance(dispatched, SessionLock):
+            self._session_lost(dispatched)
+            return
         if not isinstance(dispatched, Dispatched) or dispatched.lock is not lock:
             return
         dispatched.lock = None
@@ -611,6 +630,22 @@ class Dispatcher:
         if consumer.unsettled.get(dispatched.delivery) is not dispatched or self.acquirer.holds(dispatched):
             return  # settled meanwhile, or a transaction decides its fate
         self.finish(dispatched, _LOCK_LOST_OUTCOME)
+        self.dispatch(consumer.queue)
+
+    def _session_lost(self, lock: SessionLock) -> None:
+        """A Service Bus session lock ran out: the session is let go, the messages out on its receiver go back (a
+        delivery counted, as for a peek-lock) unless a transaction holds them, and the receiver's link is detached
+        with ``com.microsoft:session-lock-lost`` (``SessionLockLostError`` in the SDK, also for a late settlement).
+        """
+        if not self.sessions.expired(lock):
+            return  # released or renewed meanwhile
+        consumer = lock.consumer
+        self._leave_group(consumer)
+        for dispatched in list(consumer.unsettled.values()):
+            if not self.acquirer.holds(dispatched):
+                self.finish(dispatched, _LOCK_LOST_OUTCOME)
+        consumer.conn.detach(consumer.link, sb_sessions.lock_lost(lock.session_id))
+        self.outbox.touch(consumer.conn)
         self.dispatch(consumer.queue)
 
     def _deliver_fault(self, consumer: Consumer, message: Message) -> bool:

@@ -33,7 +33,7 @@ from typing import Any
 from minibroker.amqp import definitions
 from minibroker.amqp.definitions import Error, Modified, Rejected, Source, Target, TransactionalState
 from minibroker.amqp.errors import Condition, error
-from minibroker.amqp.types import Symbol, Timestamp
+from minibroker.amqp.types import Long, Symbol, Timestamp
 from minibroker.broker.attach import (
     OUTCOMES,
     AttachCheck,
@@ -52,7 +52,7 @@ from minibroker.broker.attach import (
 from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
-from minibroker.broker.dispatch import ACCEPTED, Dispatcher
+from minibroker.broker.dispatch import ACCEPTED, Dispatcher, entity_properties, servicebus_entity
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -64,6 +64,7 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
 from minibroker.broker.queue import Queue
 from minibroker.broker.services import ServiceLink, Services
+from minibroker.broker.sessions import SessionGate, SessionLock, missing_session
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import Deferred
@@ -78,6 +79,8 @@ from minibroker.engine.events import (
     TransferReceived,
 )
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import sessions as sb_sessions
+from minibroker.servicebus.entities import key as entity_key
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
 Linked = Consumer | Producer | Controller | CheckLink | ServiceLink
@@ -256,6 +259,20 @@ class Endpoints:
         if source.dynamic:
             consumer.owned_node = node
         servicebus = consumer.servicebus = self.nodes.personality_of(conn).servicebus
+        filters, properties = decision.filters, None
+        if servicebus:
+            session = self._servicebus_session(consumer, decision.session)
+            if isinstance(session, Error):
+                if isinstance(consumer.queue, Subscription):  # (subscribed above: the link is not counted)
+                    consumer.queue.links -= 1
+                    self._count_topic_link(conn, -1)
+                conn.refuse_attach(link, session)
+                return
+            if session is not None:
+                # echoed with the session chosen, the lock's end in .NET ticks (``minibroker.servicebus.sessions``)
+                filters = {**(filters or {}), Symbol(sb_sessions.SESSION_FILTER): session.session_id}
+                ticks = sb_sessions.dotnet_ticks(self.clock.wall_ms(session.until))
+                properties = {Symbol(sb_sessions.LOCKED_UNTIL_UTC): Long(ticks)}
         reply = Source(
             address=node.name if source.dynamic else source.address,
             durable=source.durable,
@@ -264,7 +281,7 @@ class Endpoints:
             dynamic=source.dynamic,
             dynamic_node_properties=source.dynamic_node_properties,
             distribution_mode=Symbol("copy" if browse else "move"),
-            filter=decision.filters,
+            filter=filters,
             default_outcome=decision.default_outcome,
             outcomes=OUTCOMES,
             capabilities=source.capabilities,
@@ -273,12 +290,45 @@ class Endpoints:
             link,
             source=reply,
             target=link.target,
+            properties=properties,
             context=consumer,
             rcv_settle_mode=decision.rcv_settle_mode,
             lock_tokens=servicebus,
         )
         self.dispatcher.add_consumer(consumer)
         self.dispatcher.dispatch(consumer.queue)
+
+    def _servicebus_session(
+        self, consumer: Consumer, requested: str | sb_sessions.NotRequested | None
+    ) -> SessionLock | Error | None:
+        """A Service Bus receiver's session (``sessions.py``): the lock of the session it asked for (or of the next
+        available one), None for a plain receiver, or why its attach is refused. As Service Bus: an entity that
+        requires sessions refuses plain receivers, one configured without sessions refuses session receivers (both
+        ``amqp:not-allowed``). On an entity nobody configured both kinds are welcome, and a plain receiver gets
+        only the messages without a session id."""
+        if consumer.browser:
+            return None
+        queue = consumer.queue
+        namespace = queue.namespace if queue.namespace is not None else self.nodes.default
+        configured = namespace.servicebus_entities.get(entity_key(servicebus_entity(queue)))
+        if isinstance(requested, sb_sessions.NotRequested):
+            if configured is not None and configured.requires_session:
+                return sb_sessions.error(
+                    sb_sessions.NOT_ALLOWED,
+                    "It is not possible for an entity that requires sessions to create a non-sessionful receiver",
+                )
+            if configured is None and consumer.selector is None:
+                consumer.selector = SessionGate(None)
+            return None
+        if configured is not None and not configured.requires_session:
+            return sb_sessions.error(
+                sb_sessions.NOT_ALLOWED,
+                "A sessionful receiver cannot be created on an entity that does not require sessions",
+            )
+        claimed = self.dispatcher.sessions.claim(consumer, requested, entity_properties(queue).lock_duration)
+        if isinstance(claimed, SessionLock):
+            consumer.selector = SessionGate(claimed.session_id)
+        return claimed
 
     def _dynamic_node(self, conn: ServerConnection, link: Link, action: str, capabilities: Any) -> Node | None:
         """A dynamic node for ``link``, when its user may ``action`` ("receive" for a dynamic source, "send" for
@@ -513,6 +563,11 @@ class Endpoints:
             return
         self.dispatcher.arrive(message)
         target: Node | Deferred | None = context.node
+        if context.servicebus and isinstance(target, Queue):
+            refusal = missing_session(entity_properties(target).requires_session, message)
+            if refusal is not None:
+                self._refuse_post(conn, context.link, delivery, message, transactional, refusal)
+                return
         if target is None:  # the anonymous relay routes by ``to`` (an exchange by its routing key)
             to = message.to if context.route is None else context.route
             unreadable = message.undecodable_properties() if to is None else None
@@ -572,6 +627,12 @@ class Endpoints:
                 refusal = refusal or error(Condition.DECODE_ERROR, f"a message of the batch: {message.malformed}")
                 continue
             self.dispatcher.arrive(message)
+            missing = (
+                missing_session(entity_properties(node).requires_session, message) if isinstance(node, Queue) else None
+            )
+            if missing is not None:
+                refusal = refusal or missing
+                continue
             refusal = self.dispatcher.inject(node, message) or refusal
         self.outbox.answer_now(conn, event.delivery, ACCEPTED if refusal is None else Rejected(error=refusal))
         self._top_up(conn, producer.link)

@@ -12,7 +12,11 @@ Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servi
 - ``cancel-scheduled-message`` (``sequence-numbers``): those still waiting are dropped;
 - ``receive-by-sequence-number`` (``sequence-numbers``, ``receiver-settle-mode``): deferred messages, each with a
   lock token (or removed, for receive-and-delete); 404 ``message-not-found`` when one is not deferred;
-- ``update-disposition`` (``disposition-status``, ``lock-tokens``): settles messages received that way.
+- ``update-disposition`` (``disposition-status``, ``lock-tokens``): settles messages received that way;
+- the session operations (``minibroker.servicebus.sessions``; the sessions themselves are ``sessions.py``):
+  ``renew-session-lock``, ``get-session-state`` and ``set-session-state`` on a session one of the requesting
+  connection's receivers holds (410 ``session-lock-lost`` otherwise), ``get-message-sessions`` (``skip``,
+  ``top``, ``last-updated-time``; 204 when there are none).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import management as sb_management
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus.cbs import Request, read_request
 
 
@@ -71,6 +76,8 @@ class Management:
         if operation == sb_management.UPDATE_DISPOSITION:
             return self._update_disposition(request, body)
         queue = self._queue(conn, entity)
+        if operation in _SESSION_OPERATIONS:
+            return self._session_operation(conn, request, operation, queue, body)
         if operation == sb_management.PEEK:
             return self._peek(request, queue, body)
         if operation == sb_management.CANCEL_SCHEDULED:
@@ -204,6 +211,14 @@ class Management:
         status = body.get("disposition-status")
         for token in sb_management.items(body.get("lock-tokens")):
             held = self.locked.get(token) if isinstance(token, uuid.UUID) else None
+            if held is None and "session-id" in body:
+                # a session receiver settles here once its link is gone: its session lock was lost
+                return sb_management.response(
+                    request,
+                    sb_management.GONE,
+                    f"the session of lock token {token} is not locked by this client",
+                    condition=sb_sessions.SESSION_LOCK_LOST,
+                )
             if held is None:
                 return sb_management.response(
                     request,
@@ -231,6 +246,71 @@ class Management:
             else:  # abandoned (or deferred again): it stays deferred, its lock given up
                 del self.locked[token]
         return sb_management.response(request, sb_management.OK, "OK")
+
+    # -- sessions ---------------------------------------------------------------------------------------
+    def _session_operation(
+        self, conn: ServerConnection, request: Request, operation: str, queue: Queue | None, body: dict[str, Any]
+    ) -> bytes:
+        """A session operation (``_servicebus_session.py``, ``_session_browser.py``) on ``queue``'s sessions."""
+        sessions = self.dispatcher.sessions
+        if operation == sb_sessions.GET_MESSAGE_SESSIONS:
+            return self._list_sessions(request, queue, body)
+        session_id = body.get("session-id")
+        problem = sb_sessions.id_problem(session_id)
+        if problem is not None:
+            return sb_management.response(request, sb_management.BAD_REQUEST, f"session-id: {problem}")
+        assert isinstance(session_id, str)
+        holders = self.dispatcher.consumers_of(conn)
+        if queue is None or sessions.holder(queue, session_id) not in holders:
+            return sb_management.response(
+                request,
+                sb_management.GONE,
+                f"session {session_id!r} is not locked by this client",
+                condition=sb_sessions.SESSION_LOCK_LOST,
+            )
+        if operation == sb_sessions.RENEW_SESSION_LOCK:
+            until = sessions.renew(queue, session_id, entity_properties(queue).lock_duration, holders)
+            assert until is not None  # (held by one of ``holders``: checked above)
+            value = sb_sessions.expiration_value(self.clock.wall_ms(until))
+            return sb_management.response(request, sb_management.OK, "OK", value)
+        if operation == sb_sessions.GET_SESSION_STATE:
+            value = sb_sessions.state_value(sessions.state(queue, session_id))
+            return sb_management.response(request, sb_management.OK, "OK", value)
+        state = body.get("session-state")
+        if state is not None and not isinstance(state, bytes | bytearray):
+            return sb_management.response(
+                request, sb_management.BAD_REQUEST, f"session-state is binary or null, not {type(state).__name__}"
+            )
+        sessions.set_state(queue, session_id, bytes(state) if state is not None else None)
+        return sb_management.response(request, sb_management.OK, "OK")
+
+    def _list_sessions(self, request: Request, queue: Queue | None, body: dict[str, Any]) -> bytes:
+        skip, top = body.get("skip", 0), body.get("top", _LIST_PAGE)
+        if not _count(skip) or not _count(top):
+            return sb_management.response(request, sb_management.BAD_REQUEST, "skip and top are counts (ints >= 0)")
+        since = sb_sessions.listing_since(body.get("last-updated-time"))
+        after = self.clock.from_wall_ms(since) if since is not None else None
+        listed = self.dispatcher.sessions.listed(queue, after) if queue is not None else []
+        page = listed[skip : skip + min(top, _LIST_PAGE)]
+        if not page:
+            return sb_management.response(request, sb_management.NO_CONTENT, "No sessions")
+        value = sb_sessions.sessions_value(skip + len(page), page)
+        return sb_management.response(request, sb_management.OK, "OK", value)
+
+
+_SESSION_OPERATIONS = frozenset(
+    {
+        sb_sessions.RENEW_SESSION_LOCK,
+        sb_sessions.GET_SESSION_STATE,
+        sb_sessions.SET_SESSION_STATE,
+        sb_sessions.GET_MESSAGE_SESSIONS,
+    }
+)
+_LIST_PAGE = 100  # sessions answered at most per get-message-sessions (the SDKs ask for 100)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _random_tokens() -> Iterator[uuid.UUID]:
