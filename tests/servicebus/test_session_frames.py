@@ -275,3 +275,15 @@ def test_requires_session_refusals() -> None:
 def test_an_entity_configured_without_sessions_refuses_session_receivers() -> None:
     w, p = _world(orders=EntityProperties(requires_session=False))
     assert _refusal(w, p, "r", "s")[0] == "amqp:not-allowed"
+
+
+def test_a_vanished_connection_releases_its_sessions_and_messages() -> None:
+    w, p = _world()
+    _send(w, p, ("m", "s"))
+    gone = peer(w, "gone")
+    _attach(w, gone, "r", "s", credit=5)
+    gone.eof()
+    w.settle()
+    assert _attach(w, p, "next", "s") is not None
+    (delivery,) = _completed_after_flow(w, p, "next")
+    assert delivery.name == "m"
