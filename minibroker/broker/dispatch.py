@@ -46,11 +46,11 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
-from minibroker.broker.sessions import SessionGate, SessionLock, Sessions
+from minibroker.broker.sessions import SessionGate, SessionLock, Sessions, Waiter
 from minibroker.broker.timers import Due, Expiry, Lock, TimerKind, Timers
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import IncomingDelivery
+from minibroker.engine.endpoints import IncomingDelivery, LinkState
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import sessions as sb_sessions
@@ -124,6 +124,11 @@ def entity_properties(queue: Queue) -> EntityProperties:
     """The Service Bus properties of the entity behind ``queue`` (``minibroker.servicebus.entities``)."""
     namespace = queue.namespace
     return namespace.entity_properties(servicebus_entity(queue)) if namespace is not None else DEFAULT
+
+
+def _attaching(consumer: Consumer) -> bool:
+    """Whether ``consumer``'s attach still waits for the broker's answer (a receiver waiting for a session)."""
+    return consumer.link.state is LinkState.ATTACHING
 
 
 class Acquirer(Protocol):
@@ -428,7 +433,10 @@ class Dispatcher:
             self.dispatch(queue)
 
     def dispatch(self, queue: Queue) -> None:
-        """Send ready messages of ``queue`` to consumers with credit."""
+        """Send ready messages of ``queue`` to consumers with credit (and sessions to Service Bus receivers
+        waiting for one)."""
+        if self.sessions.waiting and queue in self.sessions.waiting:
+            self.sessions.offer(queue, entity_properties(queue).lock_duration, _attaching)
         group = self._groups.get(queue)
         if group is None:
             return
@@ -622,6 +630,9 @@ class Dispatcher:
         lock.holder = None  # (out of the heap already)
         if isinstance(dispatched, SessionLock):
             self._session_lost(dispatched)
+            return
+        if isinstance(dispatched, Waiter):
+            self.sessions.timed_out(dispatched)
             return
         if not isinstance(dispatched, Dispatched) or dispatched.lock is not lock:
             return

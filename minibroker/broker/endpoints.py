@@ -64,7 +64,7 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
 from minibroker.broker.queue import Queue
 from minibroker.broker.services import ServiceLink, Services
-from minibroker.broker.sessions import SessionGate, SessionLock, missing_session
+from minibroker.broker.sessions import SessionGate, SessionLock, Waiter, missing_session
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import Deferred
@@ -92,6 +92,10 @@ def _transactional(delivery: IncomingDelivery) -> bool:
     return isinstance(delivery.state, TransactionalState) or (
         bool(delivery.earlier_states) and bool(named_transactions(delivery))
     )
+
+
+_LONGEST_SESSION_WAIT = 60.0
+"""Seconds a receiver waits at most for the next available session (Service Bus's default operation time-out)."""
 
 
 class Endpoints:
@@ -126,6 +130,8 @@ class Endpoints:
         self._late: dict[int, TransferReceived] = {}  # transfers a ``delay`` fault held back, being taken now
         self._sb_ids = 0  # message-ids stamped on Service Bus messages that came without one
         self.management = Management(nodes, dispatcher, self.clock, self._servicebus_arrival)
+        dispatcher.sessions.granted = self._session_granted
+        dispatcher.sessions.wait_over = self._session_wait_over
         self.services = Services(outbox, self.management.answer)
         """Service nodes of the ``servicebus`` personality (``$cbs``, ``ENTITY/$management``)."""
 
@@ -259,22 +265,29 @@ class Endpoints:
         if source.dynamic:
             consumer.owned_node = node
         servicebus = consumer.servicebus = self.nodes.personality_of(conn).servicebus
+        session = self._servicebus_session(consumer, decision.session) if servicebus else None
+        if isinstance(session, Error):
+            wait = self._session_wait(link) if str(session.condition) == sb_sessions.TIMEOUT else 0.0
+            if wait > 0:  # the next available session: its attach waits for one (``sessions.py``)
+                self.dispatcher.sessions.wait(consumer, decision, self.clock.now + wait)
+            else:
+                self._refuse_consumer(consumer, session)
+            return
+        self._accept_consumer(consumer, decision, session)
+
+    def _accept_consumer(self, consumer: Consumer, decision: AttachConsumer, session: SessionLock | None) -> None:
+        """Answer a consumer's attach and let it take messages (with ``session``: a Service Bus session receiver,
+        the filter echoed with its session, the lock's end in .NET ticks: ``minibroker.servicebus.sessions``)."""
+        conn, link, source = consumer.conn, consumer.link, decision.source
         filters, properties = decision.filters, None
-        if servicebus:
-            session = self._servicebus_session(consumer, decision.session)
-            if isinstance(session, Error):
-                if isinstance(consumer.queue, Subscription):  # (subscribed above: the link is not counted)
-                    consumer.queue.links -= 1
-                    self._count_topic_link(conn, -1)
-                conn.refuse_attach(link, session)
-                return
-            if session is not None:
-                # echoed with the session chosen, the lock's end in .NET ticks (``minibroker.servicebus.sessions``)
-                filters = {**(filters or {}), Symbol(sb_sessions.SESSION_FILTER): session.session_id}
-                ticks = sb_sessions.dotnet_ticks(self.clock.wall_ms(session.until))
-                properties = {Symbol(sb_sessions.LOCKED_UNTIL_UTC): Long(ticks)}
+        if session is not None:
+            filters = {**(filters or {}), Symbol(sb_sessions.SESSION_FILTER): session.session_id}
+            ticks = sb_sessions.dotnet_ticks(self.clock.wall_ms(session.until))
+            properties = {Symbol(sb_sessions.LOCKED_UNTIL_UTC): Long(ticks)}
+        browse = consumer.browser
+        node = consumer.owned_node
         reply = Source(
-            address=node.name if source.dynamic else source.address,
+            address=node.name if node is not None else source.address,
             durable=source.durable,
             expiry_policy=source.expiry_policy,
             timeout=source.timeout,
@@ -293,10 +306,45 @@ class Endpoints:
             properties=properties,
             context=consumer,
             rcv_settle_mode=decision.rcv_settle_mode,
-            lock_tokens=servicebus,
+            lock_tokens=consumer.servicebus,
         )
         self.dispatcher.add_consumer(consumer)
         self.dispatcher.dispatch(consumer.queue)
+
+    def _refuse_consumer(self, consumer: Consumer, refusal: Error) -> None:
+        """Refuse a consumer's attach after its subscription was taken (then the link is not counted on it)."""
+        queue = consumer.queue
+        if isinstance(queue, Subscription):
+            queue.links -= 1
+            self._count_topic_link(consumer.conn, -1)
+        if consumer.link.state is LinkState.ATTACHING:
+            consumer.conn.refuse_attach(consumer.link, refusal)
+            self.outbox.touch(consumer.conn)
+
+    @staticmethod
+    def _session_wait(link: Link) -> float:
+        """How long a receiver asking for the next available session waits for one, in seconds: what its attach's
+        ``com.microsoft:timeout`` property says (ms; the SDK sends its ``max_wait_time``), at most a minute; 0
+        when it says nothing (then it is answered at once)."""
+        properties = link.attach.properties
+        wanted = properties.get(Symbol(sb_sessions.TIMEOUT)) if isinstance(properties, dict) else None
+        if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted <= 0:
+            return 0.0
+        return min(wanted / 1000, _LONGEST_SESSION_WAIT)
+
+    def _session_granted(self, waiter: Waiter, session: SessionLock) -> None:
+        """A receiver waiting for the next available session got one: its attach is answered now (on its own
+        connection, which may be another than the one whose message made the session available)."""
+        consumer = waiter.consumer
+        consumer.selector = SessionGate(session.session_id)
+        assert isinstance(waiter.context, AttachConsumer)
+        self._accept_consumer(consumer, waiter.context, session)
+        self.outbox.touch(consumer.conn)
+
+    def _session_wait_over(self, waiter: Waiter) -> None:
+        """A receiver waited in vain for a session (or its link went away meanwhile)."""
+        err = sb_sessions.error(sb_sessions.TIMEOUT, "no session became available in the time the receiver waits")
+        self._refuse_consumer(waiter.consumer, err)
 
     def _servicebus_session(
         self, consumer: Consumer, requested: str | sb_sessions.NotRequested | None

@@ -86,8 +86,24 @@ class SessionLock:
         return self.timer.when if self.timer is not None else 0.0
 
 
+class Waiter:
+    """A receiver asking for the next available session while none is: its attach waits unanswered until a
+    session becomes available or its ``timer`` runs out. ``context`` is the attach's (``endpoints.py``)."""
+
+    __slots__ = ("consumer", "context", "timer")
+
+    def __init__(self, consumer: Consumer, context: object) -> None:
+        self.consumer = consumer
+        self.context = context
+        self.timer: Lock | None = None
+
+
+def _nothing(*_: object) -> None:  # pragma: no cover - replaced by the endpoints
+    pass
+
+
 class Sessions:
-    """The sessions of one broker: who holds each, their locks, their states."""
+    """The sessions of one broker: who holds each, their locks, their states, and who waits for one."""
 
     def __init__(self, clock: BrokerClock, timers: Timers, new_deadline: Callable[[], None]) -> None:
         self.clock = clock
@@ -95,6 +111,58 @@ class Sessions:
         self._new_deadline = new_deadline
         self._held: dict[tuple[Queue, str], SessionLock] = {}
         self._states: dict[Queue, dict[str, tuple[bytes, float]]] = {}
+        self.waiting: dict[Queue, list[Waiter]] = {}
+        """Receivers waiting for the next available session of a queue, first come first served."""
+        self.granted: Callable[[Waiter, SessionLock], None] = _nothing
+        """Told when a waiting receiver got a session (the endpoints answer its attach)."""
+        self.wait_over: Callable[[Waiter], None] = _nothing
+        """Told when a receiver waited in vain, or its link went away while it waited (the endpoints refuse it
+        with ``com.microsoft:timeout``, or forget it)."""
+
+    # -- waiting for a session ----------------------------------------------------------------------
+    def wait(self, consumer: Consumer, context: object, until: float) -> None:
+        """``consumer`` waits until ``until`` (broker time) for a session of its queue to become available."""
+        waiter = Waiter(consumer, context)
+        waiter.timer = self.timers.lock(until, waiter)
+        self._new_deadline()
+        self.waiting.setdefault(consumer.queue, []).append(waiter)
+
+    def offer(self, queue: Queue, lock_duration: float, alive: Callable[[Consumer], bool]) -> None:
+        """Give the sessions of ``queue`` available now to its waiting receivers, in the order they came; those
+        whose link went away meanwhile are let go (``wait_over``). Re-entrant: ``granted`` dispatches the queue."""
+        waiters = self.waiting.get(queue)
+        while waiters:
+            waiter = waiters[0]
+            living = alive(waiter.consumer)
+            session_id = self._available(queue) if living else None
+            if living and session_id is None:
+                break
+            self._stop_waiting(waiter)
+            if session_id is None:
+                self.wait_over(waiter)
+                continue
+            lock = self.claim(waiter.consumer, session_id, lock_duration)
+            assert isinstance(lock, SessionLock)  # (available: nobody holds it)
+            self.granted(waiter, lock)
+
+    def _stop_waiting(self, waiter: Waiter) -> bool:
+        """Take ``waiter`` off the waiting receivers; whether it was one."""
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+            waiter.timer = None
+        queue = waiter.consumer.queue
+        waiters = self.waiting.get(queue)
+        if waiters is None or waiter not in waiters:
+            return False
+        waiters.remove(waiter)
+        if not waiters:
+            del self.waiting[queue]
+        return True
+
+    def timed_out(self, waiter: Waiter) -> None:
+        """The time ``waiter`` waited for a session ran out."""
+        if self._stop_waiting(waiter):
+            self.wait_over(waiter)
 
     # -- holding sessions ---------------------------------------------------------------------------
     def claim(self, consumer: Consumer, wanted: str | None, lock_duration: float) -> SessionLock | Error:
@@ -199,5 +267,7 @@ class Sessions:
 
     def queue_gone(self, queue: Queue) -> None:
         """``queue`` was deleted: its states go with it (its receivers are detached, and so release their
-        sessions)."""
+        sessions); its waiting receivers wait in vain."""
         self._states.pop(queue, None)
+        for waiter in list(self.waiting.get(queue, ())):
+            self.timed_out(waiter)

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, AmqpValue, Properties, Rejected
-from minibroker.amqp.types import Int, Symbol, Timestamp
+from minibroker.amqp.definitions import Accepted, AmqpValue, Properties, Rejected, Source
+from minibroker.amqp.types import Int, Symbol, Timestamp, UInt
 from minibroker.servicebus.entities import EntityProperties, key
+from minibroker.testing import frames
 from tests.broker.txn_driver import Peer, World
 from tests.personalities.harness import peer, world
 from tests.servicebus.test_management_frames import _answers, _request
@@ -287,3 +288,65 @@ def test_a_vanished_connection_releases_its_sessions_and_messages() -> None:
     assert _attach(w, p, "next", "s") is not None
     (delivery,) = _completed_after_flow(w, p, "next")
     assert delivery.name == "m"
+
+
+def _wait_for_session(p: Peer, link: str, timeout_ms: int) -> None:
+    """A receiver asking for the next available session, waiting ``timeout_ms`` for one (the attach property
+    ``com.microsoft:timeout``, as azure-servicebus sends its ``max_wait_time``)."""
+    source = Source(address=QUEUE, filter={SESSION_FILTER: None})
+    properties = {Symbol("com.microsoft:timeout"): UInt(timeout_ms)}
+    p.send(frames.attach_receiver(QUEUE, p.new_handle(link), link, source=source, properties=properties))
+
+
+def test_next_available_waits_for_a_session_to_arrive() -> None:
+    w, p = _world()
+    _wait_for_session(p, "r", 5000)
+    assert "r" not in w.settle()[p].attached  # not answered yet
+    w.advance(3)
+    _send(w, p, ("plain", None))
+    assert "r" not in w.settle()[p].attached  # a message without a session is none
+    p.transfer("in", _message("late", "s"))
+    observed = w.settle()[p]
+    assert observed.attached["r"].source.filter == {SESSION_FILTER: "s"}
+    assert observed.attached["r"].properties == {LOCKED_UNTIL: _ticks(w, w.broker.clock.now + 60)}
+    assert [c.name for c in _completed_after_flow(w, p, "r")] == ["late"]
+    assert not observed.violations
+
+
+def test_waiting_in_vain_is_refused_with_timeout() -> None:
+    w, p = _world()
+    _wait_for_session(p, "r", 5000)
+    w.advance(4.9)
+    assert not w.settle()[p].detached
+    w.advance(0.2)
+    observed = w.settle()[p]
+    assert observed.attached["r"].source is None
+    ((name, err),) = observed.detached
+    assert (name, str(err.condition) if err else None) == ("r", "com.microsoft:timeout")
+
+
+def test_a_very_long_wait_is_cut_to_a_minute() -> None:
+    w, p = _world()
+    _wait_for_session(p, "r", 4_000_000_000)
+    w.advance(59)
+    assert not w.settle()[p].detached
+    w.advance(2)
+    assert [name for name, _ in w.settle()[p].detached] == ["r"]
+
+
+def test_waiters_are_served_in_turn_and_a_departed_one_is_skipped() -> None:
+    w, p = _world()
+    _wait_for_session(p, "gone", 5000)
+    _wait_for_session(p, "first", 5000)
+    _wait_for_session(p, "second", 5000)
+    w.settle()
+    p.detach("gone")  # before it was answered
+    w.settle()
+    p.transfer("in", _message("a1", "a"))
+    p.transfer("in", _message("b1", "b"))
+    observed = w.settle()[p]
+    assert observed.attached["first"].source.filter == {SESSION_FILTER: "a"}
+    assert observed.attached["second"].source.filter == {SESSION_FILTER: "b"}
+    assert not observed.violations
+    w.advance(10)  # the departed one's wait is over: nothing more is sent for it
+    assert not w.settle()[p].performatives

@@ -5,6 +5,7 @@ mocks."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -78,6 +79,29 @@ def test_next_available_without_sessions_times_out(sb_broker: ThreadedBroker) ->
     ):
         receiver.receive_messages(max_message_count=1, max_wait_time=2)
     assert time.monotonic() - started < 5  # answered at once: no session has messages
+
+
+def test_next_available_waits_for_a_session_within_max_wait_time(
+    sb_broker: ThreadedBroker, client: ServiceBusClient
+) -> None:
+    got: list[tuple[str, str]] = []
+
+    def receive() -> None:  # a client of its own: the SDK's clients are not to be shared between threads
+        with (
+            ServiceBusClient.from_connection_string(connection_string(sb_broker.port)) as own,
+            own.get_queue_receiver("later", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=20) as receiver,
+        ):
+            (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            got.append((receiver.session.session_id, str(message)))
+            receiver.complete_message(message)
+
+    waiting = threading.Thread(target=receive)
+    waiting.start()
+    # its attach waits unanswered in the broker until a session has a message
+    sb_broker.wait_for(lambda: sb_broker.call(lambda running: bool(running.broker.dispatcher.sessions.waiting)))
+    _send(client, "later", ("arrived", "late"))
+    waiting.join(timeout=30)
+    assert got == [("late", "arrived")]
 
 
 def test_a_locked_session_cannot_be_taken_twice(client: ServiceBusClient) -> None:
