@@ -350,3 +350,18 @@ def test_waiters_are_served_in_turn_and_a_departed_one_is_skipped() -> None:
     assert not observed.violations
     w.advance(10)  # the departed one's wait is over: nothing more is sent for it
     assert not w.settle()[p].performatives
+
+
+def test_a_waiter_whose_connection_vanished_gets_nothing() -> None:
+    w, p = _world()
+    gone = peer(w, "gone")
+    _wait_for_session(gone, "r", 5000)
+    w.settle()
+    gone.eof()
+    w.settle()
+    _send(w, p, ("m", "s"))
+    assert _attach(w, p, "next", "s") is not None
+    (delivery,) = _completed_after_flow(w, p, "next")
+    assert (delivery.name, delivery.delivery_count) == ("m", 0)
+    w.advance(10)
+    w.settle()
