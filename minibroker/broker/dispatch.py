@@ -46,7 +46,8 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
-from minibroker.broker.sessions import SessionGate, SessionLock, Sessions, Waiter
+from minibroker.broker.session_gate import SessionGate
+from minibroker.broker.sessions import SessionLock, Sessions, Waiter
 from minibroker.broker.timers import Due, Expiry, Lock, TimerKind, Timers
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection

@@ -64,7 +64,8 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
 from minibroker.broker.queue import Queue
 from minibroker.broker.services import ServiceLink, Services
-from minibroker.broker.sessions import SessionGate, SessionLock, Waiter, missing_session
+from minibroker.broker.session_gate import SessionGate
+from minibroker.broker.sessions import SessionLock, Waiter, missing_session
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import Deferred

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from minibroker.broker.namespace import Node
     from minibroker.broker.queue import Queue, Scan
     from minibroker.broker.selector import Selector
-    from minibroker.broker.sessions import SessionGate
+    from minibroker.broker.session_gate import SessionGate
     from minibroker.broker.timers import Lock
 
 RELEASED = Released()

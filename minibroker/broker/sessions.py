@@ -4,17 +4,20 @@ session locks, and the session states. The wire shapes are ``minibroker.serviceb
 Theory of operation
 -------------------
 A message's session is its ``properties.group-id`` (azure-servicebus sends ``ServiceBusMessage.session_id``
-there). A Service Bus receiver gets a ``SessionGate`` as its selector: the gate of a session receiver admits the
-messages of its session only; on an entity nobody configured, the gate of a plain receiver admits the messages
-without a session only (so sessions and plain messages may share a queue there without mixing). ``dispatch.py``
-serves gated receivers as it serves receivers with a selector (``Scan``: each ready message looked at once).
+there). A Service Bus receiver gets a ``SessionGate`` (``session_gate.py``) as its selector: the gate of a
+session receiver admits the messages of its session only; on an entity nobody configured, the gate of a plain
+receiver admits the messages without a session only (so sessions and plain messages may share a queue there
+without mixing). ``dispatch.py`` serves gated receivers as it serves receivers with a selector (``Scan``: each
+ready message looked at once).
 
 ``Sessions`` owns the relation session -> receiver: a session is held by at most one receiver at a time
 (``claim``); a receiver asking for the next available session gets the session of the first ready message (in
 delivery order) that nobody holds. A held session has a lock that runs out on the broker clock after the entity's
 lock duration (a ``timers.Lock`` whose holder is the ``SessionLock``; ``renew`` extends it); what happens then to
 the receiver and its messages is ``Dispatcher``'s (it detaches the link with ``session-lock-lost``). A receiver
-that detaches gives its session up at once (``release``).
+that detaches gives its session up at once (``release``). A receiver asking for the next available session while
+none is waits, its attach unanswered, for as long as it says (``wait``, ``offer``, ``timed_out``; the endpoints
+answer or refuse it through ``granted`` and ``wait_over``).
 
 The state of a session (bytes) is kept per queue and session id whether or not the session has messages or a
 receiver, with the broker time it was last set (``get-message-sessions`` filters on it); it goes with its queue.
@@ -29,18 +32,12 @@ from minibroker.amqp.definitions import Error
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.message import Message
 from minibroker.broker.queue import Queue
+from minibroker.broker.session_gate import SessionGate, group_id
 from minibroker.broker.timers import Lock, Timers
 from minibroker.servicebus import sessions as sb_sessions
 
 if TYPE_CHECKING:
     from minibroker.broker.links import Consumer
-
-
-def group_id(message: Message) -> str | None:
-    """The session id of ``message``: its ``properties.group-id`` when that is a string."""
-    properties = message.properties()
-    found = properties.group_id if properties is not None else None
-    return found if isinstance(found, str) else None
 
 
 def missing_session(requires_session: bool, message: Message) -> Error | None:
@@ -52,22 +49,6 @@ def missing_session(requires_session: bool, message: Message) -> Error | None:
         sb_sessions.NOT_ALLOWED,
         "The SessionId was not set on a message, and it cannot be sent to the entity: it requires sessions",
     )
-
-
-class SessionGate:
-    """The selector of a Service Bus receiver: the messages of one session (``session_id``), or, with None, the
-    messages of no session."""
-
-    __slots__ = ("session_id",)
-
-    def __init__(self, session_id: str | None) -> None:
-        self.session_id = session_id
-
-    def admits(self, message: Message) -> bool:
-        return group_id(message) == self.session_id
-
-    def __repr__(self) -> str:
-        return f"SessionGate({self.session_id!r})"
 
 
 class SessionLock:
