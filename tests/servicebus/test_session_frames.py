@@ -365,3 +365,19 @@ def test_a_waiter_whose_connection_vanished_gets_nothing() -> None:
     assert (delivery.name, delivery.delivery_count) == ("m", 0)
     w.advance(10)
     w.settle()
+
+
+def test_get_message_sessions_by_the_time_their_state_was_set() -> None:
+    w, p = _mgmt(_world())
+    _send(w, p, ("1", "with-messages"))
+    _attach(w, p, "r", "with-state")
+    _ask(w, p, "com.microsoft:set-session-state", {"session-id": "with-state", "session-state": b"x"})
+    clock = w.broker.clock
+    before, after = Timestamp(clock.wall_ms(clock.now - 1)), Timestamp(clock.wall_ms(clock.now + 1))
+    ((_, status, body),) = _ask(w, p, "com.microsoft:get-message-sessions", {"last-updated-time": before})
+    assert (status["statusCode"], list(body["sessions-ids"].items)) == (200, ["with-state"])
+    ((_, status, _),) = _ask(w, p, "com.microsoft:get-message-sessions", {"last-updated-time": after})
+    assert status["statusCode"] == 204
+    max_value = Timestamp(253402300799999)  # DateTime.MaxValue: no filter (``_session_browser.py``)
+    ((_, status, body),) = _ask(w, p, "com.microsoft:get-message-sessions", {"last-updated-time": max_value})
+    assert list(body["sessions-ids"].items) == ["with-messages", "with-state"]

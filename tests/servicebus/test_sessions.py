@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage
@@ -150,6 +151,8 @@ def test_list_sessions_with_messages_or_state(client: ServiceBusClient) -> None:
         receiver.session.set_state(b"s")
     assert sorted(client.list_queue_sessions("listed", timeout=10)) == ["second", "with-messages", "with-state"]
     assert list(client.list_queue_sessions("never-used", timeout=10)) == []
+    a_minute_ago = datetime.now(UTC) - timedelta(minutes=1)
+    assert list(client.list_queue_sessions("listed", state_updated_after=a_minute_ago, timeout=10)) == ["with-state"]
 
 
 def test_subscription_sessions(client: ServiceBusClient) -> None:
