@@ -6,7 +6,7 @@ Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servi
 
 - ``peek-message`` (``from-sequence-number``, ``message-count``): the entity's messages (ready, locked by a
   receiver, deferred and scheduled) from that sequence number on, in sequence order, locking nothing; 204 when
-  there are none;
+  there are none; with ``session-id`` (a session receiver's), that session's messages only;
 - ``schedule-message`` (``messages``: each ``message`` encoded, with ``x-opt-scheduled-enqueue-time``): posted
   as a scheduled transfer is, answered with their ``sequence-numbers``;
 - ``cancel-scheduled-message`` (``sequence-numbers``): those still waiting are dropped;
@@ -32,6 +32,7 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.queue import Queue
+from minibroker.broker.session_gate import group_id
 from minibroker.broker.topic import Topic
 from minibroker.engine.connection import ServerConnection
 from minibroker.servicebus import addresses as sb_addresses
@@ -118,6 +119,9 @@ class Management:
             found += [(m.seq, m, sb_messages.SCHEDULED) for m in scheduled if m.seq >= start]
             deferred = self.dispatcher.deferred.get(queue, {})
             found += [(seq, m, sb_messages.DEFERRED) for seq, m in deferred.items() if seq >= start]
+        session_id = body.get("session-id")
+        if isinstance(session_id, str):  # a session receiver peeks at its session's messages only
+            found = [item for item in found if group_id(item[1]) == session_id]
         found.sort(key=lambda item: item[0])
         if not found:
             return sb_management.response(request, sb_management.NO_CONTENT, "No messages to peek")

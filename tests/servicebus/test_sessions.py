@@ -227,3 +227,9 @@ def test_an_entity_configured_without_sessions_refuses_session_receivers(
         (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=2)
         assert (str(message), message.session_id) == ("tagged", "s")
         receiver.complete_message(message)
+
+
+def test_a_session_receiver_peeks_its_own_session(client: ServiceBusClient) -> None:
+    _send(client, "peeked", ("a1", "a"), ("b1", "b"), ("a2", "a"), ("plain", None))
+    with client.get_queue_receiver("peeked", session_id="a", max_wait_time=1) as receiver:
+        assert [str(m) for m in receiver.peek_messages(max_message_count=10, timeout=10)] == ["a1", "a2"]
