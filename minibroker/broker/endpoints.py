@@ -79,6 +79,7 @@ from minibroker.engine.events import (
     TransferDiscarded,
     TransferReceived,
 )
+from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus.entities import key as entity_key
@@ -359,14 +360,16 @@ class Endpoints:
             return None
         queue = consumer.queue
         namespace = queue.namespace if queue.namespace is not None else self.nodes.default
-        configured = namespace.servicebus_entities.get(entity_key(servicebus_entity(queue)))
+        path = servicebus_entity(queue)
+        configured = namespace.servicebus_entities.get(entity_key(path))
         if isinstance(requested, sb_sessions.NotRequested):
             if configured is not None and configured.requires_session:
                 return sb_sessions.error(
                     sb_sessions.NOT_ALLOWED,
                     "It is not possible for an entity that requires sessions to create a non-sessionful receiver",
                 )
-            if configured is None and consumer.selector is None:
+            dead_letters = entity_key(path).endswith(entity_key("/" + sb_addresses.DEAD_LETTER_QUEUE))
+            if configured is None and consumer.selector is None and not dead_letters:  # (a DLQ has no sessions)
                 consumer.selector = SessionGate(None)
             return None
         if configured is not None and not configured.requires_session:

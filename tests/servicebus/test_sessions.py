@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.exceptions import (
     OperationTimeoutError,
     ServiceBusError,
@@ -233,3 +233,15 @@ def test_a_session_receiver_peeks_its_own_session(client: ServiceBusClient) -> N
     _send(client, "peeked", ("a1", "a"), ("b1", "b"), ("a2", "a"), ("plain", None))
     with client.get_queue_receiver("peeked", session_id="a", max_wait_time=1) as receiver:
         assert [str(m) for m in receiver.peek_messages(max_message_count=10, timeout=10)] == ["a1", "a2"]
+
+
+def test_dead_lettered_session_messages_reach_the_dead_letter_receiver(client: ServiceBusClient) -> None:
+    _send(client, "doomed", ("d1", "d"))
+    with client.get_queue_receiver("doomed", session_id="d", max_wait_time=2) as receiver:
+        (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=2)
+        receiver.dead_letter_message(message, reason="bad", error_description="very bad")
+    # a dead-letter queue has no sessions: its plain receiver gets the message, session id and all
+    with client.get_queue_receiver("doomed", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=2) as dlq:
+        (dead,) = dlq.receive_messages(max_message_count=1, max_wait_time=2)
+        assert (str(dead), dead.session_id, dead.dead_letter_reason) == ("d1", "d", "bad")
+        dlq.complete_message(dead)
