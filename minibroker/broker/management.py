@@ -33,6 +33,7 @@ from minibroker.broker.namespace import Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.queue import Queue
 from minibroker.broker.session_gate import group_id
+from minibroker.broker.sessions import missing_session
 from minibroker.broker.topic import Topic
 from minibroker.engine.connection import ServerConnection
 from minibroker.servicebus import addresses as sb_addresses
@@ -144,9 +145,14 @@ class Management:
             if message.malformed is not None:
                 return sb_management.response(request, sb_management.BAD_REQUEST, f"a message: {message.malformed}")
             self.dispatcher.arrive(message)
-            refusal = self.dispatcher.inject(node, message)
+            requires_session = isinstance(node, Queue) and entity_properties(node).requires_session
+            missing = missing_session(requires_session, message)
+            refusal = missing or self.dispatcher.inject(node, message)
             if refusal is not None:
-                return sb_management.response(request, sb_management.BAD_REQUEST, str(refusal.description))
+                condition = str(missing.condition) if missing is not None else None  # (not retried by the SDK)
+                return sb_management.response(
+                    request, sb_management.BAD_REQUEST, str(refusal.description), condition=condition
+                )
             numbers.append(message.seq)
         return sb_management.response(request, sb_management.OK, "OK", sb_management.sequence_numbers_value(numbers))
 
@@ -262,7 +268,7 @@ class Management:
         session_id = body.get("session-id")
         problem = sb_sessions.id_problem(session_id)
         if problem is not None:
-            return sb_management.response(request, sb_management.BAD_REQUEST, f"session-id: {problem}")
+            return _argument_error(request, f"session-id: {problem}")
         assert isinstance(session_id, str)
         holders = self.dispatcher.consumers_of(conn)
         if queue is None or sessions.holder(queue, session_id) not in holders:
@@ -282,16 +288,14 @@ class Management:
             return sb_management.response(request, sb_management.OK, "OK", value)
         state = body.get("session-state")
         if state is not None and not isinstance(state, bytes | bytearray):
-            return sb_management.response(
-                request, sb_management.BAD_REQUEST, f"session-state is binary or null, not {type(state).__name__}"
-            )
+            return _argument_error(request, f"session-state is binary or null, not {type(state).__name__}")
         sessions.set_state(queue, session_id, bytes(state) if state is not None else None)
         return sb_management.response(request, sb_management.OK, "OK")
 
     def _list_sessions(self, request: Request, queue: Queue | None, body: dict[str, Any]) -> bytes:
         skip, top = body.get("skip", 0), body.get("top", _LIST_PAGE)
         if not _count(skip) or not _count(top):
-            return sb_management.response(request, sb_management.BAD_REQUEST, "skip and top are counts (ints >= 0)")
+            return _argument_error(request, "skip and top are counts (ints >= 0)")
         since = sb_sessions.listing_since(body.get("last-updated-time"))
         after = self.clock.from_wall_ms(since) if since is not None else None
         listed = self.dispatcher.sessions.listed(queue, after) if queue is not None else []
@@ -311,6 +315,11 @@ _SESSION_OPERATIONS = frozenset(
     }
 )
 _LIST_PAGE = 100  # sessions answered at most per get-message-sessions (the SDKs ask for 100)
+
+
+def _argument_error(request: Request, description: str) -> bytes:
+    """A 400 answer with ``com.microsoft:argument-error``, which the SDK raises at once (not retried)."""
+    return sb_management.response(request, sb_management.BAD_REQUEST, description, condition=sb_sessions.ARGUMENT_ERROR)
 
 
 def _count(value: Any) -> bool:

@@ -29,6 +29,8 @@ SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
 TIMEOUT = "com.microsoft:timeout"
 NOT_ALLOWED = "amqp:not-allowed"
 INVALID_FIELD = "amqp:invalid-field"
+ARGUMENT_ERROR = "com.microsoft:argument-error"
+"""A request's bad field (``_common/constants.py`` ``ERROR_CODE_ARGUMENT_ERROR``: not retried by the SDK)."""
 
 RENEW_SESSION_LOCK = "com.microsoft:renew-session-lock"
 GET_SESSION_STATE = "com.microsoft:get-session-state"

@@ -223,10 +223,10 @@ def test_session_state_operations() -> None:
     assert body == {"session-state": b"\x00\x01"}
     for bad in ("text", 7, [b"x"]):
         ((_, status, _),) = _ask(w, p, "com.microsoft:set-session-state", {"session-id": "s", "session-state": bad})
-        assert status["statusCode"] == 400
+        assert (status["statusCode"], status["errorCondition"]) == (400, "com.microsoft:argument-error")
     for bad_id in (None, 3, "", "y" * 129):
         ((_, status, _),) = _ask(w, p, "com.microsoft:get-session-state", {"session-id": bad_id})
-        assert status["statusCode"] == 400
+        assert (status["statusCode"], status["errorCondition"]) == (400, "com.microsoft:argument-error")
     ((_, status, body),) = _ask(w, p, "com.microsoft:get-session-state", {"session-id": "s"})
     assert body == {"session-state": b"\x00\x01"}  # (the bad requests changed nothing)
 
@@ -255,7 +255,7 @@ def test_get_message_sessions_pages() -> None:
     assert list(body["sessions-ids"].items) == ["c"]
     for bad in ({"skip": Int(-1)}, {"top": "ten"}, {"skip": True}):
         ((_, status, _),) = _ask(w, p, "com.microsoft:get-message-sessions", bad)
-        assert status["statusCode"] == 400
+        assert (status["statusCode"], status["errorCondition"]) == (400, "com.microsoft:argument-error")
 
 
 def test_requires_session_refusals() -> None:

@@ -205,6 +205,8 @@ def test_requires_session_refuses_plain_receivers_and_messages(
         client.get_queue_receiver("strict", max_wait_time=1) as receiver,
     ):
         receiver.receive_messages(max_message_count=1, max_wait_time=1)
+    with pytest.raises(ServiceBusError), client.get_queue_sender("strict") as sender:
+        sender.schedule_messages(ServiceBusMessage("no session"), datetime.now(UTC) + timedelta(hours=1))
     _send(client, "strict", ("ok", "s"))
     with client.get_queue_receiver("strict", session_id="s", max_wait_time=2) as receiver:
         (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=2)
