@@ -31,6 +31,7 @@ from minibroker.broker.topic import shared_subscription_name
 from minibroker.engine.endpoints import Link
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import eventhubs as sb_eventhubs
+from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus import via as sb_via
 
 if TYPE_CHECKING:
@@ -154,6 +155,9 @@ class AttachConsumer:
     """The rcv-settle-mode we answer with and follow (None: the peer's)."""
     missing: Error | None = None
     """When set, a node that does not exist is not created: the attach is refused with this error."""
+    session: str | sb_sessions.NotRequested | None = sb_sessions.NOT_REQUESTED
+    """A Service Bus session receiver's session filter: the session id, None for the next available one
+    (``minibroker.servicebus.sessions``)."""
 
 
 @dataclass(frozen=True)
@@ -339,6 +343,9 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
     default_outcome = source.default_outcome
     if not isinstance(default_outcome, Released | Modified | Rejected | Accepted):
         default_outcome = RELEASED
+    session = sb_sessions.requested(source.filter) if context.personality.servicebus else sb_sessions.NOT_REQUESTED
+    if isinstance(session, Error):
+        return Refuse(session)
     return AttachConsumer(
         source=source,
         name=name,
@@ -351,6 +358,7 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
         subscription=_subscription(link, source, context),
         rcv_settle_mode=_rcv_settle_answer(link, context.personality),
         missing=_missing(context.personality, name) if name is not None else None,
+        session=session,
     )
 
 

@@ -47,13 +47,16 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
+from minibroker.broker.session_gate import SessionGate
+from minibroker.broker.sessions import SessionLock, Sessions, Waiter
 from minibroker.broker.timers import Due, Expiry, Lock, TimerKind, Timers
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection
-from minibroker.engine.endpoints import IncomingDelivery
+from minibroker.engine.endpoints import IncomingDelivery, LinkState
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import rules as sb_rules
+from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus.entities import DEFAULT, EntityProperties
 
 if TYPE_CHECKING:
@@ -89,8 +92,12 @@ def selector_fields(message: Message, limit: int | None = None) -> MessageFields
     return fields
 
 
-def selects(selector: Selector | None, message: Message) -> bool:
-    return selector is None or selector.matches(selector_fields(message, selector.max_properties_size))
+def selects(selector: Selector | SessionGate | None, message: Message) -> bool:
+    if selector is None:
+        return True
+    if isinstance(selector, SessionGate):  # a Service Bus receiver: by the message's session (``sessions.py``)
+        return selector.admits(message)
+    return selector.matches(selector_fields(message, selector.max_properties_size))
 
 
 def _subscription_selects(subscription: Any, message: Message) -> bool:
@@ -129,6 +136,11 @@ def entity_properties(queue: Queue) -> EntityProperties:
     """The Service Bus properties of the entity behind ``queue`` (``minibroker.servicebus.entities``)."""
     namespace = queue.namespace
     return namespace.entity_properties(servicebus_entity(queue)) if namespace is not None else DEFAULT
+
+
+def _attaching(consumer: Consumer) -> bool:
+    """Whether ``consumer``'s attach still waits for the broker's answer (a receiver waiting for a session)."""
+    return consumer.link.state is LinkState.ATTACHING
 
 
 class Acquirer(Protocol):
@@ -185,6 +197,8 @@ class Dispatcher:
         self.injection = Injection()
         """Fault injection (set by the core): point ``deliver``."""
         self._late: dict[int, Message] = {}  # messages a ``delay`` fault held back (by id), sent once it is over
+        self.sessions = Sessions(clock, self.timers, new_deadline)
+        """Service Bus sessions: who holds which, their locks and states (``sessions.py``)."""
         self.deferred: dict[Queue, dict[int, Message]] = {}
         """Messages a Service Bus receiver deferred, per queue by sequence number: set aside, never redelivered
         (receive-by-sequence-number, to come, is to fetch them); they go with their queue."""
@@ -437,8 +451,11 @@ class Dispatcher:
         self._by_conn.setdefault(consumer.conn, set()).add(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        """``consumer`` is gone (its unsettled deliveries are someone else's to finish)."""
+        """``consumer`` is gone (its unsettled deliveries are someone else's to finish); a Service Bus session
+        receiver gives its session up at once."""
         self._leave_group(consumer)
+        if consumer.servicebus:
+            self.sessions.release(consumer)
         self._unstop(consumer)
         consumers = self._by_conn.get(consumer.conn)
         if consumers is not None:
@@ -498,6 +515,7 @@ class Dispatcher:
     def queue_deleted(self, queue: Queue) -> None:
         """``queue`` is gone: its consumers, stopped ones included, are detached with ``amqp:resource-deleted``."""
         self.deferred.pop(queue, None)
+        self.sessions.queue_gone(queue)
         group = self._groups.pop(queue, None)
         consumers = [*group.consumers, *group.browsers] if group is not None else []
         consumers += self._stopped.pop(queue, ())
@@ -512,7 +530,10 @@ class Dispatcher:
             self.dispatch(queue)
 
     def dispatch(self, queue: Queue) -> None:
-        """Send ready messages of ``queue`` to consumers with credit."""
+        """Send ready messages of ``queue`` to consumers with credit (and sessions to Service Bus receivers
+        waiting for one)."""
+        if self.sessions.waiting and queue in self.sessions.waiting:
+            self.sessions.offer(queue, entity_properties(queue).lock_duration, _attaching)
         group = self._groups.get(queue)
         if group is None:
             return
@@ -644,8 +665,12 @@ class Dispatcher:
         if not consumer.servicebus:
             payload = message.encoded()
         else:
-            locked_until = self.clock.now + entity_properties(consumer.queue).lock_duration
-            payload = self._servicebus_payload(message, locked_until)
+            session = self.sessions.lock_of(consumer)
+            if session is not None:  # a session's messages are locked with their session, not each on its own
+                payload = self._servicebus_payload(message, session.until)
+            else:
+                locked_until = self.clock.now + entity_properties(consumer.queue).lock_duration
+                payload = self._servicebus_payload(message, locked_until)
         delivery = conn.deliver(consumer.link, payload, settled=presettled, state=state)
         self.outbox.touch(conn)
         if state is not None:
@@ -700,6 +725,12 @@ class Dispatcher:
         receiver's late settlement of it is answered ``com.microsoft:message-lock-lost`` (``Coordinator``)."""
         dispatched = lock.holder
         lock.holder = None  # (out of the heap already)
+        if isinstance(dispatched, SessionLock):
+            self._session_lost(dispatched)
+            return
+        if isinstance(dispatched, Waiter):
+            self.sessions.timed_out(dispatched)
+            return
         if not isinstance(dispatched, Dispatched) or dispatched.lock is not lock:
             return
         dispatched.lock = None
@@ -707,6 +738,22 @@ class Dispatcher:
         if consumer.unsettled.get(dispatched.delivery) is not dispatched or self.acquirer.holds(dispatched):
             return  # settled meanwhile, or a transaction decides its fate
         self.finish(dispatched, _LOCK_LOST_OUTCOME)
+        self.dispatch(consumer.queue)
+
+    def _session_lost(self, lock: SessionLock) -> None:
+        """A Service Bus session lock ran out: the session is let go, the messages out on its receiver go back (a
+        delivery counted, as for a peek-lock) unless a transaction holds them, and the receiver's link is detached
+        with ``com.microsoft:session-lock-lost`` (``SessionLockLostError`` in the SDK, also for a late settlement).
+        """
+        if not self.sessions.expired(lock):
+            return  # released or renewed meanwhile
+        consumer = lock.consumer
+        self._leave_group(consumer)
+        for dispatched in list(consumer.unsettled.values()):
+            if not self.acquirer.holds(dispatched):
+                self.finish(dispatched, _LOCK_LOST_OUTCOME)
+        consumer.conn.detach(consumer.link, sb_sessions.lock_lost(lock.session_id))
+        self.outbox.touch(consumer.conn)
         self.dispatch(consumer.queue)
 
     def _deliver_fault(self, consumer: Consumer, message: Message) -> bool:

@@ -33,7 +33,7 @@ from typing import Any
 from minibroker.amqp import definitions
 from minibroker.amqp.definitions import Error, Modified, Rejected, Source, Target, TransactionalState
 from minibroker.amqp.errors import Condition, error
-from minibroker.amqp.types import Symbol, Timestamp
+from minibroker.amqp.types import Long, Symbol, Timestamp
 from minibroker.broker.attach import (
     OUTCOMES,
     AttachCheck,
@@ -53,7 +53,7 @@ from minibroker.broker.attach import (
 from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
-from minibroker.broker.dispatch import ACCEPTED, Dispatcher, servicebus_entity
+from minibroker.broker.dispatch import ACCEPTED, Dispatcher, entity_properties, servicebus_entity
 from minibroker.broker.eventhubs import EventHubs, Reader, Writer
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
@@ -66,6 +66,8 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
 from minibroker.broker.queue import Queue
 from minibroker.broker.services import ServiceLink, Services
+from minibroker.broker.session_gate import SessionGate
+from minibroker.broker.sessions import SessionLock, Waiter, missing_session
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import Deferred
@@ -79,8 +81,11 @@ from minibroker.engine.events import (
     TransferDiscarded,
     TransferReceived,
 )
+from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
+from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus import via as sb_via
+from minibroker.servicebus.entities import key as entity_key
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
 Linked = Consumer | Producer | Controller | CheckLink | ServiceLink | Writer | Reader
@@ -92,6 +97,10 @@ def _transactional(delivery: IncomingDelivery) -> bool:
     return isinstance(delivery.state, TransactionalState) or (
         bool(delivery.earlier_states) and bool(named_transactions(delivery))
     )
+
+
+_LONGEST_SESSION_WAIT = 60.0
+"""Seconds a receiver waits at most for the next available session (Service Bus's default operation time-out)."""
 
 
 class Endpoints:
@@ -128,6 +137,8 @@ class Endpoints:
         self.management = Management(nodes, dispatcher, self.clock, self._servicebus_arrival)
         self.event_hubs = EventHubs(outbox, self.clock, self._top_up)
         """Event hubs of the ``servicebus`` personality (``eventhubs.py``)."""
+        dispatcher.sessions.granted = self._session_granted
+        dispatcher.sessions.wait_over = self._session_wait_over
         self.services = Services(
             outbox, self.management.answer, self.settings.sas_keys, self.clock, read=self.event_hubs.read
         )
@@ -272,15 +283,36 @@ class Endpoints:
         if source.dynamic:
             consumer.owned_node = node
         servicebus = consumer.servicebus = self.nodes.personality_of(conn).servicebus
+        session = self._servicebus_session(consumer, decision.session) if servicebus else None
+        if isinstance(session, Error):
+            wait = self._session_wait(link) if str(session.condition) == sb_sessions.TIMEOUT else 0.0
+            if wait > 0:  # the next available session: its attach waits for one (``sessions.py``)
+                self.dispatcher.sessions.wait(consumer, decision, self.clock.now + wait)
+            else:
+                self._refuse_consumer(consumer, session)
+            return
+        self._accept_consumer(consumer, decision, session)
+
+    def _accept_consumer(self, consumer: Consumer, decision: AttachConsumer, session: SessionLock | None) -> None:
+        """Answer a consumer's attach and let it take messages (with ``session``: a Service Bus session receiver,
+        the filter echoed with its session, the lock's end in .NET ticks: ``minibroker.servicebus.sessions``)."""
+        conn, link, source = consumer.conn, consumer.link, decision.source
+        filters, properties = decision.filters, None
+        if session is not None:
+            filters = {**(filters or {}), Symbol(sb_sessions.SESSION_FILTER): session.session_id}
+            ticks = sb_sessions.dotnet_ticks(self.clock.wall_ms(session.until))
+            properties = {Symbol(sb_sessions.LOCKED_UNTIL_UTC): Long(ticks)}
+        browse = consumer.browser
+        node = consumer.owned_node
         reply = Source(
-            address=node.name if source.dynamic else source.address,
+            address=node.name if node is not None else source.address,
             durable=source.durable,
             expiry_policy=source.expiry_policy,
             timeout=source.timeout,
             dynamic=source.dynamic,
             dynamic_node_properties=source.dynamic_node_properties,
             distribution_mode=Symbol("copy" if browse else "move"),
-            filter=decision.filters,
+            filter=filters,
             default_outcome=decision.default_outcome,
             outcomes=OUTCOMES,
             capabilities=source.capabilities,
@@ -289,12 +321,82 @@ class Endpoints:
             link,
             source=reply,
             target=link.target,
+            properties=properties,
             context=consumer,
             rcv_settle_mode=decision.rcv_settle_mode,
-            lock_tokens=servicebus,
+            lock_tokens=consumer.servicebus,
         )
         self.dispatcher.add_consumer(consumer)
         self.dispatcher.dispatch(consumer.queue)
+
+    def _refuse_consumer(self, consumer: Consumer, refusal: Error) -> None:
+        """Refuse a consumer's attach after its subscription was taken (then the link is not counted on it)."""
+        queue = consumer.queue
+        if isinstance(queue, Subscription):
+            queue.links -= 1
+            self._count_topic_link(consumer.conn, -1)
+        if consumer.link.state is LinkState.ATTACHING:
+            consumer.conn.refuse_attach(consumer.link, refusal)
+            self.outbox.touch(consumer.conn)
+
+    @staticmethod
+    def _session_wait(link: Link) -> float:
+        """How long a receiver asking for the next available session waits for one, in seconds: what its attach's
+        ``com.microsoft:timeout`` property says (ms; the SDK sends its ``max_wait_time``), at most a minute; 0
+        when it says nothing (then it is answered at once)."""
+        properties = link.attach.properties
+        wanted = properties.get(Symbol(sb_sessions.TIMEOUT)) if isinstance(properties, dict) else None
+        if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted <= 0:
+            return 0.0
+        return min(wanted / 1000, _LONGEST_SESSION_WAIT)
+
+    def _session_granted(self, waiter: Waiter, session: SessionLock) -> None:
+        """A receiver waiting for the next available session got one: its attach is answered now (on its own
+        connection, which may be another than the one whose message made the session available)."""
+        consumer = waiter.consumer
+        consumer.selector = SessionGate(session.session_id)
+        assert isinstance(waiter.context, AttachConsumer)
+        self._accept_consumer(consumer, waiter.context, session)
+        self.outbox.touch(consumer.conn)
+
+    def _session_wait_over(self, waiter: Waiter) -> None:
+        """A receiver waited in vain for a session (or its link went away meanwhile)."""
+        err = sb_sessions.error(sb_sessions.TIMEOUT, "no session became available in the time the receiver waits")
+        self._refuse_consumer(waiter.consumer, err)
+
+    def _servicebus_session(
+        self, consumer: Consumer, requested: str | sb_sessions.NotRequested | None
+    ) -> SessionLock | Error | None:
+        """A Service Bus receiver's session (``sessions.py``): the lock of the session it asked for (or of the next
+        available one), None for a plain receiver, or why its attach is refused. As Service Bus: an entity that
+        requires sessions refuses plain receivers, one configured without sessions refuses session receivers (both
+        ``amqp:not-allowed``). On an entity nobody configured both kinds are welcome, and a plain receiver gets
+        only the messages without a session id."""
+        if consumer.browser:
+            return None
+        queue = consumer.queue
+        namespace = queue.namespace if queue.namespace is not None else self.nodes.default
+        path = servicebus_entity(queue)
+        configured = namespace.servicebus_entities.get(entity_key(path))
+        if isinstance(requested, sb_sessions.NotRequested):
+            if configured is not None and configured.requires_session:
+                return sb_sessions.error(
+                    sb_sessions.NOT_ALLOWED,
+                    "It is not possible for an entity that requires sessions to create a non-sessionful receiver",
+                )
+            dead_letters = entity_key(path).endswith(entity_key("/" + sb_addresses.DEAD_LETTER_QUEUE))
+            if configured is None and consumer.selector is None and not dead_letters:  # (a DLQ has no sessions)
+                consumer.selector = SessionGate(None)
+            return None
+        if configured is not None and not configured.requires_session:
+            return sb_sessions.error(
+                sb_sessions.NOT_ALLOWED,
+                "A sessionful receiver cannot be created on an entity that does not require sessions",
+            )
+        claimed = self.dispatcher.sessions.claim(consumer, requested, entity_properties(queue).lock_duration)
+        if isinstance(claimed, SessionLock):
+            consumer.selector = SessionGate(claimed.session_id)
+        return claimed
 
     def _dynamic_node(self, conn: ServerConnection, link: Link, action: str, capabilities: Any) -> Node | None:
         """A dynamic node for ``link``, when its user may ``action`` ("receive" for a dynamic source, "send" for
@@ -565,6 +667,11 @@ class Endpoints:
         else:
             self.dispatcher.arrive(message)
         target: Node | Deferred | None = context.node
+        if context.servicebus and isinstance(target, Queue):
+            refusal = missing_session(entity_properties(target).requires_session, message)
+            if refusal is not None:
+                self._refuse_post(conn, context.link, delivery, message, transactional, refusal)
+                return
         if target is None:  # the anonymous relay routes by ``to`` (an exchange by its routing key)
             to = message.to if context.route is None else context.route
             unreadable = message.undecodable_properties() if to is None else None
@@ -628,6 +735,12 @@ class Endpoints:
                 refusal = refusal or error(Condition.DECODE_ERROR, f"a message of the batch: {message.malformed}")
                 continue
             self.dispatcher.servicebus_arrive(node, message)
+            missing = (
+                missing_session(entity_properties(node).requires_session, message) if isinstance(node, Queue) else None
+            )
+            if missing is not None:
+                refusal = refusal or missing
+                continue
             refusal = self.dispatcher.inject(node, message) or refusal
         self.outbox.answer_now(conn, event.delivery, ACCEPTED if refusal is None else Rejected(error=refusal))
         self._top_up(conn, producer.link)

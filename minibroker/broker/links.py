@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from minibroker.broker.namespace import Node
     from minibroker.broker.queue import Queue, Scan
     from minibroker.broker.selector import Selector
+    from minibroker.broker.session_gate import SessionGate
     from minibroker.broker.timers import Lock
 
 RELEASED = Released()
@@ -55,7 +56,7 @@ class Consumer:
         queue: Queue,
         default_outcome: Outcome,
         *,
-        selector: Selector | None = None,
+        selector: Selector | SessionGate | None = None,
         browser: bool = False,
     ) -> None:
         self.conn = conn
@@ -63,7 +64,8 @@ class Consumer:
         self.queue = queue
         self.default_outcome = default_outcome
         """The source's default outcome (§3.5.3): what a delivery settled without an outcome gets."""
-        self.selector = selector  # a queue consumer's JMS selector (a subscription holds its own)
+        self.selector = selector
+        """A queue consumer's JMS selector (a subscription holds its own); a Service Bus receiver's session gate."""
         self.browser = browser  # distribution-mode copy (§3.5.7): sees messages without acquiring them
         self.cursor: tuple[int, int] | None = None  # a browser's position in the queue's delivery order
         self.scan: Scan | None = None  # how far it has looked for a message it may take (matching dispatch)

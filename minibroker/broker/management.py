@@ -6,7 +6,7 @@ Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servi
 
 - ``peek-message`` (``from-sequence-number``, ``message-count``): the entity's messages (ready, locked by a
   receiver, deferred and scheduled) from that sequence number on, in sequence order, locking nothing; 204 when
-  there are none;
+  there are none; with ``session-id`` (a session receiver's), that session's messages only;
 - ``schedule-message`` (``messages``: each ``message`` encoded, with ``x-opt-scheduled-enqueue-time``): posted
   as a scheduled transfer is, answered with their ``sequence-numbers``;
 - ``cancel-scheduled-message`` (``sequence-numbers``): those still waiting are dropped;
@@ -20,6 +20,10 @@ Operations (as the Python SDK sends them, ``_servicebus_receiver.py`` / ``_servi
   ``resource-limit-exceeded`` past 2000 rules), ``remove-rule``
   (``rule-name``; 404 ``amqp:not-found`` for an unknown one), ``enumerate-rules`` (``skip``, ``top``: ``rules``,
   each a map with its ``rule-description``; 204 when there are none).
+- the session operations (``minibroker.servicebus.sessions``; the sessions themselves are ``sessions.py``):
+  ``renew-session-lock``, ``get-session-state`` and ``set-session-state`` on a session one of the requesting
+  connection's receivers holds (410 ``session-lock-lost`` otherwise), ``get-message-sessions`` (``skip``,
+  ``top``, ``last-updated-time``; 204 when there are none).
 """
 
 from __future__ import annotations
@@ -35,12 +39,15 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC, Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.queue import Queue
+from minibroker.broker.session_gate import group_id
+from minibroker.broker.sessions import missing_session
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import management as sb_management
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import rules as sb_rules
+from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus.cbs import Request, read_request
 
 
@@ -81,6 +88,8 @@ class Management:
         if operation in _RULE_OPERATIONS:
             return self._rules(request, operation, self._subscription(conn, entity), body)
         queue = self._queue(conn, entity)
+        if operation in _SESSION_OPERATIONS:
+            return self._session_operation(conn, request, operation, queue, body)
         if operation == sb_management.PEEK:
             return self._peek(request, queue, body)
         if operation == sb_management.CANCEL_SCHEDULED:
@@ -135,6 +144,9 @@ class Management:
             found += [(m.seq, m, sb_messages.SCHEDULED) for m in scheduled if m.seq >= start]
             deferred = self.dispatcher.deferred.get(queue, {})
             found += [(seq, m, sb_messages.DEFERRED) for seq, m in deferred.items() if seq >= start]
+        session_id = body.get("session-id")
+        if isinstance(session_id, str):  # a session receiver peeks at its session's messages only
+            found = [item for item in found if group_id(item[1]) == session_id]
         found.sort(key=lambda item: item[0])
         if not found:
             return sb_management.response(request, sb_management.NO_CONTENT, "No messages to peek")
@@ -158,9 +170,14 @@ class Management:
             if message.malformed is not None:
                 return sb_management.response(request, sb_management.BAD_REQUEST, f"a message: {message.malformed}")
             self.dispatcher.servicebus_arrive(node, message)
-            refusal = self.dispatcher.inject(node, message)
+            requires_session = isinstance(node, Queue) and entity_properties(node).requires_session
+            missing = missing_session(requires_session, message)
+            refusal = missing or self.dispatcher.inject(node, message)
             if refusal is not None:
-                return sb_management.response(request, sb_management.BAD_REQUEST, str(refusal.description))
+                condition = str(missing.condition) if missing is not None else None  # (not retried by the SDK)
+                return sb_management.response(
+                    request, sb_management.BAD_REQUEST, str(refusal.description), condition=condition
+                )
             numbers.append(message.seq)
         return sb_management.response(request, sb_management.OK, "OK", sb_management.sequence_numbers_value(numbers))
 
@@ -284,6 +301,14 @@ class Management:
         status = body.get("disposition-status")
         for token in sb_management.items(body.get("lock-tokens")):
             held = self.locked.get(token) if isinstance(token, uuid.UUID) else None
+            if held is None and "session-id" in body:
+                # a session receiver settles here once its link is gone: its session lock was lost
+                return sb_management.response(
+                    request,
+                    sb_management.GONE,
+                    f"the session of lock token {token} is not locked by this client",
+                    condition=sb_sessions.SESSION_LOCK_LOST,
+                )
             if held is None:
                 return sb_management.response(
                     request,
@@ -311,6 +336,74 @@ class Management:
             else:  # abandoned (or deferred again): it stays deferred, its lock given up
                 del self.locked[token]
         return sb_management.response(request, sb_management.OK, "OK")
+
+    # -- sessions ---------------------------------------------------------------------------------------
+    def _session_operation(
+        self, conn: ServerConnection, request: Request, operation: str, queue: Queue | None, body: dict[str, Any]
+    ) -> bytes:
+        """A session operation (``_servicebus_session.py``, ``_session_browser.py``) on ``queue``'s sessions."""
+        sessions = self.dispatcher.sessions
+        if operation == sb_sessions.GET_MESSAGE_SESSIONS:
+            return self._list_sessions(request, queue, body)
+        session_id = body.get("session-id")
+        problem = sb_sessions.id_problem(session_id)
+        if problem is not None:
+            return _argument_error(request, f"session-id: {problem}")
+        assert isinstance(session_id, str)
+        holders = self.dispatcher.consumers_of(conn)
+        if queue is None or sessions.holder(queue, session_id) not in holders:
+            return sb_management.response(
+                request,
+                sb_management.GONE,
+                f"session {session_id!r} is not locked by this client",
+                condition=sb_sessions.SESSION_LOCK_LOST,
+            )
+        if operation == sb_sessions.RENEW_SESSION_LOCK:
+            until = sessions.renew(queue, session_id, entity_properties(queue).lock_duration, holders)
+            assert until is not None  # (held by one of ``holders``: checked above)
+            value = sb_sessions.expiration_value(self.clock.wall_ms(until))
+            return sb_management.response(request, sb_management.OK, "OK", value)
+        if operation == sb_sessions.GET_SESSION_STATE:
+            value = sb_sessions.state_value(sessions.state(queue, session_id))
+            return sb_management.response(request, sb_management.OK, "OK", value)
+        state = body.get("session-state")
+        if state is not None and not isinstance(state, bytes | bytearray):
+            return _argument_error(request, f"session-state is binary or null, not {type(state).__name__}")
+        sessions.set_state(queue, session_id, bytes(state) if state is not None else None)
+        return sb_management.response(request, sb_management.OK, "OK")
+
+    def _list_sessions(self, request: Request, queue: Queue | None, body: dict[str, Any]) -> bytes:
+        skip, top = body.get("skip", 0), body.get("top", _LIST_PAGE)
+        if not _count(skip) or not _count(top):
+            return _argument_error(request, "skip and top are counts (ints >= 0)")
+        since = sb_sessions.listing_since(body.get("last-updated-time"))
+        after = self.clock.from_wall_ms(since) if since is not None else None
+        listed = self.dispatcher.sessions.listed(queue, after) if queue is not None else []
+        page = listed[skip : skip + min(top, _LIST_PAGE)]
+        if not page:
+            return sb_management.response(request, sb_management.NO_CONTENT, "No sessions")
+        value = sb_sessions.sessions_value(skip + len(page), page)
+        return sb_management.response(request, sb_management.OK, "OK", value)
+
+
+_SESSION_OPERATIONS = frozenset(
+    {
+        sb_sessions.RENEW_SESSION_LOCK,
+        sb_sessions.GET_SESSION_STATE,
+        sb_sessions.SET_SESSION_STATE,
+        sb_sessions.GET_MESSAGE_SESSIONS,
+    }
+)
+_LIST_PAGE = 100  # sessions answered at most per get-message-sessions (the SDKs ask for 100)
+
+
+def _argument_error(request: Request, description: str) -> bytes:
+    """A 400 answer with ``com.microsoft:argument-error``, which the SDK raises at once (not retried)."""
+    return sb_management.response(request, sb_management.BAD_REQUEST, description, condition=sb_sessions.ARGUMENT_ERROR)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 _RULE_OPERATIONS = frozenset({sb_management.ADD_RULE, sb_management.REMOVE_RULE, sb_management.ENUMERATE_RULES})

@@ -83,7 +83,8 @@ class Due:
 
 class Lock:
     """A Service Bus peek-lock (issue 17 item 5): at ``when`` the delivery ``holder`` (a ``Dispatched``) still
-    unsettled loses its lock. ``cancel`` when it is settled or renewed (the entry is then dead)."""
+    unsettled loses its lock. ``cancel`` when it is settled or renewed (the entry is then dead). Sessions (item 8)
+    use it too: for a session's lock (``sessions.SessionLock``) and a receiver's wait for one (``Waiter``)."""
 
     __slots__ = ("holder", "owner", "when")
 
