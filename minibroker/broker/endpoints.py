@@ -59,7 +59,7 @@ from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.management import Management
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, Node, parse_address
-from minibroker.broker.nodes import Nodes
+from minibroker.broker.nodes import Nodes, servicebus_subscription
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
 from minibroker.broker.queue import Queue
@@ -247,14 +247,15 @@ class Endpoints:
             return
         browse = decision.browse and isinstance(node, Queue)
         if isinstance(node, Topic):
-            refusal = self._subscription_refusal(conn, node, decision.subscription.key)
+            spec = self.nodes.named_subscription(node, decision.subscription)
+            refusal = self._subscription_refusal(conn, node, spec.key)
             if refusal is not None:
                 conn.refuse_attach(link, refusal)
                 if source.dynamic:
                     self.delete_node(node)
                 return
             no_local = conn if decision.no_local else None
-            subscription = self.nodes.subscribe(node, decision.subscription, decision.selector, no_local)
+            subscription = self.nodes.subscribe(node, spec, decision.selector, no_local)
             consumer = Consumer(conn, link, subscription, decision.default_outcome)
             self._count_topic_link(conn, 1)
         else:
@@ -435,7 +436,9 @@ class Endpoints:
         if isinstance(queue, Subscription):
             self._count_topic_link(consumer.conn, -1)
             queue.links -= 1
-            if queue.links <= 0 and (not queue.durable or closed):
+            # Service Bus: the SDKs close a receiver (closed=true); its subscription, an entity, stays
+            ending = not queue.durable or (closed and not servicebus_subscription(queue.topic, queue.key))
+            if queue.links <= 0 and ending:
                 self.nodes.unsubscribe(queue)
                 if consumer.owned_node is None:  # a dynamic topic goes with its link, below
                     return

@@ -98,11 +98,9 @@ class Management:
         if isinstance(node, Topic):
             if named is None:
                 return None
-            wanted = named[1].lower()
-            found = next((s for key, s in node.subscriptions.items() if key[1].lower() == wanted), None)
-            if found is None:
-                found = self.nodes.subscribe(node, SubscriptionSpec.servicebus(named[1]), None, None, link=False)
-            return found
+            spec = self.nodes.named_subscription(node, SubscriptionSpec.servicebus(named[1]))
+            found = node.subscriptions.get(spec.key)
+            return found or self.nodes.subscribe(node, spec, None, None, link=False)
         return node
 
     # -- peek ---------------------------------------------------------------------------------------------
