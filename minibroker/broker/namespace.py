@@ -62,7 +62,8 @@ class Namespace:
         found = self.queues.get(name) or self.topics.get(name)
         if found is None and self.personality.servicebus:
             wanted = key(name)
-            found = next((n for n in [*self.queues.values(), *self.topics.values()] if key(n.name) == wanted), None)
+            nodes: list[Node] = [*self.queues.values(), *self.topics.values()]
+            found = next((n for n in nodes if key(n.name) == wanted), None)
         return found
 
     def remove(self, node: Node) -> None:

@@ -48,7 +48,13 @@ def _signed(resource: str, expiry: int = 1_900_000_000) -> str:
 
 @pytest.mark.parametrize(
     "resource",
-    [AUDIENCE, "sb://127.0.0.1:5672/", "sb://127.0.0.1:5672", "sb://127.0.0.1:5672/ORDERS", "http://127.0.0.1:5672/orders"],
+    [
+        AUDIENCE,
+        "sb://127.0.0.1:5672/",
+        "sb://127.0.0.1:5672",
+        "sb://127.0.0.1:5672/ORDERS",
+        "http://127.0.0.1:5672/orders",
+    ],
 )
 def test_a_token_for_the_namespace_or_the_entity_is_accepted(resource: str) -> None:
     assert _status(_signed(resource))[0] == 202

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.exceptions import MessageLockLostError
 
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
 from tests.servicebus.conftest import connection_string
@@ -168,3 +169,20 @@ def test_a_declared_subscription_outlives_its_first_receiver(declared: ThreadedB
             (message,) = second.receive_messages(max_message_count=1, max_wait_time=5)
             assert str(message) == "kept"
             second.complete_message(message)
+
+
+def test_ttl_passed_while_locked_expires_once_when_the_lock_runs_out(declared: ThreadedBroker) -> None:
+    """The lock (60 s) runs out after the ttl (10 s) passed: the message is dead-lettered once
+    (TTLExpiredException), never delivered again, and the old lock's completion fails."""
+    with _client(declared) as client:
+        with client.get_queue_sender("expiring") as sender:
+            sender.send_messages(ServiceBusMessage("t"))
+        with client.get_queue_receiver("Expiring") as receiver:
+            (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            declared.clock.advance(61)
+            assert _bodies(receiver) == []
+            with pytest.raises(MessageLockLostError):
+                receiver.complete_message(message)
+        with client.get_queue_receiver("EXPIRING", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
+            got = dlq.receive_messages(max_message_count=10, max_wait_time=2)
+            assert [(str(m), m.dead_letter_reason) for m in got] == [("t", "TTLExpiredException")]
