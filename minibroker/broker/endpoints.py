@@ -568,7 +568,9 @@ class Endpoints:
 
     def _servicebus_arrival(self, payload: bytes) -> bytes:
         """A message as a Service Bus entity takes it: ``x-opt-enqueued-time`` annotated, a message-id stamped
-        when it has none (``minibroker.servicebus.messages``). A malformed one is left as it is (then refused)."""
+        when it has none (``minibroker.servicebus.messages``), durable (Service Bus stores every message: with a
+        data directory it is journaled, as the SDKs send it non-durable). A malformed one is left as it is (then
+        refused)."""
         message = Message(payload, limit=self.settings.max_selector_properties_size or None)
         if message.malformed is not None:
             return payload
@@ -578,7 +580,7 @@ class Endpoints:
             hexed = f"{self._sb_ids:032x}"
             message_id = f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
             rest = sb_messages.with_message_id(payload, message.properties_start, message_id)
-        return message.rewritten({"x-opt-enqueued-time": Timestamp(self.clock.wall_ms())}, rest)
+        return message.rewritten({"x-opt-enqueued-time": Timestamp(self.clock.wall_ms())}, rest, durable=True)
 
     def _servicebus_batch(self, conn: ServerConnection, producer: Producer, event: TransferReceived) -> bool:
         """A Service Bus batch (message-format 0x80013700) to a node, outside a transaction: each message in it
