@@ -58,7 +58,7 @@ from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.management import Management
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import QUEUE, Node, parse_address
+from minibroker.broker.namespace import QUEUE, TOPIC, Node, parse_address
 from minibroker.broker.nodes import Nodes, servicebus_subscription
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
@@ -79,6 +79,7 @@ from minibroker.engine.events import (
 )
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import via as sb_via
+from minibroker.servicebus.entities import key as entity_key
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
 Linked = Consumer | Producer | Controller | CheckLink | ServiceLink
@@ -224,7 +225,7 @@ class Endpoints:
         source = decision.source
         if decision.name is not None and self.nodes.personality_of(conn).servicebus:
             entity, first = sb_via.top_level_entity(decision.name), _session_entity(link)
-            if first is not None and first != entity:
+            if first is not None and entity_key(first) != entity_key(entity):
                 conn.refuse_attach(link, sb_via.span_error(first, entity))  # a receive cannot go via ``first``
                 return
         node: Node | None
@@ -237,6 +238,9 @@ class Endpoints:
             found = self._lookup(conn, decision.name, decision.kind, create=decision.missing is None)
         if found is None:
             found = decision.missing or error(Condition.NOT_FOUND, f"no node at address {source.address!r}")
+        elif isinstance(found, Queue) and decision.kind == TOPIC and self.nodes.personality_of(conn).servicebus:
+            # Service Bus: TOPIC/Subscriptions/NAME where TOPIC is a queue names no entity (``attach._resolve``)
+            found = error(Condition.NOT_FOUND, f"{found.name!r} is a queue: no subscription at {source.address!r}")
         if isinstance(found, Error):
             conn.refuse_attach(link, found)
             return

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
-from azure.servicebus.exceptions import MessageLockLostError
+from azure.servicebus.exceptions import MessageLockLostError, MessagingEntityNotFoundError
 
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
 from tests.servicebus.conftest import connection_string
@@ -186,3 +186,15 @@ def test_ttl_passed_while_locked_expires_once_when_the_lock_runs_out(declared: T
         with client.get_queue_receiver("EXPIRING", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
             got = dlq.receive_messages(max_message_count=10, max_wait_time=2)
             assert [(str(m), m.dead_letter_reason) for m in got] == [("t", "TTLExpiredException")]
+
+
+def test_a_queue_has_no_subscriptions(plain: ThreadedBroker) -> None:
+    """``t/Subscriptions/s`` when ``t`` is a queue names nothing: a receiver is refused (not found, raised as the
+    SDK opens it); the queue's own message is not taken through it (test_management_probes: nor peeked)."""
+    with _client(plain) as client:
+        with client.get_queue_sender("t") as sender:
+            sender.send_messages(ServiceBusMessage("q"))
+        with pytest.raises(MessagingEntityNotFoundError), client.get_subscription_receiver("t", "s") as receiver:
+            receiver.receive_messages(max_message_count=1, max_wait_time=2)
+        with client.get_queue_receiver("T") as receiver:
+            assert _bodies(receiver) == ["q"]
