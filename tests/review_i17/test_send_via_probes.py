@@ -79,3 +79,17 @@ def test_via_and_destination_under_other_cases() -> None:
     assert discharge(w, p, txn_id) == (Accepted(), True)
     assert ready(w, "b") == ["one", "two", "three"]
     assert ready(w, "a") == []
+
+
+def test_a_cross_entity_session_receiver_on_its_entity_in_another_case() -> None:
+    """A cross-entity session (coordinator first) whose first sender is on ``A``: a receiver on ``a`` is on the
+    same entity and is taken."""
+    w = world("servicebus")
+    p = peer(w)
+    p.attach_controller("ctl")
+    p.attach_producer("pa", "A")
+    w.settle()
+    p.attach_consumer("ca", "a", presettled=False, default_outcome=None)
+    seen = w.settle()[p]
+    assert seen.attached["ca"].source is not None
+    assert seen.detached == []
