@@ -87,6 +87,7 @@ from minibroker.engine.endpoints import IncomingDelivery, LinkState, OutgoingDel
 from minibroker.engine.events import DeliveryUpdated, TransferReceived
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import via as sb_via
+from minibroker.servicebus.entities import key as entity_key
 
 CONTROLLER_CREDIT = MINIBROKER.controller_credit
 Contain = Callable[[str, Callable[[], None]], bool]
@@ -1251,10 +1252,10 @@ def _commit_failure(personality: Personality, cause: Error, *, refused_post: boo
 
 def _one_entity(txn: Transaction, entity: str) -> Error | None:
     """``Personality.one_entity``: the refusal of work on ``entity`` in ``txn``, which is on the first entity its
-    work touched (``minibroker.servicebus.via``)."""
+    work touched (``minibroker.servicebus.via``), named without regard to case (``entities.key``)."""
     if txn.entity is None:
         txn.entity = entity
-    return None if txn.entity == entity else sb_via.span_error(txn.entity, entity)
+    return None if entity_key(txn.entity) == entity_key(entity) else sb_via.span_error(txn.entity, entity)
 
 
 def _held_back(txn: Transaction) -> list[OutgoingDelivery]:

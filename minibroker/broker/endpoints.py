@@ -60,8 +60,8 @@ from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.management import Management
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import QUEUE, Node, parse_address
-from minibroker.broker.nodes import Nodes
+from minibroker.broker.namespace import QUEUE, TOPIC, Node, parse_address
+from minibroker.broker.nodes import Nodes, is_servicebus_subscription
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
 from minibroker.broker.queue import Queue
@@ -245,7 +245,7 @@ class Endpoints:
         source = decision.source
         if decision.name is not None and self.nodes.personality_of(conn).servicebus:
             entity, first = sb_via.top_level_entity(decision.name), _session_entity(link)
-            if first is not None and first != entity:
+            if first is not None and entity_key(first) != entity_key(entity):
                 conn.refuse_attach(link, sb_via.span_error(first, entity))  # a receive cannot go via ``first``
                 return
         node: Node | None
@@ -258,6 +258,9 @@ class Endpoints:
             found = self._lookup(conn, decision.name, decision.kind, create=decision.missing is None)
         if found is None:
             found = decision.missing or error(Condition.NOT_FOUND, f"no node at address {source.address!r}")
+        elif isinstance(found, Queue) and decision.kind == TOPIC and self.nodes.personality_of(conn).servicebus:
+            # Service Bus: TOPIC/Subscriptions/NAME where TOPIC is a queue names no entity (``attach._resolve``)
+            found = error(Condition.NOT_FOUND, f"{found.name!r} is a queue: no subscription at {source.address!r}")
         if isinstance(found, Error):
             conn.refuse_attach(link, found)
             return
@@ -268,14 +271,15 @@ class Endpoints:
             return
         browse = decision.browse and isinstance(node, Queue)
         if isinstance(node, Topic):
-            refusal = self._subscription_refusal(conn, node, decision.subscription.key)
+            spec = self.nodes.named_subscription(node, decision.subscription)
+            refusal = self._subscription_refusal(conn, node, spec.key)
             if refusal is not None:
                 conn.refuse_attach(link, refusal)
                 if source.dynamic:
                     self.delete_node(node)
                 return
             no_local = conn if decision.no_local else None
-            subscription = self.nodes.subscribe(node, decision.subscription, decision.selector, no_local)
+            subscription = self.nodes.subscribe(node, spec, decision.selector, no_local)
             consumer = Consumer(conn, link, subscription, decision.default_outcome)
             self._count_topic_link(conn, 1)
         else:
@@ -567,9 +571,9 @@ class Endpoints:
         if isinstance(queue, Subscription):
             self._count_topic_link(consumer.conn, -1)
             queue.links -= 1
-            # Service Bus: a subscription lives on without receivers (with its rules), whatever the detach says
-            kept = queue.namespace is not None and queue.namespace.personality.servicebus and queue.durable
-            if queue.links <= 0 and (not queue.durable or closed) and not kept:
+            # Service Bus: the SDKs close a receiver (closed=true); its subscription, an entity, stays
+            ending = not queue.durable or (closed and not is_servicebus_subscription(queue.topic, queue.key))
+            if queue.links <= 0 and ending:
                 self.nodes.unsubscribe(queue)
                 if consumer.owned_node is None:  # a dynamic topic goes with its link, below
                     return
@@ -708,7 +712,9 @@ class Endpoints:
 
     def _servicebus_arrival(self, payload: bytes) -> bytes:
         """A message as a Service Bus entity takes it: ``x-opt-enqueued-time`` annotated, a message-id stamped
-        when it has none (``minibroker.servicebus.messages``). A malformed one is left as it is (then refused)."""
+        when it has none (``minibroker.servicebus.messages``), durable (Service Bus stores every message: with a
+        data directory it is journaled, as the SDKs send it non-durable). A malformed one is left as it is (then
+        refused)."""
         message = Message(payload, limit=self.settings.max_selector_properties_size or None)
         if message.malformed is not None:
             return payload
@@ -718,7 +724,7 @@ class Endpoints:
             hexed = f"{self._sb_ids:032x}"
             message_id = f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
             rest = sb_messages.with_message_id(payload, message.properties_start, message_id)
-        return message.rewritten({"x-opt-enqueued-time": Timestamp(self.clock.wall_ms())}, rest)
+        return message.rewritten({"x-opt-enqueued-time": Timestamp(self.clock.wall_ms())}, rest, durable=True)
 
     def _servicebus_batch(self, conn: ServerConnection, producer: Producer, event: TransferReceived) -> bool:
         """A Service Bus batch (message-format 0x80013700) to a node, outside a transaction: each message in it

@@ -108,7 +108,8 @@ class Management:
             return self.nodes.lookup(conn, entity, None)
         if named[2]:
             return self.nodes.lookup(conn, sb_addresses.sub_queue_node(*named), QUEUE)
-        return self.nodes.lookup(conn, named[0], TOPIC)
+        topic = self.nodes.lookup(conn, named[0], TOPIC)
+        return topic if isinstance(topic, Topic) else None  # a queue has no subscriptions
 
     def _queue(self, conn: ServerConnection, entity: str) -> Queue | None:
         """The queue behind ``entity`` (a queue, or ``TOPIC/Subscriptions/NAME``), created as an attach would."""

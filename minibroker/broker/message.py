@@ -319,16 +319,22 @@ class Message:
         content.expires_at, content.deliver_at = old.expires_at, old.deliver_at
         self.content = content
 
-    def rewritten(self, extra: dict[str, Any], rest: bytes | None = None) -> bytes:
+    def rewritten(self, extra: dict[str, Any], rest: bytes | None = None, *, durable: bool = False) -> bytes:
         """The message as it goes out with ``extra`` merged into its message-annotations, the header's
         delivery-count always written (0 too), and ``rest`` (from the properties on) in place of its own when
-        given: a Service Bus delivery or dead-letter (``minibroker.servicebus.messages``). Nothing is kept."""
+        given: a Service Bus delivery or dead-letter (``minibroker.servicebus.messages``); ``durable``: the header
+        says durable (a message a Service Bus entity takes is stored). Nothing is kept."""
         merged = dict(self.content.annotations or {})
         merged.update({Symbol(k) if type(k) is str else k: v for k, v in extra.items()})
-        return self._rebuilt(merged, explicit_count=True, rest=rest)
+        return self._rebuilt(merged, explicit_count=True, rest=rest, durable=durable)
 
     def _rebuilt(
-        self, annotations: dict[Any, Any] | None, *, explicit_count: bool = False, rest: bytes | None = None
+        self,
+        annotations: dict[Any, Any] | None,
+        *,
+        explicit_count: bool = False,
+        rest: bytes | None = None,
+        durable: bool = False,
     ) -> bytes:
         """Header (with the current delivery-count) + original delivery-annotations + ``annotations`` + rest.
         A malformed message is not rebuilt: where its sections end is not known, and none may appear twice."""
@@ -338,6 +344,7 @@ class Message:
         header = Header() if content.header is None else Header(*content.header.field_values())
         count = min(self.delivery_count, MAX_DELIVERY_COUNT)
         header.delivery_count = UInt(count) if count or explicit_count else header.delivery_count
+        header.durable = True if durable else header.durable
         parts = [codec.encode(header) if header.field_values() != [None] * 5 else b""]
         payload = content.payload
         parts.append(payload[content.body_offset : content.annotations_start])

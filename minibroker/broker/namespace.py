@@ -57,8 +57,14 @@ class Namespace:
         return self.servicebus_entities.get(key(path), DEFAULT) if self.servicebus_entities else DEFAULT
 
     def node(self, name: str) -> Node | None:
-        """The queue or topic called ``name``."""
-        return self.queues.get(name) or self.topics.get(name)
+        """The queue or topic called ``name``; in a ``servicebus`` namespace without regard to case, as Service
+        Bus entity paths are (``Orders`` and ``orders`` are one queue; ``entities.key``)."""
+        found = self.queues.get(name) or self.topics.get(name)
+        if found is None and self.personality.servicebus:
+            wanted = key(name)
+            nodes: list[Node] = [*self.queues.values(), *self.topics.values()]
+            found = next((n for n in nodes if key(n.name) == wanted), None)
+        return found
 
     def remove(self, node: Node) -> None:
         """Forget ``node`` (a deleted dynamic node)."""

@@ -29,6 +29,7 @@ from minibroker.broker.recorder import Recorder
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Subscription, Topic, shared_subscription_name
 from minibroker.engine.connection import ServerConnection
+from minibroker.servicebus.entities import key as entity_key
 
 DYNAMIC_PREFIX = "dynamic."
 """The name space of generated addresses (``dynamic_name``)."""
@@ -244,6 +245,15 @@ class Nodes:
         self.populate(namespace)
 
     # -- topic subscriptions --------------------------------------------------------------------------
+    def named_subscription(self, topic: Topic, spec: SubscriptionSpec) -> SubscriptionSpec:
+        """``spec``; in a ``servicebus`` namespace, when ``topic`` has the Service Bus subscription it names under
+        another case, that one's (subscription names are case-insensitive there, as entity paths are)."""
+        if spec.key in topic.subscriptions or not is_servicebus_subscription(topic, spec.key):
+            return spec
+        wanted = entity_key(spec.key[1])
+        found = next((k for k in topic.subscriptions if not k[0] and entity_key(k[1]) == wanted), spec.key)
+        return spec._replace(key=found)
+
     def subscribe(
         self,
         topic: Topic,
@@ -272,11 +282,9 @@ class Nodes:
     def servicebus_subscription(self, topic: Topic, name: str) -> Subscription:
         """The Service Bus subscription ``TOPIC/Subscriptions/NAME`` (keyed as ``attach.py`` keys its receivers'),
         created with no link on it if needed: Service Bus subscriptions exist without receivers."""
-        wanted = name.lower()
-        for key, subscription in topic.subscriptions.items():
-            if key[1].lower() == wanted and subscription.durable:
-                return subscription
-        return self.subscribe(topic, SubscriptionSpec.servicebus(name), None, None, link=False)
+        spec = self.named_subscription(topic, SubscriptionSpec.servicebus(name))
+        found = topic.subscriptions.get(spec.key)
+        return found or self.subscribe(topic, spec, None, None, link=False)
 
     def durable_subscription(self, conn: ServerConnection, link_name: str) -> Subscription | None:
         """The durable subscription a link name designates (an attach without a source, as JMS unsubscribe
@@ -299,6 +307,12 @@ class Nodes:
         topic = subscription.topic
         if topic.subscriptions.get(subscription.key) is subscription:
             del topic.subscriptions[subscription.key]
+
+
+def is_servicebus_subscription(topic: Topic, key: tuple[str, str]) -> bool:
+    """Whether ``key`` names a Service Bus subscription of ``topic`` (``SubscriptionSpec.servicebus`` in a
+    ``servicebus`` namespace): an entity, named without regard to case, that stays when its receivers close."""
+    return not key[0] and topic.namespace is not None and bool(topic.namespace.personality.servicebus)
 
 
 def _random_ids() -> Iterator[str]:

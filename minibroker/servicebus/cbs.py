@@ -87,9 +87,9 @@ def token_of(payload: bytes) -> Any:
     return None
 
 
-def check_token(token: Any, keys: Mapping[str, str], now: float) -> str | None:
+def check_token(token: Any, keys: Mapping[str, str], now: float, audience: Any) -> str | None:
     """None when ``token`` is a shared access signature signed with one of ``keys`` (by key name) that has not
-    expired at ``now`` (wall-clock seconds); else why not.
+    expired at ``now`` (wall-clock seconds) and is for ``audience`` (the put-token's ``name``); else why not.
 
     The token as azure-servicebus builds it (``_pyamqp/utils.py`` ``generate_sas_token``, called by
     ``_base_handler.py`` ``_generate_sas_token``): ``SharedAccessSignature sr=URI&sig=SIG&se=EXPIRY&skn=NAME``,
@@ -123,7 +123,21 @@ def check_token(token: Any, keys: Mapping[str, str], now: float) -> str | None:
         return "the token's signature does not match the key"
     if int(expiry) <= now:
         return "the token has expired"
+    if not isinstance(audience, str) or not _covers(unquote_plus(raw["sr"]), audience):
+        return f"the token's resource (sr) is not the audience (name) {audience!r} or above it"
     return None
+
+
+def _covers(resource: str, audience: str) -> bool:
+    """Whether a token for ``resource`` grants ``audience``: the same URI or one under it (a namespace's token
+    grants its entities; MicrosoftDocs service-bus-sas.md "the resource URI ... to which access is claimed"),
+    without regard to the scheme (``sb://``, ``http://``) or case, as Service Bus names are."""
+
+    def bare(uri: str) -> str:
+        return uri.partition("://")[2].lower().rstrip("/")
+
+    granted, wanted = bare(resource), bare(audience)
+    return bool(granted) and (wanted == granted or wanted.startswith(granted + "/"))
 
 
 def answer(payload: bytes, keys: Mapping[str, str] | None = None, now: float = 0.0) -> tuple[Request, bytes]:
@@ -131,7 +145,8 @@ def answer(payload: bytes, keys: Mapping[str, str] | None = None, now: float = 0
     fails ``check_token`` at ``now`` (wall-clock seconds); 400 for another operation."""
     request = read_request(payload)
     if request.operation == "put-token":
-        refused = check_token(token_of(payload), keys, now) if keys else None
+        audience = request.application_properties.get("name")
+        refused = check_token(token_of(payload), keys, now, audience) if keys else None
         if refused is not None:
             return request, response(request, UNAUTHORIZED, f"Unauthorized: {refused}")
         return request, response(request, ACCEPTED, "Accepted")

@@ -146,6 +146,10 @@ def _positive(seconds: float) -> float:
     return seconds
 
 
+MAXIMUM = {"LockDuration": 300.0}
+"""Upper bounds Service Bus puts on a property (a peek-lock lasts at most 5 minutes: the emulator's
+``Config-schema.json`` LockDuration "maximum value is PT5M"; Service Bus refuses a longer one)."""
+
 _Property = tuple[Callable[[Any], Any], str | None]
 _QUEUE_PROPERTIES: dict[str, _Property] = {
     "LockDuration": (_seconds, "lock_duration"),
@@ -254,6 +258,8 @@ class _Reader:
             where = f"{path}.{self.name(json_name)}"
             try:
                 value = read(raw)
+                if value > MAXIMUM.get(json_name, value):
+                    raise ValueError(f"must be at most {MAXIMUM[json_name]:g} seconds")
             except (TypeError, ValueError) as exc:
                 raise DeclarationError(where, f"{exc}, got {_kind(raw)}") from None
             if json_name in NOT_IMPLEMENTED and value not in ("", False):

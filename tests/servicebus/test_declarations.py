@@ -235,8 +235,8 @@ AUDIENCE = "sb://127.0.0.1:5672/orders"
 
 def test_a_token_the_sdk_signs_with_the_key_passes() -> None:
     token = generate_sas_token(AUDIENCE, "RootManageSharedAccessKey", KEYS["RootManageSharedAccessKey"], 2000)
-    assert check_token(token, KEYS, now=1999.0) is None
-    assert check_token(token.encode(), KEYS, now=1999.0) is None
+    assert check_token(token, KEYS, now=1999.0, audience=AUDIENCE) is None
+    assert check_token(token.encode(), KEYS, now=1999.0, audience=AUDIENCE) is None
 
 
 @pytest.mark.parametrize(
@@ -255,6 +255,6 @@ def test_a_token_the_sdk_signs_with_the_key_passes() -> None:
     ],
 )
 def test_bad_tokens_are_refused_with_a_reason(token: object, problem: str) -> None:
-    refused = check_token(token, KEYS, now=1500.0)
+    refused = check_token(token, KEYS, now=1500.0, audience=AUDIENCE)
     assert refused is not None
     assert problem in refused
