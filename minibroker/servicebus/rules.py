@@ -652,6 +652,11 @@ def _parser(text: str, max_length: int | None) -> _Parser:
 
 
 # -- rules ----------------------------------------------------------------------------------------------
+RULE_NAME = "RuleName"
+"""The application-property naming the rule whose action made a subscription's copy of a message
+(learn.microsoft.com, Service Bus "Topic filters and actions": each rule with an action gives its own copy)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One compiled rule of a subscription."""

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from minibroker.amqp import codec, sections
-from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Properties
+from minibroker.amqp.definitions import Accepted, AmqpValue, ApplicationProperties, Properties, TransactionalState
 from minibroker.amqp.types import Described, Int, Timestamp, ULong
 from minibroker.broker.policy import NodePolicy
 from minibroker.broker.topic import Topic
 from minibroker.servicebus.entities import EntityProperties, RuleSpec
 from minibroker.servicebus.rules import Rule
 from tests.broker.txn_driver import Peer, World
-from tests.personalities.harness import peer, world
+from tests.personalities.harness import declare, discharge, peer, world
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -356,7 +356,7 @@ def test_rule_action_rewrites_that_subscriptions_copy() -> None:
             if s.code == sections.APPLICATION_PROPERTIES
         ]
         by_link[completed.link] = application.value
-    assert by_link["audit"] == {"color": "crimson", "n": 42}
+    assert by_link["audit"] == {"color": "crimson", "n": 42, "RuleName": "tint"}
     assert by_link["other"] == {"color": "red", "n": 21, "secret": "s"}  # $Default, no action: as sent
     _, value = _ask(w, p, "com.microsoft:enumerate-rules", {"top": Int(10), "skip": Int(0)})
     action = value["rules"][0]["rule-description"].value[1]
@@ -368,7 +368,8 @@ def test_rule_action_runs_only_when_its_filter_matches() -> None:
     w, p = _rules_world()
     _add(w, p, "tag", {"sql-filter": {"expression": "n > 10"}, "sql-rule-action": {"expression": "SET big = TRUE"}})
     assert _properties_delivered(w, p, "audit", _message("small", n=1)) == [{"n": 1}]  # through $Default
-    assert _properties_delivered(w, p, "audit", _message("big", n=11)) == [{"n": 11, "big": True}]
+    # $Default's copy as sent, and the action's own copy
+    assert _properties_delivered(w, p, "audit", _message("big", n=11)) == [{"n": 11}, {"n": 11, "big": True, "RuleName": "tag"}]
 
 
 def test_rules_per_subscription_are_bounded() -> None:
@@ -382,3 +383,49 @@ def test_rules_per_subscription_are_bounded() -> None:
     assert status["statusCode"] == 403
     assert status["errorCondition"] == "amqp:resource-limit-exceeded"
     assert len(rules) == 2000
+
+
+def _three_copy_rules(w: World, p: Peer) -> None:
+    """``audit``'s rules: $Default and ``n > 0`` (no action: one copy between them), ``x`` and ``y`` (with
+    actions: one copy each) all match a message with ``n`` = 1; ``z`` (an action) does not."""
+    _add(w, p, "plain", _sql("n > 0"))
+    for name, when in (("x", "n = 1"), ("y", "n < 5"), ("z", "n = 7")):
+        assert _add(w, p, name, {"sql-filter": {"expression": when}, "sql-rule-action": {"expression": f"SET by = '{name}'"}})["statusCode"] == 200
+
+
+def test_each_matching_rule_with_an_action_gives_a_copy_named_by_rule_name() -> None:
+    w, p = _rules_world()
+    _three_copy_rules(w, p)
+    assert _properties_delivered(w, p, "audit", _message("m", n=1)) == [
+        {"n": 1},
+        {"n": 1, "by": "x", "RuleName": "x"},
+        {"n": 1, "by": "y", "RuleName": "y"},
+    ]
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_transactional_post_stages_every_rule_copy(commit: bool) -> None:
+    """A post to the topic in a transaction: the commit puts all three copies on the subscription (each its
+    own record), a rollback none."""
+    w, p = _rules_world()
+    _three_copy_rules(w, p)
+    txn_id = declare(w, p)
+    p.transfer("events-in", _message("m", n=1), state=TransactionalState(txn_id=txn_id))
+    w.settle()
+    subscription = w.broker.nodes.default.topics["events"].subscriptions[("", "audit")]
+    assert subscription.depth == 0  # staged: nothing yet
+    state, _ = discharge(w, p, txn_id, fail=not commit)
+    assert isinstance(state, Accepted), state
+    assert subscription.depth == (3 if commit else 0)
+    p.flow("audit", 10)
+    got = []
+    for completed in w.settle()[p].completed:
+        if completed.link == "audit":
+            (application,) = [
+                codec.decode(completed.payload, s.start)[0]
+                for s in sections.walk(completed.payload)
+                if s.code == sections.APPLICATION_PROPERTIES
+            ]
+            got.append(application.value.get("RuleName"))
+    assert got == ([None, "x", "y"] if commit else [])
+    assert subscription.depth == 0

@@ -161,5 +161,33 @@ def test_rule_action_sets_and_removes_properties(client: ServiceBusClient) -> No
         with client.get_topic_sender("tinted") as sender:
             sender.send_messages(ServiceBusMessage("m", application_properties={"color": "red", "n": 1, "secret": "s"}))
         (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
-        assert message.application_properties == {b"color": b"crimson", b"n": 2}  # pyamqp: strings as bytes
+        assert message.application_properties == {b"color": b"crimson", b"n": 2, b"RuleName": b"tint"}  # pyamqp: bytes
         receiver.complete_message(message)
+
+
+def test_each_rule_with_an_action_gives_its_own_copy(client: ServiceBusClient) -> None:
+    """learn.microsoft.com "Topic filters and actions": matching rules without an action give one copy between
+    them; each matching rule with an action gives one more, that rule's action applied and ``RuleName`` naming it
+    (five matching rules, two with actions: three copies)."""
+    with client.get_subscription_receiver("copies", "sub") as receiver:
+        _add_rule(receiver, "plain-a", {"sql-filter": {"expression": "n > 0"}})
+        _add_rule(receiver, "plain-b", {"correlation-filter": {"properties": {"n": 1}}})
+        for name, value in (("act-x", "x"), ("act-y", "y")):
+            description = {"sql-filter": {"expression": "n = 1"}, "sql-rule-action": {"expression": f"SET tag = '{value}'"}}
+            _add_rule(receiver, name, description)
+        _add_rule(receiver, "act-none", {"sql-filter": {"expression": "n = 2"}, "sql-rule-action": {"expression": "SET tag = 'z'"}})
+        with client.get_topic_sender("copies") as sender:
+            sender.send_messages(ServiceBusMessage("m", application_properties={"n": 1}))
+        got: list[dict[bytes, Any]] = []
+        while len(got) < 3:
+            batch = receiver.receive_messages(max_message_count=3, max_wait_time=5)
+            assert batch, f"only {got} arrived"
+            for message in batch:
+                got.append(dict(message.application_properties or {}))
+                receiver.complete_message(message)
+        assert receiver.peek_messages(10) == []
+        assert sorted(got, key=lambda p: p.get(b"RuleName", b"")) == [
+            {b"n": 1},
+            {b"n": 1, b"tag": b"x", b"RuleName": b"act-x"},
+            {b"n": 1, b"tag": b"y", b"RuleName": b"act-y"},
+        ]
