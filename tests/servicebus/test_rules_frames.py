@@ -369,7 +369,8 @@ def test_rule_action_runs_only_when_its_filter_matches() -> None:
     _add(w, p, "tag", {"sql-filter": {"expression": "n > 10"}, "sql-rule-action": {"expression": "SET big = TRUE"}})
     assert _properties_delivered(w, p, "audit", _message("small", n=1)) == [{"n": 1}]  # through $Default
     # $Default's copy as sent, and the action's own copy
-    assert _properties_delivered(w, p, "audit", _message("big", n=11)) == [{"n": 11}, {"n": 11, "big": True, "RuleName": "tag"}]
+    big = _properties_delivered(w, p, "audit", _message("big", n=11))
+    assert big == [{"n": 11}, {"n": 11, "big": True, "RuleName": "tag"}]
 
 
 def test_rules_per_subscription_are_bounded() -> None:
@@ -390,7 +391,8 @@ def _three_copy_rules(w: World, p: Peer) -> None:
     actions: one copy each) all match a message with ``n`` = 1; ``z`` (an action) does not."""
     _add(w, p, "plain", _sql("n > 0"))
     for name, when in (("x", "n = 1"), ("y", "n < 5"), ("z", "n = 7")):
-        assert _add(w, p, name, {"sql-filter": {"expression": when}, "sql-rule-action": {"expression": f"SET by = '{name}'"}})["statusCode"] == 200
+        action = {"expression": f"SET by = '{name}'"}
+        assert _add(w, p, name, {"sql-filter": {"expression": when}, "sql-rule-action": action})["statusCode"] == 200
 
 
 def test_each_matching_rule_with_an_action_gives_a_copy_named_by_rule_name() -> None:

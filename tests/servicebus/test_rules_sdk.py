@@ -172,13 +172,12 @@ def test_each_rule_with_an_action_gives_its_own_copy(client: ServiceBusClient) -
     with client.get_subscription_receiver("copies", "sub") as receiver:
         _add_rule(receiver, "plain-a", {"sql-filter": {"expression": "n > 0"}})
         _add_rule(receiver, "plain-b", {"correlation-filter": {"properties": {"n": 1}}})
-        for name, value in (("act-x", "x"), ("act-y", "y")):
-            description = {"sql-filter": {"expression": "n = 1"}, "sql-rule-action": {"expression": f"SET tag = '{value}'"}}
-            _add_rule(receiver, name, description)
-        _add_rule(receiver, "act-none", {"sql-filter": {"expression": "n = 2"}, "sql-rule-action": {"expression": "SET tag = 'z'"}})
+        for name, when, value in (("act-x", "n = 1", "x"), ("act-y", "n = 1", "y"), ("act-none", "n = 2", "z")):
+            action = {"expression": f"SET tag = '{value}'"}
+            _add_rule(receiver, name, {"sql-filter": {"expression": when}, "sql-rule-action": action})
         with client.get_topic_sender("copies") as sender:
             sender.send_messages(ServiceBusMessage("m", application_properties={"n": 1}))
-        got: list[dict[bytes, Any]] = []
+        got: list[dict[Any, Any]] = []
         while len(got) < 3:
             batch = receiver.receive_messages(max_message_count=3, max_wait_time=5)
             assert batch, f"only {got} arrived"
