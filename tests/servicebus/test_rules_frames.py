@@ -431,3 +431,21 @@ def test_a_transactional_post_stages_every_rule_copy(commit: bool) -> None:
             got.append(application.value.get("RuleName"))
     assert got == ([None, "x", "y"] if commit else [])
     assert subscription.depth == 0
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        _sql("color = @color"),
+        {"sql-filter": {"expression": "1=1"}, "sql-rule-action": {"expression": "SET color = @color"}},
+        {"sql-filter": {"expression": "color = @color", "parameters": {"@color": "red"}}},
+    ],
+)
+def test_sql_parameters_are_refused_clearly(description: dict[str, Any]) -> None:
+    """Neither the JS SDK (``managementClient.ts`` ``addRule``: only ``expression``) nor the .NET SDK
+    (``AmqpMessageConverter.GetSqlRuleFilterMap`` / ``GetRuleActionMap``: only ``expression``) sends SQL
+    parameters over AMQP, so an ``@name`` reference can never be bound: a 400 that says so."""
+    w, p = _rules_world()
+    status = _add(w, p, "p", description)
+    assert status["statusCode"] == 400, status
+    assert "SQL parameter '@color'" in status["statusDescription"], status
