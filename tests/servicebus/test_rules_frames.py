@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -196,6 +197,10 @@ def test_remove_unknown_rule_is_404_not_found() -> None:
         status, _ = _ask(w, p, "com.microsoft:remove-rule", {"rule-name": name})
         assert status["statusCode"] == 404
         assert status["errorCondition"] == "amqp:not-found"
+        # the wording the JS SDK needs to raise MessagingEntityNotFound (core-amqp errors.ts translate)
+        assert re.fullmatch(r"The messaging entity .* could not be found\.", status["statusDescription"]), status
+        assert "'events/Subscriptions/audit/Rules/" in status["statusDescription"]
+        assert "\x00" not in status["statusDescription"]
 
 
 def test_duplicate_rule_is_409_already_exists() -> None:
