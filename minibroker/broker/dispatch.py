@@ -296,7 +296,8 @@ class Dispatcher:
         """SQL rule actions: the copies a subscription takes (``_servicebus_targets``: the same subscription
         one after another) are, in order, the ``_copies`` of the message; a rule's copy has that rule's action
         applied to the application-properties and the rule's name as application-property ``RuleName`` (as
-        learn.microsoft.com "Topic filters and actions" says); the plain copy keeps the bytes."""
+        learn.microsoft.com "Topic filters and actions" says), and, after a subscription's first copy, a place
+        (sequence number) of its own; the plain copy keeps the bytes."""
         view: sb_rules.MessageView | None = None
         made: list[sb_rules.Rule | None] = []
         previous: Queue | None = None
@@ -307,7 +308,8 @@ class Dispatcher:
             if view is None:
                 limit = self.nodes.settings.max_selector_properties_size or None
                 view = sb_rules.MessageView.of(copy.payload, limit, copy.seq or None)
-            if queue is not previous:
+            made_before = queue is previous
+            if not made_before:
                 made = self._copies(queue, view)
                 previous = queue
             rule = made.pop(0) if made else None
@@ -318,8 +320,24 @@ class Dispatcher:
             try:
                 rest = sb_rules.with_user_properties(payload, start, user)
             except DecodeError:
-                continue  # (a malformed message is refused on arrival: not reached)
+                rest = payload[start:]  # (a malformed message is refused on arrival: not reached)
             copy.annotate({}, payload[:start] + rest)
+            if made_before:
+                # a further copy in this subscription is a message of its own there: its own place and sequence
+                # number (deferral, receive-by-sequence-number and locks go by it)
+                self._seq += 1
+                copy.content.place(self._seq)
+
+    def _expire_by_place(self, expires_at: float, targets: list[Queue], copies: list[Message]) -> None:
+        """One expiry timer for each place the copies have (a rule action's further copy in a subscription has a
+        place of its own: ``_apply_rule_actions``), as an expiry finds its copies by place."""
+        places: dict[tuple[int, int], tuple[list[Queue], list[Message]]] = {}
+        for queue, copy in zip(targets, copies, strict=True):
+            queues, group = places.setdefault(copy.content.key, ([], []))
+            queues.append(queue)
+            group.append(copy)
+        for queues, group in places.values():
+            self.timers.expire(expires_at, tuple(queues), group)
 
     def admit(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
@@ -372,7 +390,10 @@ class Dispatcher:
             else:
                 queue.put(copy)
         if expires_at is not None:
-            self.timers.expire(expires_at, tuple(targets), copies)
+            if self._rule_actions:
+                self._expire_by_place(expires_at, targets, copies)
+            else:
+                self.timers.expire(expires_at, tuple(targets), copies)
         if scheduled:
             assert deliver_at is not None
             self.timers.due(deliver_at, list(zip(targets, copies, strict=True)))

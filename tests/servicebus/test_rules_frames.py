@@ -11,8 +11,15 @@ from typing import Any
 import pytest
 
 from minibroker.amqp import codec, sections
-from minibroker.amqp.definitions import Accepted, AmqpValue, ApplicationProperties, Properties, TransactionalState
-from minibroker.amqp.types import Described, Int, Timestamp, ULong
+from minibroker.amqp.definitions import (
+    Accepted,
+    AmqpValue,
+    ApplicationProperties,
+    Header,
+    Properties,
+    TransactionalState,
+)
+from minibroker.amqp.types import Described, Int, Timestamp, UInt, ULong
 from minibroker.broker.policy import NodePolicy
 from minibroker.broker.topic import Topic
 from minibroker.servicebus.entities import EntityProperties, RuleSpec
@@ -454,3 +461,19 @@ def test_sql_parameters_are_refused_clearly(description: dict[str, Any]) -> None
     status = _add(w, p, "p", description)
     assert status["statusCode"] == 400, status
     assert "SQL parameter '@color'" in status["statusDescription"], status
+
+
+def test_every_rule_copy_expires_with_its_message() -> None:
+    """Each copy has its own place (sequence number) in the subscription, yet all expire at the message's time:
+    none is left behind (in Service Bus, dead-lettered or dropped: here the subscription keeps no expired copy)."""
+    w, p = _rules_world()
+    _three_copy_rules(w, p)
+    message = codec.encode(Header(ttl=UInt(10_000))) + _message("m", n=1)
+    p.transfer("events-in", message)
+    w.settle()
+    subscription = w.broker.nodes.default.topics["events"].subscriptions[("", "audit")]
+    assert subscription.depth == 3
+    assert len({m.seq for m in subscription.ready}) == 3
+    w.advance(11)
+    w.settle()
+    assert subscription.depth == 0
