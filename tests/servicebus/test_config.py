@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.amqp import AmqpMessageHeader
 from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
@@ -270,3 +271,43 @@ def test_configured_rules_route_each_message(form: str, tmp_path: Path) -> None:
     assert got["both"] == sorted(
         [("us-heavy", b"tag-heavy"), ("eu-light", None), ("eu-heavy", None), ("eu-heavy", b"tag-heavy")], key=repr
     )
+
+
+def test_rule_copies_outlive_a_restart(tmp_path: Path) -> None:
+    """With a journal, each copy a subscription took (its rule action's rewritten one too) is recovered after a
+    restart, each with its own sequence number."""
+    (tmp_path / "Config.json").write_text(_PARCELS_JSON, encoding="utf-8")
+    config = {
+        "server": {"port": 0},
+        "data_dir": str(tmp_path / "data"),
+        "servicebus": {"config": str(tmp_path / "Config.json")},
+    }
+    with (
+        run_in_thread(config) as broker,
+        ServiceBusClient.from_connection_string(connection_string(broker.port)) as client,
+        client.get_topic_sender("parcels") as sender,
+    ):
+        message = ServiceBusMessage(
+            "eu-heavy", subject="parcel", application_properties={"region": "eu", "weight": 500}
+        )
+        message.raw_amqp_message.header = AmqpMessageHeader(durable=True)  # the SDK sends none: journaled only so
+        sender.send_messages(message)
+    with (
+        run_in_thread(config) as broker,
+        ServiceBusClient.from_connection_string(connection_string(broker.port)) as client,
+        client.get_subscription_receiver("parcels", "both") as receiver,
+    ):
+        found = []
+        while len(found) < 2:
+            batch = receiver.receive_messages(max_message_count=2 - len(found), max_wait_time=5)
+            assert batch, f"only {found} arrived"
+            for message in batch:
+                rule = (message.application_properties or {}).get(b"RuleName")
+                found.append((str(message), rule, message.sequence_number))
+                receiver.complete_message(message)
+        assert receiver.peek_messages(10) == []
+    assert sorted(((body, rule) for body, rule, _ in found), key=repr) == [
+        ("eu-heavy", None),
+        ("eu-heavy", b"tag-heavy"),
+    ]
+    assert len({seq for _, _, seq in found}) == 2
