@@ -28,7 +28,7 @@ a departing link (its source's default outcome), or a transaction's commit or ro
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from weakref import WeakSet
@@ -299,7 +299,7 @@ class Dispatcher:
         learn.microsoft.com "Topic filters and actions" says), and, after a subscription's first copy, a place
         (sequence number) of its own; the plain copy keeps the bytes."""
         view: sb_rules.MessageView | None = None
-        made: list[sb_rules.Rule | None] = []
+        made: Iterator[sb_rules.Rule | None] = iter(())
         previous: Queue | None = None
         for queue, copy in zip(targets, copies, strict=True):
             if not isinstance(queue, Subscription) or not queue.rules:
@@ -310,9 +310,9 @@ class Dispatcher:
                 view = sb_rules.MessageView.of(copy.payload, limit, copy.seq or None)
             made_before = queue is previous
             if not made_before:
-                made = self._copies(queue, view)
+                made = iter(self._copies(queue, view))
                 previous = queue
-            rule = made.pop(0) if made else None
+            rule = next(made, None)
             if rule is None or rule.action is None:
                 continue
             user = {**rule.action(view), sb_rules.RULE_NAME: rule.name}
