@@ -28,7 +28,7 @@ a departing link (its source's default outcome), or a transaction's commit or ro
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from weakref import WeakSet
@@ -240,29 +240,47 @@ class Dispatcher:
     def targets(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """The queues a message posted to ``node`` goes to (a topic's matching subscriptions)."""
         if isinstance(node, Topic):
-            servicebus = node.namespace is not None and node.namespace.personality.servicebus
-            matches = self._servicebus_matcher() if servicebus else _subscription_selects
-            subscriptions: list[Queue] = list(node.publish(message, origin, matches))
+            if node.namespace is not None and node.namespace.personality.servicebus:
+                return self._servicebus_targets(node, message, origin)
+            subscriptions: list[Queue] = list(node.publish(message, origin, _subscription_selects))
             return subscriptions
         return [node]
 
     # -- Service Bus subscription rules (``minibroker.servicebus.rules``) ------------------------------------
-    def _servicebus_matcher(self) -> Callable[[Subscription, Message], bool]:
-        """Whether a subscription takes a message: any of its rules matches (the message's properties decoded
-        once per publish, for all subscriptions)."""
+    def _servicebus_targets(self, topic: Topic, message: Message, origin: ServerConnection | None) -> list[Queue]:
+        """A Service Bus topic's targets: each subscription once per copy it takes (``_copies``), so a
+        subscription whose rules with actions match appears once more for each (the message's properties
+        decoded once per publish, for all subscriptions)."""
         view: sb_rules.MessageView | None = None
         limit = self.nodes.settings.max_selector_properties_size or None
+        counts: dict[Subscription, int] = {}
 
         def matches(subscription: Subscription, message: Message) -> bool:
             if not _subscription_selects(subscription, message):
                 return False
             nonlocal view
-            rules = self.subscription_rules(subscription)
             if view is None:
                 view = sb_rules.MessageView.of(message.payload, limit, message.seq or None)
-            return any(rule.matches(view) for rule, _ in rules.values())
+            counts[subscription] = count = len(self._copies(subscription, view))
+            return count > 0
 
-        return matches
+        targets: list[Queue] = []
+        for subscription in topic.publish(message, origin, matches):
+            targets += [subscription] * counts[subscription]
+        return targets
+
+    def _copies(self, subscription: Subscription, view: sb_rules.MessageView) -> list[sb_rules.Rule | None]:
+        """The copies ``subscription`` takes of a message, as Service Bus makes them (learn.microsoft.com,
+        "Topic filters and actions"): one (None) when any matching rule has no action, then one for each
+        matching rule with an action (that rule), in rule order."""
+        plain = False
+        acting: list[sb_rules.Rule | None] = []
+        for rule, _ in self.subscription_rules(subscription).values():
+            if rule.action is None:
+                plain = plain or rule.matches(view)
+            elif rule.matches(view):
+                acting.append(rule)
+        return [None, *acting] if plain else acting
 
     def subscription_rules(self, subscription: Subscription) -> dict[str, tuple[sb_rules.Rule, int]]:
         """A Service Bus subscription's rules by name, each with its creation time (wall-clock ms); first made
@@ -289,28 +307,51 @@ class Dispatcher:
         self._rule_actions = self._rule_actions or rule.action is not None
 
     def _apply_rule_actions(self, targets: list[Queue], copies: list[Message]) -> None:
-        """SQL rule actions: a subscription whose matching rules have actions gets a copy of its own, with the
-        application-properties as those actions (in rule order) leave them; the other copies keep the bytes."""
+        """SQL rule actions: the copies a subscription takes (``_servicebus_targets``: the same subscription
+        one after another) are, in order, the ``_copies`` of the message; a rule's copy has that rule's action
+        applied to the application-properties and the rule's name as application-property ``RuleName`` (as
+        learn.microsoft.com "Topic filters and actions" says), and, after a subscription's first copy, a place
+        (sequence number) of its own; the plain copy keeps the bytes."""
         view: sb_rules.MessageView | None = None
+        made: Iterator[sb_rules.Rule | None] = iter(())
+        previous: Queue | None = None
         for queue, copy in zip(targets, copies, strict=True):
-            rules = queue.rules if isinstance(queue, Subscription) else None
-            if not rules:
+            if not isinstance(queue, Subscription) or not queue.rules:
+                previous = None
                 continue
             if view is None:
                 limit = self.nodes.settings.max_selector_properties_size or None
                 view = sb_rules.MessageView.of(copy.payload, limit, copy.seq or None)
-            current = view
-            for rule, _ in rules.values():
-                if rule.action is not None and rule.matches(view):
-                    current = sb_rules.MessageView(current.system, rule.action(current))
-            if current is view:
+            made_before = queue is previous
+            if not made_before:
+                made = iter(self._copies(queue, view))
+                previous = queue
+            rule = next(made, None)
+            if rule is None or rule.action is None:
                 continue
+            user = {**rule.action(view), sb_rules.RULE_NAME: rule.name}
             payload, start = copy.payload, copy.properties_start
             try:
-                rest = sb_rules.with_user_properties(payload, start, current.user)
+                rest = sb_rules.with_user_properties(payload, start, user)
             except DecodeError:
-                continue  # (a malformed message is refused on arrival: not reached)
+                rest = payload[start:]  # (a malformed message is refused on arrival: not reached)
             copy.annotate({}, payload[:start] + rest)
+            if made_before:
+                # a further copy in this subscription is a message of its own there: its own place and sequence
+                # number (deferral, receive-by-sequence-number and locks go by it)
+                self._seq += 1
+                copy.content.place(self._seq)
+
+    def _expire_by_place(self, expires_at: float, targets: list[Queue], copies: list[Message]) -> None:
+        """One expiry timer for each place the copies have (a rule action's further copy in a subscription has a
+        place of its own: ``_apply_rule_actions``), as an expiry finds its copies by place."""
+        places: dict[tuple[int, int], tuple[list[Queue], list[Message]]] = {}
+        for queue, copy in zip(targets, copies, strict=True):
+            queues, group = places.setdefault(copy.content.key, ([], []))
+            queues.append(queue)
+            group.append(copy)
+        for queues, group in places.values():
+            self.timers.expire(expires_at, tuple(queues), group)
 
     def admit(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
@@ -363,7 +404,10 @@ class Dispatcher:
             else:
                 queue.put(copy)
         if expires_at is not None:
-            self.timers.expire(expires_at, tuple(targets), copies)
+            if self._rule_actions:
+                self._expire_by_place(expires_at, targets, copies)
+            else:
+                self.timers.expire(expires_at, tuple(targets), copies)
         if scheduled:
             assert deliver_at is not None
             self.timers.due(deliver_at, list(zip(targets, copies, strict=True)))

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from minibroker.broker.clock import BrokerClock
-from minibroker.broker.dispatch import Dispatcher, entity_properties
+from minibroker.broker.dispatch import Dispatcher, entity_properties, servicebus_entity
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC, Node
 from minibroker.broker.nodes import Nodes
@@ -247,21 +247,16 @@ class Management:
     def _rules(self, request: Request, operation: str, queue: Queue | None, body: dict[str, Any]) -> bytes:
         """add-rule, remove-rule and enumerate-rules on a subscription's rules (``Dispatcher.subscription_rules``)."""
         if not isinstance(queue, Subscription):
-            return sb_management.response(
-                request,
-                sb_management.NOT_FOUND,
-                "rules live on a subscription (TOPIC/Subscriptions/NAME/$management)",
-                condition=sb_management.ENTITY_NOT_FOUND,
-            )
+            rules_of = f"{servicebus_entity(queue)}/Rules" if queue is not None else "Rules"
+            detail = "Rules live on a subscription (TOPIC/Subscriptions/NAME/$management)."
+            return sb_management.entity_not_found(request, rules_of, detail)
         rules = self.dispatcher.subscription_rules(queue)
         name = body.get("rule-name")
         if operation == sb_management.ENUMERATE_RULES:
             return self._enumerate_rules(request, rules, body)
         if operation == sb_management.REMOVE_RULE:
             if not isinstance(name, str) or name not in rules:
-                return sb_management.response(
-                    request, sb_management.NOT_FOUND, f"no rule {name!r}", condition=sb_management.ENTITY_NOT_FOUND
-                )
+                return sb_management.entity_not_found(request, f"{servicebus_entity(queue)}/Rules/{name}")
             del rules[name]
             return sb_management.response(request, sb_management.OK, "OK")
         try:

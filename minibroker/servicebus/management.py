@@ -78,6 +78,15 @@ def items(value: Any) -> list[Any]:
     return []
 
 
+def entity_not_found(request: Request, entity: str, detail: str = "") -> bytes:
+    """A 404 for ``entity`` (a rule: ``TOPIC/Subscriptions/NAME/Rules/RULE``) worded as Service Bus words it, "The
+    messaging entity '...' could not be found": the JS SDK raises ``MessagingEntityNotFound`` only for that wording
+    (or "status-code: 404") in the description, ``amqp:not-found`` alone giving ``ServiceCommunicationProblem``
+    (``@azure/core-amqp`` ``errors.ts`` ``translate``); the Python SDK goes by the condition."""
+    description = f"The messaging entity {entity!r} could not be found.{' ' + detail if detail else ''}"
+    return response(request, NOT_FOUND, description, condition=ENTITY_NOT_FOUND)
+
+
 def response(request: Request, status: int, description: str, value: Any = None, condition: str | None = None) -> bytes:
     """The answer to ``request``: correlation-id its message-id, the status under both spellings (``statusCode``,
     ``status-code``, and their descriptions), ``errorCondition`` when given, ``value`` as the amqp-value body."""

@@ -305,6 +305,10 @@ _TOKEN = re.compile(
       | (?P<op><>|!=|<=|>=|[=<>+\-*/%(),.;])""",
     re.VERBOSE,
 )
+_PARAMETER = re.compile(r"@[A-Za-z_][A-Za-z0-9_]*")
+"""A SqlFilter/SqlRuleAction parameter reference (``SqlRuleFilter.Parameters`` in the .NET SDK): over AMQP neither
+the JS SDK (``managementClient.ts`` ``addRule``) nor the .NET SDK (``AmqpMessageConverter.GetSqlRuleFilterMap``)
+sends parameters, so one is refused by name."""
 _KEYWORDS = frozenset({"AND", "OR", "NOT", "IS", "NULL", "IN", "LIKE", "ESCAPE", "EXISTS", "TRUE", "FALSE"})
 _COMPARISONS = ("=", "<>", "!=", "<", "<=", ">", ">=")
 
@@ -315,6 +319,12 @@ def _tokenize(text: str) -> list[_Token]:
     while pos < len(text):
         found = _TOKEN.match(text, pos)
         if found is None:
+            parameter = _PARAMETER.match(text, pos)
+            if parameter is not None:
+                raise RuleError(
+                    f"SQL parameter {parameter.group()!r} at column {pos + 1} cannot be bound: the SDKs send a rule's "
+                    "expression only, without parameters (put the value in the expression)"
+                )
             raise RuleError(f"unexpected character {text[pos]!r} at column {pos + 1}")
         kind = found.lastgroup or ""
         if kind != "space":
@@ -652,6 +662,11 @@ def _parser(text: str, max_length: int | None) -> _Parser:
 
 
 # -- rules ----------------------------------------------------------------------------------------------
+RULE_NAME = "RuleName"
+"""The application-property naming the rule whose action made a subscription's copy of a message
+(learn.microsoft.com, Service Bus "Topic filters and actions": each rule with an action gives its own copy)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One compiled rule of a subscription."""

@@ -4,20 +4,28 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
 import pytest
 
 from minibroker.amqp import codec, sections
-from minibroker.amqp.definitions import AmqpValue, ApplicationProperties, Properties
-from minibroker.amqp.types import Described, Int, Timestamp, ULong
+from minibroker.amqp.definitions import (
+    Accepted,
+    AmqpValue,
+    ApplicationProperties,
+    Header,
+    Properties,
+    TransactionalState,
+)
+from minibroker.amqp.types import Described, Int, Timestamp, UInt, ULong
 from minibroker.broker.policy import NodePolicy
 from minibroker.broker.topic import Topic
 from minibroker.servicebus.entities import EntityProperties, RuleSpec
 from minibroker.servicebus.rules import Rule
 from tests.broker.txn_driver import Peer, World
-from tests.personalities.harness import peer, world
+from tests.personalities.harness import declare, discharge, peer, world
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -196,6 +204,10 @@ def test_remove_unknown_rule_is_404_not_found() -> None:
         status, _ = _ask(w, p, "com.microsoft:remove-rule", {"rule-name": name})
         assert status["statusCode"] == 404
         assert status["errorCondition"] == "amqp:not-found"
+        # the wording the JS SDK needs to raise MessagingEntityNotFound (core-amqp errors.ts translate)
+        assert re.fullmatch(r"The messaging entity .* could not be found\.", status["statusDescription"]), status
+        assert "'events/Subscriptions/audit/Rules/" in status["statusDescription"]
+        assert "\x00" not in status["statusDescription"]
 
 
 def test_duplicate_rule_is_409_already_exists() -> None:
@@ -356,7 +368,7 @@ def test_rule_action_rewrites_that_subscriptions_copy() -> None:
             if s.code == sections.APPLICATION_PROPERTIES
         ]
         by_link[completed.link] = application.value
-    assert by_link["audit"] == {"color": "crimson", "n": 42}
+    assert by_link["audit"] == {"color": "crimson", "n": 42, "RuleName": "tint"}
     assert by_link["other"] == {"color": "red", "n": 21, "secret": "s"}  # $Default, no action: as sent
     _, value = _ask(w, p, "com.microsoft:enumerate-rules", {"top": Int(10), "skip": Int(0)})
     action = value["rules"][0]["rule-description"].value[1]
@@ -368,7 +380,9 @@ def test_rule_action_runs_only_when_its_filter_matches() -> None:
     w, p = _rules_world()
     _add(w, p, "tag", {"sql-filter": {"expression": "n > 10"}, "sql-rule-action": {"expression": "SET big = TRUE"}})
     assert _properties_delivered(w, p, "audit", _message("small", n=1)) == [{"n": 1}]  # through $Default
-    assert _properties_delivered(w, p, "audit", _message("big", n=11)) == [{"n": 11, "big": True}]
+    # $Default's copy as sent, and the action's own copy
+    big = _properties_delivered(w, p, "audit", _message("big", n=11))
+    assert big == [{"n": 11}, {"n": 11, "big": True, "RuleName": "tag"}]
 
 
 def test_rules_per_subscription_are_bounded() -> None:
@@ -382,3 +396,84 @@ def test_rules_per_subscription_are_bounded() -> None:
     assert status["statusCode"] == 403
     assert status["errorCondition"] == "amqp:resource-limit-exceeded"
     assert len(rules) == 2000
+
+
+def _three_copy_rules(w: World, p: Peer) -> None:
+    """``audit``'s rules: $Default and ``n > 0`` (no action: one copy between them), ``x`` and ``y`` (with
+    actions: one copy each) all match a message with ``n`` = 1; ``z`` (an action) does not."""
+    _add(w, p, "plain", _sql("n > 0"))
+    for name, when in (("x", "n = 1"), ("y", "n < 5"), ("z", "n = 7")):
+        action = {"expression": f"SET by = '{name}'"}
+        assert _add(w, p, name, {"sql-filter": {"expression": when}, "sql-rule-action": action})["statusCode"] == 200
+
+
+def test_each_matching_rule_with_an_action_gives_a_copy_named_by_rule_name() -> None:
+    w, p = _rules_world()
+    _three_copy_rules(w, p)
+    assert _properties_delivered(w, p, "audit", _message("m", n=1)) == [
+        {"n": 1},
+        {"n": 1, "by": "x", "RuleName": "x"},
+        {"n": 1, "by": "y", "RuleName": "y"},
+    ]
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_transactional_post_stages_every_rule_copy(commit: bool) -> None:
+    """A post to the topic in a transaction: the commit puts all three copies on the subscription (each its
+    own record), a rollback none."""
+    w, p = _rules_world()
+    _three_copy_rules(w, p)
+    txn_id = declare(w, p)
+    p.transfer("events-in", _message("m", n=1), state=TransactionalState(txn_id=txn_id))
+    w.settle()
+    subscription = w.broker.nodes.default.topics["events"].subscriptions[("", "audit")]
+    assert subscription.depth == 0  # staged: nothing yet
+    state, _ = discharge(w, p, txn_id, fail=not commit)
+    assert isinstance(state, Accepted), state
+    assert subscription.depth == (3 if commit else 0)
+    p.flow("audit", 10)
+    got = []
+    for completed in w.settle()[p].completed:
+        if completed.link == "audit":
+            (application,) = [
+                codec.decode(completed.payload, s.start)[0]
+                for s in sections.walk(completed.payload)
+                if s.code == sections.APPLICATION_PROPERTIES
+            ]
+            got.append(application.value.get("RuleName"))
+    assert got == ([None, "x", "y"] if commit else [])
+    assert subscription.depth == 0
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        _sql("color = @color"),
+        {"sql-filter": {"expression": "1=1"}, "sql-rule-action": {"expression": "SET color = @color"}},
+        {"sql-filter": {"expression": "color = @color", "parameters": {"@color": "red"}}},
+    ],
+)
+def test_sql_parameters_are_refused_clearly(description: dict[str, Any]) -> None:
+    """Neither the JS SDK (``managementClient.ts`` ``addRule``: only ``expression``) nor the .NET SDK
+    (``AmqpMessageConverter.GetSqlRuleFilterMap`` / ``GetRuleActionMap``: only ``expression``) sends SQL
+    parameters over AMQP, so an ``@name`` reference can never be bound: a 400 that says so."""
+    w, p = _rules_world()
+    status = _add(w, p, "p", description)
+    assert status["statusCode"] == 400, status
+    assert "SQL parameter '@color'" in status["statusDescription"], status
+
+
+def test_every_rule_copy_expires_with_its_message() -> None:
+    """Each copy has its own place (sequence number) in the subscription, yet all expire at the message's time:
+    none is left behind (in Service Bus, dead-lettered or dropped: here the subscription keeps no expired copy)."""
+    w, p = _rules_world()
+    _three_copy_rules(w, p)
+    message = codec.encode(Header(ttl=UInt(10_000))) + _message("m", n=1)
+    p.transfer("events-in", message)
+    w.settle()
+    subscription = w.broker.nodes.default.topics["events"].subscriptions[("", "audit")]
+    assert subscription.depth == 3
+    assert len({m.seq for m in subscription.ready}) == 3
+    w.advance(11)
+    w.settle()
+    assert subscription.depth == 0

@@ -23,6 +23,9 @@ from azure.servicebus.exceptions import (
     ServiceBusError,
 )
 
+from minibroker.testing.thread import ThreadedBroker
+from tests.servicebus.conftest import connection_string
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -121,8 +124,13 @@ def test_other_subscriptions_keep_default(client: ServiceBusClient) -> None:
         assert _received(some, 1) == ["50"]
 
 
-def test_rule_errors_raise(client: ServiceBusClient) -> None:
-    with client.get_subscription_receiver("errs", "sub") as receiver:
+def test_rule_errors_raise(sb_broker: ThreadedBroker) -> None:
+    """Each error status raises the SDK's error on the first try: ``retry_total=0`` keeps the SDK from backing
+    off and retrying after it shut its management handler down for the error (seconds each, to the same end)."""
+    with (
+        ServiceBusClient.from_connection_string(connection_string(sb_broker.port), retry_total=0) as client,
+        client.get_subscription_receiver("errs", "sub") as receiver,
+    ):
         with pytest.raises(MessagingEntityNotFoundError):
             _remove_rule(receiver, "no-such-rule")
         with pytest.raises(MessagingEntityAlreadyExistsError):
@@ -161,5 +169,39 @@ def test_rule_action_sets_and_removes_properties(client: ServiceBusClient) -> No
         with client.get_topic_sender("tinted") as sender:
             sender.send_messages(ServiceBusMessage("m", application_properties={"color": "red", "n": 1, "secret": "s"}))
         (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
-        assert message.application_properties == {b"color": b"crimson", b"n": 2}  # pyamqp: strings as bytes
+        assert message.application_properties == {b"color": b"crimson", b"n": 2, b"RuleName": b"tint"}  # pyamqp: bytes
         receiver.complete_message(message)
+
+
+def test_each_rule_with_an_action_gives_its_own_copy(client: ServiceBusClient) -> None:
+    """learn.microsoft.com "Topic filters and actions": matching rules without an action give one copy between
+    them; each matching rule with an action gives one more, that rule's action applied and ``RuleName`` naming it
+    (five matching rules, two with actions: three copies)."""
+    with client.get_subscription_receiver("copies", "sub") as receiver:
+        _add_rule(receiver, "plain-a", {"sql-filter": {"expression": "n > 0"}})
+        _add_rule(receiver, "plain-b", {"correlation-filter": {"properties": {"n": 1}}})
+        for name, when, value in (("act-x", "n = 1", "x"), ("act-y", "n = 1", "y"), ("act-none", "n = 2", "z")):
+            action = {"expression": f"SET tag = '{value}'"}
+            _add_rule(receiver, name, {"sql-filter": {"expression": when}, "sql-rule-action": action})
+        with client.get_topic_sender("copies") as sender:
+            sender.send_messages(ServiceBusMessage("m", application_properties={"n": 1}))
+        got: list[dict[Any, Any]] = []
+        sequence_numbers: list[int] = []
+        while len(sequence_numbers) < 3:
+            batch = receiver.receive_messages(max_message_count=3 - len(sequence_numbers), max_wait_time=5)
+            assert batch, f"only {sequence_numbers} arrived"
+            for message in batch:
+                assert message.sequence_number is not None
+                sequence_numbers.append(message.sequence_number)
+                receiver.defer_message(message)
+        # each copy is a message of its own in the subscription: its own sequence number, deferred and fetched by it
+        assert len(set(sequence_numbers)) == 3, sequence_numbers
+        for message in receiver.receive_deferred_messages(sequence_numbers):
+            got.append(dict(message.application_properties or {}))
+            receiver.complete_message(message)
+        assert receiver.peek_messages(10) == []
+        assert sorted(got, key=lambda p: p.get(b"RuleName", b"")) == [
+            {b"n": 1},
+            {b"n": 1, b"tag": b"x", b"RuleName": b"act-x"},
+            {b"n": 1, b"tag": b"y", b"RuleName": b"act-y"},
+        ]

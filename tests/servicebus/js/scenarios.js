@@ -246,6 +246,58 @@ scenario("subscription_dead_letter", async (ctx) => {
   await dlq.close();
 });
 
+scenario("rules", async (ctx) => {
+  // the rule manager (ServiceBusClient.createRuleManager): each subscription its rules, then one send for all
+  const topic = ctx.entity();
+  const names = ["sql", "corr", "act", "none"];
+  const receivers = {};
+  for (const name of names) {
+    receivers[name] = ctx.client.createReceiver(topic, name);
+    await receivers[name].peekMessages(1); // makes the topic and the subscription before the first send
+  }
+  const managers = {};
+  for (const name of names) managers[name] = ctx.client.createRuleManager(topic, name);
+  await managers.sql.createRule("red", { sqlExpression: "color = 'red' AND n > 1" });
+  await managers.corr.createRule("eu", { correlationId: "order", applicationProperties: { region: "eu" } });
+  await managers.act.createRule("tag", { sqlExpression: "n > 1" }, { sqlExpression: "SET tagged = 'yes'" });
+  const listed = {};
+  for (const name of names) {
+    await managers[name].deleteRule("$Default");
+    const rules = [];
+    for await (const rule of managers[name].listRules()) rules.push(rule);
+    listed[name] = rules;
+  }
+  ctx.emit({ listed });
+  const failure = async (call) => {
+    try {
+      await call();
+      return null;
+    } catch (err) {
+      return { name: err.name, code: err.code };
+    }
+  };
+  ctx.emit({
+    deleteUnknown: await failure(() => managers.sql.deleteRule("no-such-rule")),
+    createDuplicate: await failure(() => managers.sql.createRule("red", { sqlExpression: "1=1" })),
+    createBad: await failure(() => managers.sql.createRule("bad", { sqlExpression: "color = " })),
+  });
+  const sender = ctx.client.createSender(topic);
+  await sender.sendMessages([
+    { body: "a", applicationProperties: { color: "red", n: 2 } },
+    { body: "b", correlationId: "order", applicationProperties: { region: "eu", n: 1 } },
+    { body: "c", correlationId: "order", applicationProperties: { region: "us", color: "red", n: 1 } },
+  ]);
+  await sender.close();
+  const received = {};
+  for (const name of names) {
+    const got = await ctx.receive(receivers[name], 3, name === "none" ? 300 : 2000);
+    for (const m of got) await receivers[name].completeMessage(m);
+    received[name] = got.map((m) => ({ body: m.body, applicationProperties: m.applicationProperties }));
+    await receivers[name].close();
+  }
+  ctx.emit({ received });
+});
+
 if (require.main === module) {
   run(JSON.parse(process.argv[2])).catch((err) => {
     process.stderr.write(`${err && err.stack}\n`);
