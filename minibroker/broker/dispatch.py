@@ -47,7 +47,7 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
-from minibroker.broker.session_gate import SessionGate
+from minibroker.broker.session_gate import SessionGate, group_id
 from minibroker.broker.sessions import SessionLock, Sessions, Waiter
 from minibroker.broker.timers import Due, Expiry, Lock, TimerKind, Timers
 from minibroker.broker.topic import Subscription, Topic
@@ -123,6 +123,10 @@ def _refusal(targets: list[Queue], message: Message) -> Error | None:
 TTL_EXPIRED = "TTLExpiredException"
 TTL_EXPIRED_DESCRIPTION = "The message expired and was dead lettered."
 """Service Bus's dead-letter reason and description for an expired message."""
+SESSION_ID_NULL = "Session id is null."
+SESSION_ID_NULL_DESCRIPTION = "Session enabled entity doesn't allow a message whose session identifier is null."
+"""Service Bus's dead-letter reason and description for a message without a session id that a subscription
+requiring sessions gets (as Azure/azure-service-bus#196 reports them)."""
 
 
 def servicebus_entity(queue: Queue) -> str:
@@ -190,6 +194,7 @@ class Dispatcher:
         self._by_conn: dict[ServerConnection, set[Consumer]] = {}
         self._seq = 0
         self._rule_actions = False  # a Service Bus rule with an action was ever made: copies may need rewriting
+        self._session_subscriptions = False  # a Service Bus subscription requiring sessions ever took a message
         # the last forwarded copy: (the original's bytes, its delivery-count, the annotations added, the copy's
         # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
         self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
@@ -262,6 +267,8 @@ class Dispatcher:
             if view is None:
                 view = sb_rules.MessageView.of(message.payload, limit, message.seq or None)
             counts[subscription] = count = len(self._copies(subscription, view))
+            if count and not self._session_subscriptions:
+                self._session_subscriptions = entity_properties(subscription).requires_session
             return count > 0
 
         targets: list[Queue] = []
@@ -342,6 +349,19 @@ class Dispatcher:
                 self._seq += 1
                 copy.content.place(self._seq)
 
+    def _dead_letter_sessionless(self, targets: list[Queue], copies: list[Message]) -> tuple[list[Queue], list[Message]]:
+        """A message without a session id published to a topic: each Service Bus subscription that requires
+        sessions dead-letters its copy (Service Bus's reason and description, as Azure/azure-service-bus#196
+        reports them), instead of keeping a message no session receiver can take; the other targets and copies."""
+        kept: tuple[list[Queue], list[Message]] = ([], [])
+        for queue, copy in zip(targets, copies, strict=True):
+            if isinstance(queue, Subscription) and entity_properties(queue).requires_session:
+                self.servicebus_dead_letter(queue, copy, SESSION_ID_NULL, SESSION_ID_NULL_DESCRIPTION)
+            else:
+                kept[0].append(queue)
+                kept[1].append(copy)
+        return kept
+
     def _expire_by_place(self, expires_at: float, targets: list[Queue], copies: list[Message]) -> None:
         """One expiry timer for each place the copies have (a rule action's further copy in a subscription has a
         place of its own: ``_apply_rule_actions``), as an expiry finds its copies by place."""
@@ -384,6 +404,8 @@ class Dispatcher:
             copies += [sharing(message) for _ in range(len(targets) - 1)]
         if self._rule_actions:
             self._apply_rule_actions(targets, copies)
+        if self._session_subscriptions and group_id(message) is None:
+            targets, copies = self._dead_letter_sessionless(targets, copies)
         now = self.clock.now
         expires_at = message.expires_at
         if expires_at is not None and expires_at <= now:
