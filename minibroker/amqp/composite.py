@@ -17,8 +17,8 @@ constructor error), so a decoded list maps positionally onto the constructor.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
