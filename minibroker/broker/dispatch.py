@@ -28,6 +28,7 @@ a departing link (its source's default outcome), or a transaction's commit or ro
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
@@ -129,6 +130,19 @@ SESSION_ID_NULL_DESCRIPTION = "Session enabled entity doesn't allow a message wh
 requiring sessions gets (as Azure/azure-service-bus#196 reports them)."""
 
 
+class DeferredLock:
+    """The lock ``token`` holds on the deferred message ``seq`` of ``queue`` (received by sequence number) and its
+    timer on the broker clock (``Dispatcher.lock_deferred``)."""
+
+    __slots__ = ("queue", "seq", "timer", "token")
+
+    def __init__(self, token: uuid.UUID, queue: Queue, seq: int) -> None:
+        self.token = token
+        self.queue = queue
+        self.seq = seq
+        self.timer: Lock | None = None
+
+
 def servicebus_entity(queue: Queue) -> str:
     """The Service Bus entity path of a queue: its node, or ``TOPIC/Subscriptions/NAME`` for a subscription."""
     if isinstance(queue, Subscription):
@@ -207,6 +221,8 @@ class Dispatcher:
         self.deferred: dict[Queue, dict[int, Message]] = {}
         """Messages a Service Bus receiver deferred, per queue by sequence number: set aside, never redelivered
         (receive-by-sequence-number, to come, is to fetch them); they go with their queue."""
+        self.deferred_locks: dict[uuid.UUID, DeferredLock] = {}
+        """The locks of deferred messages received by sequence number, by lock token (``lock_deferred``)."""
 
     # -- into nodes ---------------------------------------------------------------------------------
     def arrive(self, message: Message) -> None:
@@ -349,7 +365,9 @@ class Dispatcher:
                 self._seq += 1
                 copy.content.place(self._seq)
 
-    def _dead_letter_sessionless(self, targets: list[Queue], copies: list[Message]) -> tuple[list[Queue], list[Message]]:
+    def _dead_letter_sessionless(
+        self, targets: list[Queue], copies: list[Message]
+    ) -> tuple[list[Queue], list[Message]]:
         """A message without a session id published to a topic: each Service Bus subscription that requires
         sessions dead-letters its copy (Service Bus's reason and description, as Azure/azure-service-bus#196
         reports them), instead of keeping a message no session receiver can take; the other targets and copies."""
@@ -786,6 +804,31 @@ class Dispatcher:
                     return until
         return None
 
+    # -- locks of deferred messages (``$management`` receive-by-sequence-number) ----------------------------
+    def lock_deferred(self, token: uuid.UUID, queue: Queue, seq: int) -> float:
+        """Lock the deferred message ``seq`` of ``queue`` under ``token`` for the entity's lock duration; the
+        lock's end on the broker clock. When it runs out the token holds nothing and the message stays deferred
+        (as Service Bus keeps it: learn.microsoft.com "Message deferral")."""
+        until = self.clock.now + entity_properties(queue).lock_duration
+        held = DeferredLock(token, queue, seq)
+        held.timer = self.timers.lock(until, held)
+        self.deferred_locks[token] = held
+        self._new_deadline()
+        return until
+
+    def renew_deferred(self, token: uuid.UUID) -> float | None:
+        """Renew the lock ``token`` holds on a deferred message for another lock duration from now: its new end,
+        or None when it holds none (settled, or run out)."""
+        held = self.unlock_deferred(token)
+        return None if held is None else self.lock_deferred(token, held.queue, held.seq)
+
+    def unlock_deferred(self, token: uuid.UUID) -> DeferredLock | None:
+        """Give up the lock ``token`` holds on a deferred message (it was settled); that lock, or None."""
+        held = self.deferred_locks.pop(token, None)
+        if held is not None and held.timer is not None:
+            held.timer.cancel()
+        return held
+
     def _lock_expired(self, lock: Lock) -> None:
         """A Service Bus peek-lock ran out: the message goes back, a delivery counted (as an abandon does); the
         receiver's late settlement of it is answered ``com.microsoft:message-lock-lost`` (``Coordinator``)."""
@@ -796,6 +839,10 @@ class Dispatcher:
             return
         if isinstance(dispatched, Waiter):
             self.sessions.timed_out(dispatched)
+            return
+        if isinstance(dispatched, DeferredLock):
+            if self.deferred_locks.get(dispatched.token) is dispatched:
+                del self.deferred_locks[dispatched.token]  # the message stays deferred
             return
         if not isinstance(dispatched, Dispatched) or dispatched.lock is not lock:
             return

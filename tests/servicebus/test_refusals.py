@@ -42,11 +42,11 @@ def test_a_full_queue_refuses_a_send_promptly() -> None:
 
 def _field_counts(encoded: bytes) -> list[int]:
     """The field count of each described list in ``encoded`` (list8 ``0xc0`` after a small-ulong descriptor)."""
-    counts = []
-    for at in range(len(encoded) - 4):
-        if encoded[at : at + 2] == b"\x00\x53" and encoded[at + 3] == 0xC0:
-            counts.append(encoded[at + 5])
-    return counts
+    return [
+        encoded[at + 5]
+        for at in range(len(encoded) - 5)
+        if encoded[at : at + 2] == b"\x00\x53" and encoded[at + 3] == 0xC0
+    ]
 
 
 def test_nested_composites_carry_every_field() -> None:
