@@ -60,7 +60,7 @@ from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.management import Management
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import QUEUE, TOPIC, Node, parse_address
+from minibroker.broker.namespace import QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.nodes import Nodes, is_servicebus_subscription
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
@@ -101,6 +101,19 @@ def _transactional(delivery: IncomingDelivery) -> bool:
 
 _LONGEST_SESSION_WAIT = 60.0
 """Seconds a receiver waits at most for the next available session (Service Bus's default operation time-out)."""
+
+
+class _Entities:
+    """The queue and topic names of a namespace as a container (``AttachContext.entities``), looked up on demand:
+    only a Service Bus producer's attach to a plain name asks."""
+
+    __slots__ = ("namespace",)
+
+    def __init__(self, namespace: Namespace) -> None:
+        self.namespace = namespace
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.namespace.node(name) is not None
 
 
 class Endpoints:
@@ -147,9 +160,12 @@ class Endpoints:
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open
         container = str(remote.container_id if remote else "")
-        personality = self.nodes.personality_of(conn)
-        hubs = self.event_hubs.hubs if personality.servicebus else frozenset()
-        return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, hubs)
+        namespace = self.nodes.namespace_of(conn)
+        personality = namespace.personality
+        if not personality.servicebus:
+            return AttachContext(self.settings, conn.user, container, conn.conn_id, personality)
+        hubs = self.event_hubs.hubs
+        return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, hubs, _Entities(namespace))
 
     # -- attach -----------------------------------------------------------------------------------------
     def attached(self, conn: ServerConnection, event: LinkAttached) -> None:
