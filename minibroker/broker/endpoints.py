@@ -85,6 +85,7 @@ from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus import via as sb_via
+from minibroker.servicebus.cbs import Request
 from minibroker.servicebus.entities import key as entity_key
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
@@ -153,7 +154,7 @@ class Endpoints:
         dispatcher.sessions.granted = self._session_granted
         dispatcher.sessions.wait_over = self._session_wait_over
         self.services = Services(
-            outbox, self.management.answer, self.settings.sas_keys, self.clock, read=self.event_hubs.read
+            outbox, self.management.answer, self.settings.sas_keys, self.clock, read=self._read_event_hub
         )
         """Service nodes of the ``servicebus`` personality (``$cbs``, ``ENTITY/$management``)."""
 
@@ -164,7 +165,7 @@ class Endpoints:
         personality = namespace.personality
         if not personality.servicebus:
             return AttachContext(self.settings, conn.user, container, conn.conn_id, personality)
-        hubs = self.event_hubs.hubs
+        hubs = self.event_hubs.of(namespace.name)
         return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, hubs, _Entities(namespace))
 
     # -- attach -----------------------------------------------------------------------------------------
@@ -532,13 +533,18 @@ class Endpoints:
             conn.grant_credit(link, self.settings.link_credit)
         self.services.attached(service)
 
+    def _read_event_hub(self, conn: ServerConnection, request: Request) -> bytes:
+        """An Event Hubs ``READ`` on ``conn``: of a hub of its namespace (``EventHubs.read``)."""
+        return self.event_hubs.read(self.nodes.namespace_of(conn).name, request)
+
     def _attach_event_hub(self, conn: ServerConnection, link: Link, decision: AttachEventHub) -> None:
         """A link to an event hub or from one of its partitions (``eventhubs.py``)."""
         hubs = self.event_hubs
+        namespace = self.nodes.namespace_of(conn).name
         if decision.address.consumer_group is None:
-            context: Writer | Reader | Error = hubs.writer(conn, link, decision.address)
+            context: Writer | Reader | Error = hubs.writer(conn, link, namespace, decision.address)
         else:
-            context = hubs.reader(conn, link, decision.address, decision.selector)
+            context = hubs.reader(conn, link, namespace, decision.address, decision.selector)
         if isinstance(context, Error):
             conn.refuse_attach(link, context)
             return

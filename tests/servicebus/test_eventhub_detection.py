@@ -28,7 +28,7 @@ def _send_attach(w: World, p: Peer, link: str, address: str, **fields: Any) -> N
 
 
 def _hubs(w: World) -> set[str]:
-    return set(w.broker.endpoints.event_hubs.hubs)
+    return set(w.broker.endpoints.event_hubs.of(w.broker.nodes.default.name))
 
 
 def _queues(w: World) -> set[str]:
@@ -71,3 +71,20 @@ def test_a_python_event_hubs_producer_makes_a_hub() -> None:
     _send_attach(w, p, "h2", "news", properties=PYTHON_PRODUCER)
     assert "news" in w.broker.nodes.default.topics
     assert "news" not in _hubs(w)
+
+
+def test_hubs_are_per_namespace_and_a_reset_drops_them() -> None:
+    """A hub made in one namespace is not seen from another (a plain sender there to the same name makes a
+    queue), and resetting its namespace drops it."""
+    w = world("servicebus")
+    one, two = w.broker.nodes.namespace("ns-one"), w.broker.nodes.namespace("ns-two")
+    first, second = peer(w, "a", hostname="ns-one"), peer(w, "b", hostname="ns-two")
+    _send_attach(w, first, "h", "telemetry", properties=PYTHON_PRODUCER)
+    _send_attach(w, second, "s", "telemetry")
+    assert "telemetry" in two.queues
+    assert "telemetry" not in one.queues
+    w.broker.reset(one)
+    w.settle()
+    again = peer(w, "c", hostname="ns-one")
+    _send_attach(w, again, "s", "telemetry")
+    assert "telemetry" in one.queues  # the hub went with the reset: a plain sender makes a queue
