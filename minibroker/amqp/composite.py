@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -102,17 +103,23 @@ class Composite:
     def encode_all_into(self, buf: bytearray) -> None:
         """Append the described-list encoding of this value with every field, trailing nulls included (§1.4 lets
         an encoder omit them, not every decoder cope: azure-eventhub 5.x ``_pyamqp/_decode.py`` ``decode_frame``
-        reads performative fields by position without padding a short list)."""
-        self._encode_values(buf, self.field_values())
+        reads performative fields by position without padding a short list). A composite in a field (the error
+        of a detach, the rejected outcome of a disposition and its error) is written with every field too:
+        azure-servicebus 7.15's ``_pyamqp/client.py`` ``SendClient._on_send_complete`` reads the rejected error's
+        ``info`` by position, and a trimmed one made its send hang."""
+        self._encode_values(buf, self.field_values(), _encode_field_all)
 
-    def _encode_values(self, buf: bytearray, values: list[Any]) -> None:
+    def _encode_values(
+        self, buf: bytearray, values: list[Any], encode_field: Callable[[bytearray, FieldSpec, Any], None] | None = None
+    ) -> None:
         buf += self._DESCRIPTOR
         if not values:
             buf.append(0x45)
             return
         body = bytearray()
+        encode = encode_field or _encode_field
         for spec, value in zip(self.FIELDS, values, strict=False):
-            _encode_field(body, spec, value)
+            encode(body, spec, value)
         codec._compound(buf, 0xC0, 0xD0, len(values), body)
 
     def described_value(self) -> list[Any]:
@@ -228,6 +235,14 @@ class SymbolizedFields(dict[Any, Any]):
 
 
 _SECTION_FIELD = {kind: FieldSpec("value", "value", kind) for kind in ("binary", "list", "map", "fields", "*")}
+
+
+def _encode_field_all(buf: bytearray, spec: FieldSpec, value: Any) -> None:
+    """As ``_encode_field``, a composite value with every field (``Composite.encode_all_into``)."""
+    if isinstance(value, Composite):
+        value.encode_all_into(buf)
+    else:
+        _encode_field(buf, spec, value)
 
 
 def _encode_field(buf: bytearray, spec: FieldSpec, value: Any) -> None:

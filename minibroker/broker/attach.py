@@ -123,6 +123,8 @@ class AttachContext:
     """The personality of the connection's namespace."""
     event_hubs: Container[str] = frozenset()
     """Names that are event hubs (``eventhubs.py``): a sender link to one of them reaches the hub, not a queue."""
+    entities: Container[str] = frozenset()
+    """Names that are queues or topics of the connection's namespace: a producer's attach never makes one a hub."""
 
 
 @dataclass(frozen=True)
@@ -221,11 +223,15 @@ class AttachEventHub:
 
 def _event_hub(link: Link, path: str, context: AttachContext) -> AttachEventHub | Refuse | None:
     """An attach to an address of the Event Hubs form, or a producer's to a hub's plain name (a hub already, or an
-    attach with an event hub producer's properties), else None."""
+    event hub producer's attach to a name that is no queue or topic), else None."""
     address = sb_eventhubs.parse_address(path)
     if address is None:
-        known = path in context.event_hubs or sb_eventhubs.names_a_producer(link.attach.properties)
-        if link.is_sender or not known:
+        if link.is_sender:
+            return None
+        attach = link.attach
+        producer = sb_eventhubs.names_a_producer(attach.desired_capabilities, attach.properties)
+        producer = producer and path not in context.entities
+        if not (path in context.event_hubs or producer):
             return None
         address = sb_eventhubs.EventHubAddress(path, None)
     if (address.consumer_group is not None) != link.is_sender:

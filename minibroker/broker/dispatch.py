@@ -28,6 +28,7 @@ a departing link (its source's default outcome), or a transaction's commit or ro
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
@@ -47,7 +48,7 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.policy import DROP_HEAD
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
-from minibroker.broker.session_gate import SessionGate
+from minibroker.broker.session_gate import SessionGate, group_id
 from minibroker.broker.sessions import SessionLock, Sessions, Waiter
 from minibroker.broker.timers import Due, Expiry, Lock, TimerKind, Timers
 from minibroker.broker.topic import Subscription, Topic
@@ -123,6 +124,23 @@ def _refusal(targets: list[Queue], message: Message) -> Error | None:
 TTL_EXPIRED = "TTLExpiredException"
 TTL_EXPIRED_DESCRIPTION = "The message expired and was dead lettered."
 """Service Bus's dead-letter reason and description for an expired message."""
+SESSION_ID_NULL = "Session id is null."
+SESSION_ID_NULL_DESCRIPTION = "Session enabled entity doesn't allow a message whose session identifier is null."
+"""Service Bus's dead-letter reason and description for a message without a session id that a subscription
+requiring sessions gets (as Azure/azure-service-bus#196 reports them)."""
+
+
+class DeferredLock:
+    """The lock ``token`` holds on the deferred message ``seq`` of ``queue`` (received by sequence number) and its
+    timer on the broker clock (``Dispatcher.lock_deferred``)."""
+
+    __slots__ = ("queue", "seq", "timer", "token")
+
+    def __init__(self, token: uuid.UUID, queue: Queue, seq: int) -> None:
+        self.token = token
+        self.queue = queue
+        self.seq = seq
+        self.timer: Lock | None = None
 
 
 def servicebus_entity(queue: Queue) -> str:
@@ -190,6 +208,7 @@ class Dispatcher:
         self._by_conn: dict[ServerConnection, set[Consumer]] = {}
         self._seq = 0
         self._rule_actions = False  # a Service Bus rule with an action was ever made: copies may need rewriting
+        self._session_subscriptions = False  # a Service Bus subscription requiring sessions ever took a message
         # the last forwarded copy: (the original's bytes, its delivery-count, the annotations added, the copy's
         # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
         self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
@@ -202,6 +221,8 @@ class Dispatcher:
         self.deferred: dict[Queue, dict[int, Message]] = {}
         """Messages a Service Bus receiver deferred, per queue by sequence number: set aside, never redelivered
         (receive-by-sequence-number, to come, is to fetch them); they go with their queue."""
+        self.deferred_locks: dict[uuid.UUID, DeferredLock] = {}
+        """The locks of deferred messages received by sequence number, by lock token (``lock_deferred``)."""
 
     # -- into nodes ---------------------------------------------------------------------------------
     def arrive(self, message: Message) -> None:
@@ -262,6 +283,8 @@ class Dispatcher:
             if view is None:
                 view = sb_rules.MessageView.of(message.payload, limit, message.seq or None)
             counts[subscription] = count = len(self._copies(subscription, view))
+            if count and not self._session_subscriptions:
+                self._session_subscriptions = entity_properties(subscription).requires_session
             return count > 0
 
         targets: list[Queue] = []
@@ -342,6 +365,21 @@ class Dispatcher:
                 self._seq += 1
                 copy.content.place(self._seq)
 
+    def _dead_letter_sessionless(
+        self, targets: list[Queue], copies: list[Message]
+    ) -> tuple[list[Queue], list[Message]]:
+        """A message without a session id published to a topic: each Service Bus subscription that requires
+        sessions dead-letters its copy (Service Bus's reason and description, as Azure/azure-service-bus#196
+        reports them), instead of keeping a message no session receiver can take; the other targets and copies."""
+        kept: tuple[list[Queue], list[Message]] = ([], [])
+        for queue, copy in zip(targets, copies, strict=True):
+            if isinstance(queue, Subscription) and entity_properties(queue).requires_session:
+                self.servicebus_dead_letter(queue, copy, SESSION_ID_NULL, SESSION_ID_NULL_DESCRIPTION)
+            else:
+                kept[0].append(queue)
+                kept[1].append(copy)
+        return kept
+
     def _expire_by_place(self, expires_at: float, targets: list[Queue], copies: list[Message]) -> None:
         """One expiry timer for each place the copies have (a rule action's further copy in a subscription has a
         place of its own: ``_apply_rule_actions``), as an expiry finds its copies by place."""
@@ -384,6 +422,8 @@ class Dispatcher:
             copies += [sharing(message) for _ in range(len(targets) - 1)]
         if self._rule_actions:
             self._apply_rule_actions(targets, copies)
+        if self._session_subscriptions and group_id(message) is None:
+            targets, copies = self._dead_letter_sessionless(targets, copies)
         now = self.clock.now
         expires_at = message.expires_at
         if expires_at is not None and expires_at <= now:
@@ -764,6 +804,31 @@ class Dispatcher:
                     return until
         return None
 
+    # -- locks of deferred messages (``$management`` receive-by-sequence-number) ----------------------------
+    def lock_deferred(self, token: uuid.UUID, queue: Queue, seq: int) -> float:
+        """Lock the deferred message ``seq`` of ``queue`` under ``token`` for the entity's lock duration; the
+        lock's end on the broker clock. When it runs out the token holds nothing and the message stays deferred
+        (as Service Bus keeps it: learn.microsoft.com "Message deferral")."""
+        until = self.clock.now + entity_properties(queue).lock_duration
+        held = DeferredLock(token, queue, seq)
+        held.timer = self.timers.lock(until, held)
+        self.deferred_locks[token] = held
+        self._new_deadline()
+        return until
+
+    def renew_deferred(self, token: uuid.UUID) -> float | None:
+        """Renew the lock ``token`` holds on a deferred message for another lock duration from now: its new end,
+        or None when it holds none (settled, or run out)."""
+        held = self.unlock_deferred(token)
+        return None if held is None else self.lock_deferred(token, held.queue, held.seq)
+
+    def unlock_deferred(self, token: uuid.UUID) -> DeferredLock | None:
+        """Give up the lock ``token`` holds on a deferred message (it was settled); that lock, or None."""
+        held = self.deferred_locks.pop(token, None)
+        if held is not None and held.timer is not None:
+            held.timer.cancel()
+        return held
+
     def _lock_expired(self, lock: Lock) -> None:
         """A Service Bus peek-lock ran out: the message goes back, a delivery counted (as an abandon does); the
         receiver's late settlement of it is answered ``com.microsoft:message-lock-lost`` (``Coordinator``)."""
@@ -774,6 +839,10 @@ class Dispatcher:
             return
         if isinstance(dispatched, Waiter):
             self.sessions.timed_out(dispatched)
+            return
+        if isinstance(dispatched, DeferredLock):
+            if self.deferred_locks.get(dispatched.token) is dispatched:
+                del self.deferred_locks[dispatched.token]  # the message stays deferred
             return
         if not isinstance(dispatched, Dispatched) or dispatched.lock is not lock:
             return

@@ -60,7 +60,7 @@ from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
 from minibroker.broker.management import Management
 from minibroker.broker.message import Message
-from minibroker.broker.namespace import QUEUE, TOPIC, Node, parse_address
+from minibroker.broker.namespace import QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.nodes import Nodes, is_servicebus_subscription
 from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import rabbitmq_address
@@ -85,6 +85,7 @@ from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus import via as sb_via
+from minibroker.servicebus.cbs import Request
 from minibroker.servicebus.entities import key as entity_key
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
@@ -101,6 +102,19 @@ def _transactional(delivery: IncomingDelivery) -> bool:
 
 _LONGEST_SESSION_WAIT = 60.0
 """Seconds a receiver waits at most for the next available session (Service Bus's default operation time-out)."""
+
+
+class _Entities:
+    """The queue and topic names of a namespace as a container (``AttachContext.entities``), looked up on demand:
+    only a Service Bus producer's attach to a plain name asks."""
+
+    __slots__ = ("namespace",)
+
+    def __init__(self, namespace: Namespace) -> None:
+        self.namespace = namespace
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.namespace.node(name) is not None
 
 
 class Endpoints:
@@ -140,16 +154,19 @@ class Endpoints:
         dispatcher.sessions.granted = self._session_granted
         dispatcher.sessions.wait_over = self._session_wait_over
         self.services = Services(
-            outbox, self.management.answer, self.settings.sas_keys, self.clock, read=self.event_hubs.read
+            outbox, self.management.answer, self.settings.sas_keys, self.clock, read=self._read_event_hub
         )
         """Service nodes of the ``servicebus`` personality (``$cbs``, ``ENTITY/$management``)."""
 
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open
         container = str(remote.container_id if remote else "")
-        personality = self.nodes.personality_of(conn)
-        hubs = self.event_hubs.hubs if personality.servicebus else frozenset()
-        return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, hubs)
+        namespace = self.nodes.namespace_of(conn)
+        personality = namespace.personality
+        if not personality.servicebus:
+            return AttachContext(self.settings, conn.user, container, conn.conn_id, personality)
+        hubs = self.event_hubs.of(namespace.name)
+        return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, hubs, _Entities(namespace))
 
     # -- attach -----------------------------------------------------------------------------------------
     def attached(self, conn: ServerConnection, event: LinkAttached) -> None:
@@ -516,13 +533,18 @@ class Endpoints:
             conn.grant_credit(link, self.settings.link_credit)
         self.services.attached(service)
 
+    def _read_event_hub(self, conn: ServerConnection, request: Request) -> bytes:
+        """An Event Hubs ``READ`` on ``conn``: of a hub of its namespace (``EventHubs.read``)."""
+        return self.event_hubs.read(self.nodes.namespace_of(conn).name, request)
+
     def _attach_event_hub(self, conn: ServerConnection, link: Link, decision: AttachEventHub) -> None:
         """A link to an event hub or from one of its partitions (``eventhubs.py``)."""
         hubs = self.event_hubs
+        namespace = self.nodes.namespace_of(conn).name
         if decision.address.consumer_group is None:
-            context: Writer | Reader | Error = hubs.writer(conn, link, decision.address)
+            context: Writer | Reader | Error = hubs.writer(conn, link, namespace, decision.address)
         else:
-            context = hubs.reader(conn, link, decision.address, decision.selector)
+            context = hubs.reader(conn, link, namespace, decision.address, decision.selector)
         if isinstance(context, Error):
             conn.refuse_attach(link, context)
             return

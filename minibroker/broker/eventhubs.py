@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from minibroker.amqp.definitions import Accepted, Error, Rejected
 from minibroker.amqp.errors import Condition, error
@@ -36,6 +37,7 @@ RETENTION = 10_000
 MAX_HUBS = 1_000
 """Event hubs a broker creates on demand; a READ or attach naming one more is refused."""
 _ACCEPTED = Accepted()
+_NO_HUBS: Mapping[str, EventHub] = MappingProxyType({})
 
 
 class Event:
@@ -141,35 +143,43 @@ class Reader:
 
 
 class EventHubs:
-    """The event hubs of one broker."""
+    """The event hubs of one broker, each in its namespace (by the namespace's name): a hub of one namespace is not
+    seen from another, and a namespace reset drops its hubs (``forget``)."""
 
     def __init__(self, outbox: Outbox, clock: BrokerClock, top_up: Callable[[ServerConnection, Link], None]) -> None:
         self.outbox = outbox
         self.clock = clock
         self.top_up = top_up
         """Gives a sender link its credit back (``Endpoints._top_up``)."""
-        self.hubs: dict[str, EventHub] = {}
+        self.hubs: dict[str, dict[str, EventHub]] = {}
+        """The hubs of each namespace by name."""
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.hubs
+    def of(self, namespace: str) -> Mapping[str, EventHub]:
+        """The hubs of ``namespace`` by name."""
+        return self.hubs.get(namespace, _NO_HUBS)
 
-    def hub(self, name: str) -> EventHub | None:
-        """The hub ``name``, created on first use (None past ``MAX_HUBS``)."""
-        found = self.hubs.get(name)
-        if found is None and len(self.hubs) < MAX_HUBS:
-            found = self.hubs[name] = EventHub(name, self.clock.wall_ms())
+    def hub(self, namespace: str, name: str) -> EventHub | None:
+        """The hub ``name`` of ``namespace``, created on first use (None past ``MAX_HUBS`` in the broker)."""
+        hubs = self.hubs.setdefault(namespace, {})
+        found = hubs.get(name)
+        if found is None and sum(map(len, self.hubs.values())) < MAX_HUBS:
+            found = hubs[name] = EventHub(name, self.clock.wall_ms())
         return found
 
+    def forget(self, namespace: str) -> None:
+        """Drop the hubs of ``namespace`` (reset: its connections, and so its hubs' links, are closed already)."""
+        self.hubs.pop(namespace, None)
+
     # -- $management ----------------------------------------------------------------------------------------
-    def read(self, request: Request) -> bytes:
-        """The answer to a READ of a hub or of one of its partitions."""
+    def read(self, namespace: str, request: Request) -> bytes:
+        """The answer to a READ of a hub of ``namespace`` or of one of its partitions."""
         properties = request.application_properties
         kind, name, partition_id = properties.get("type"), properties.get("name"), properties.get("partition")
         if kind not in (eh.HUB_TYPE, eh.PARTITION_TYPE):
             return sb_management.response(request, sb_management.BAD_REQUEST, f"cannot READ a {str(kind)[:100]!r}")
         if not isinstance(name, str) or eh.parse_address(f"{name}/Partitions/0") is None:
             return sb_management.response(request, sb_management.BAD_REQUEST, "READ needs the event hub's name")
-        hub = self.hub(name)
+        hub = self.hub(namespace, name)
         if hub is None:
             return sb_management.response(request, 403, f"at most {MAX_HUBS} event hubs")
         if kind == eh.HUB_TYPE:
@@ -182,22 +192,23 @@ class EventHubs:
         return sb_management.response(request, sb_management.OK, "OK", eh.partition_value(partition.state()))
 
     # -- links ---------------------------------------------------------------------------------------------
-    def writer(self, conn: ServerConnection, link: Link, address: eh.EventHubAddress) -> Writer | Error:
-        """A sender link to ``address``, or why it is refused."""
-        found = self._partition(address)
+    def writer(self, conn: ServerConnection, link: Link, namespace: str, address: eh.EventHubAddress) -> Writer | Error:
+        """A sender link to ``address`` in ``namespace``, or why it is refused."""
+        found = self._partition(namespace, address)
         if isinstance(found, Error):
             return found
         hub, partition = found
         return Writer(conn, link, hub, partition)
 
     def reader(
-        self, conn: ServerConnection, link: Link, address: eh.EventHubAddress, selector: object
+        self, conn: ServerConnection, link: Link, namespace: str, address: eh.EventHubAddress, selector: object
     ) -> Reader | Error:
-        """A receiver link from ``address`` starting where ``selector`` (the filter's text) says, or why not."""
+        """A receiver link from ``address`` in ``namespace`` starting where ``selector`` (the filter's text) says,
+        or why not."""
         position = eh.parse_position(selector)
         if isinstance(position, str):
             return error(Condition.INVALID_FIELD, position)
-        found = self._partition(address)
+        found = self._partition(namespace, address)
         if isinstance(found, Error):
             return found
         hub, partition = found
@@ -209,8 +220,8 @@ class EventHubs:
         partition.readers.append(reader)
         return reader
 
-    def _partition(self, address: eh.EventHubAddress) -> tuple[EventHub, Partition | None] | Error:
-        hub = self.hub(address.hub)
+    def _partition(self, namespace: str, address: eh.EventHubAddress) -> tuple[EventHub, Partition | None] | Error:
+        hub = self.hub(namespace, address.hub)
         if hub is None:
             return error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {MAX_HUBS} event hubs")
         if address.partition is None:
@@ -251,8 +262,8 @@ class EventHubs:
 
     def resume(self, conn: ServerConnection) -> None:
         """``conn``'s peer read what was queued for it: its readers held back (``can_send``) go on."""
-        for hub in self.hubs.values():
-            for partition in hub.partitions.values():
+        for hubs in self.hubs.values():
+            for partition in (p for hub in hubs.values() for p in hub.partitions.values()):
                 for reader in list(partition.readers):
                     if reader.conn is conn:
                         self.flow(reader)

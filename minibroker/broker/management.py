@@ -70,8 +70,6 @@ class Management:
         self.clock = clock
         self.arrival = arrival
         """What a Service Bus entity does to a message it takes (``Endpoints._servicebus_arrival``)."""
-        self.locked: dict[uuid.UUID, tuple[Queue, int]] = {}
-        """Deferred messages received by sequence number, by the lock token they were given."""
 
     def answer(self, conn: ServerConnection, node: str, payload: bytes) -> bytes:
         """The answer to the request ``payload`` sent to the management node ``node`` (``ENTITY/$management``)."""
@@ -203,8 +201,8 @@ class Management:
             until = None
             if isinstance(token, uuid.UUID):
                 until = self.dispatcher.renew_lock(conn, token.bytes_le)  # the delivery-tag (``lock_token``)
-                if until is None and token in self.locked:
-                    until = self.clock.now + entity_properties(self.locked[token][0]).lock_duration  # (not timed)
+                if until is None:
+                    until = self.dispatcher.renew_deferred(token)  # a deferred message received by number
             if until is None:
                 return sb_management.response(
                     request,
@@ -229,7 +227,7 @@ class Management:
             )
         delete = body.get("receiver-settle-mode") == 0  # ReceiverSettleMode.First: receive-and-delete
         encoded, tokens = [], []
-        locked_until = self.clock.wall_ms(self.clock.now + entity_properties(queue).lock_duration)
+        locked_until = self.clock.now + entity_properties(queue).lock_duration
         for seq in wanted:
             message = deferred[seq]
             if delete:
@@ -237,8 +235,9 @@ class Management:
                 token = None
             else:
                 token = next(self._lock_tokens)
-                self.locked[token] = (queue, seq)
-            encoded.append(message.rewritten(sb_messages.delivery_annotations(seq, locked_until, sb_messages.DEFERRED)))
+                locked_until = self.dispatcher.lock_deferred(token, queue, seq)
+            annotations = sb_messages.delivery_annotations(seq, self.clock.wall_ms(locked_until), sb_messages.DEFERRED)
+            encoded.append(message.rewritten(annotations))
             tokens.append(token)
         value = sb_management.messages_value(encoded, None if delete else tokens)
         return sb_management.response(request, sb_management.OK, "OK", value)
@@ -296,7 +295,7 @@ class Management:
     def _update_disposition(self, request: Request, body: dict[str, Any]) -> bytes:
         status = body.get("disposition-status")
         for token in sb_management.items(body.get("lock-tokens")):
-            held = self.locked.get(token) if isinstance(token, uuid.UUID) else None
+            held = self.dispatcher.unlock_deferred(token) if isinstance(token, uuid.UUID) else None
             if held is None and "session-id" in body:
                 # a session receiver settles here once its link is gone: its session lock was lost
                 return sb_management.response(
@@ -305,23 +304,22 @@ class Management:
                     f"the session of lock token {token} is not locked by this client",
                     condition=sb_sessions.SESSION_LOCK_LOST,
                 )
-            if held is None:
+            if held is None:  # settled already, or its lock ran out (then the message stays deferred)
                 return sb_management.response(
                     request,
-                    sb_management.NOT_FOUND,
-                    f"lock token {token} is not held",
+                    sb_management.GONE,
+                    f"the lock of lock token {token} is lost: it is not held, or it expired",
                     condition=sb_management.MESSAGE_LOCK_LOST,
                 )
-            queue, seq = held
+            queue, seq = held.queue, held.seq
             deferred = self.dispatcher.deferred.get(queue, {})
             message = deferred.get(seq)
             if message is None:
-                del self.locked[token]
                 continue
             if status == sb_management.COMPLETED:
-                del deferred[seq], self.locked[token]
+                del deferred[seq]
             elif status == sb_management.DEAD_LETTERED:
-                del deferred[seq], self.locked[token]
+                del deferred[seq]
                 reason, description = body.get("deadletter-reason"), body.get("deadletter-description")
                 self.dispatcher.servicebus_dead_letter(
                     queue,
@@ -329,8 +327,6 @@ class Management:
                     reason if isinstance(reason, str) else None,
                     description if isinstance(description, str) else None,
                 )
-            else:  # abandoned (or deferred again): it stays deferred, its lock given up
-                del self.locked[token]
         return sb_management.response(request, sb_management.OK, "OK")
 
     # -- sessions ---------------------------------------------------------------------------------------

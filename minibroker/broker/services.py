@@ -23,8 +23,9 @@ from minibroker.servicebus import eventhubs as sb_eventhubs
 
 Manage = Callable[[ServerConnection, str, bytes], bytes]
 """Answers a request to a management node: ``(connection, node, request) -> answer`` (``management.py``)."""
-Read = Callable[[cbs.Request], bytes]
-"""Answers an Event Hubs ``READ`` sent to a management node (``eventhubs.py``)."""
+Read = Callable[[ServerConnection, cbs.Request], bytes]
+"""Answers an Event Hubs ``READ`` sent to a management node on a connection (``eventhubs.py``: of a hub of its
+namespace)."""
 
 MAX_PENDING = 100
 """Answers kept for a link without credit (older ones are dropped)."""
@@ -90,7 +91,7 @@ class Services:
         if self.manage is not None and sb_addresses.is_management(service.node):
             request = cbs.read_request(payload)
             if self.read is not None and request.operation == sb_eventhubs.READ:
-                answer = self.read(request)
+                answer = self.read(conn, request)
             else:
                 answer = self.manage(conn, service.node, payload)
         else:

@@ -84,7 +84,6 @@ NOT_IMPLEMENTED = frozenset(
         "ForwardDeadLetteredMessagesTo",
         "RequiresDuplicateDetection",
         "DuplicateDetectionHistoryTimeWindow",
-        "RequiresSession",  # kept in EntityProperties.requires_session; sessions are not enforced yet
     }
 )
 """Documented properties that are accepted and have no effect yet."""

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from minibroker.amqp.types import Long, Timestamp
+from minibroker.amqp.types import Array, Long, Timestamp
 
 READ = "READ"
 HUB_TYPE = "com.microsoft:eventhub"
@@ -180,11 +180,24 @@ def partition_key(annotations: object) -> str | None:
     return key if isinstance(key, str) else None
 
 
-_PRODUCER_TIMEOUT = "com.microsoft:timeout"
+PRODUCER_CAPABILITY = "com.microsoft:georeplication"
+_TIMEOUT = "com.microsoft:timeout"
 
 
-def names_a_producer(properties: object) -> bool:
-    """Whether a sender's attach properties are an event hub producer's: azure-eventhub (``_producer.py``
-    ``EventHubProducer``) sends ``com.microsoft:timeout``, azure-servicebus's senders send no such property. The
-    producer attaches to the hub's plain name before anything else has named it (``create_batch`` opens it)."""
-    return isinstance(properties, dict) and _PRODUCER_TIMEOUT in properties
+def names_a_producer(desired_capabilities: object, properties: object) -> bool:
+    """Whether a sender's attach is an event hub producer's, by what only those send: the desired capability
+    ``com.microsoft:georeplication`` (the .NET ``Azure.Messaging.EventHubs`` ``AmqpConnectionScope``
+    ``CreateSendingLinkAsync``; azure-eventhub 5.15 asks for it too, but its pyamqp ``SendClient._client_ready``
+    leaves it off the sender's attach), or the link property ``com.microsoft:timeout`` as a long: azure-eventhub
+    5.11 to 5.15 (``_producer.py`` ``EventHubProducer``, ``_transport/_pyamqp_transport.py``
+    ``create_link_properties``: ``amqp_long_value``). A timeout of another type does not count: the .NET Service
+    Bus clients (``Microsoft.Azure.ServiceBus``, ``Azure.Messaging.ServiceBus``) put it on their links as a uint,
+    and azure-servicebus none. The producer attaches to the hub's plain name before anything else has named it
+    (``create_batch`` opens it)."""
+    given = desired_capabilities.items if isinstance(desired_capabilities, Array) else desired_capabilities
+    if isinstance(given, list | tuple):
+        if any(isinstance(capability, str) and capability == PRODUCER_CAPABILITY for capability in given):
+            return True
+    elif isinstance(given, str) and given == PRODUCER_CAPABILITY:
+        return True
+    return isinstance(properties, dict) and type(properties.get(_TIMEOUT)) is Long

@@ -84,10 +84,9 @@ def dotnet_ticks(wall_ms: int) -> int:
 
 
 def error(condition: str, description: str) -> Error:
-    """An AMQP error with a Service Bus condition. Its ``info`` is an empty map rather than absent: pyamqp reads
-    a rejected outcome's error by position (``_pyamqp/client.py`` ``SendClient._on_send_complete`` takes
-    ``error_info[0][2]``), and an error whose trailing null fields are trimmed made it fail and the send hang."""
-    return Error(condition=Symbol(condition), description=description, info={})
+    """An AMQP error with a Service Bus condition (the ``servicebus`` personality writes it with every field:
+    ``Composite.encode_all_into``)."""
+    return Error(condition=Symbol(condition), description=description)
 
 
 def lock_lost(session_id: str) -> Error:

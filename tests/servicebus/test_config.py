@@ -5,6 +5,7 @@ no emulator quota (10 connections, 50 entities) applies. Locks and expiry on the
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.amqp import AmqpMessageHeader
-from azure.servicebus.exceptions import ServiceBusAuthenticationError
+from azure.servicebus.exceptions import ServiceBusAuthenticationError, ServiceBusError
 
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
 from tests.servicebus.conftest import connection_string
@@ -311,3 +312,96 @@ def test_rule_copies_outlive_a_restart(tmp_path: Path) -> None:
         ("eu-heavy", b"tag-heavy"),
     ]
     assert len({seq for _, _, seq in found}) == 2
+
+
+_SESSIONS_JSON = """{
+  "UserConfig": {
+    "Namespaces": [{
+      "Name": "sbemulatorns",
+      "Queues": [{"Name": "sessions", "Properties": {"RequiresSession": true}}],
+      "Topics": [{"Name": "news", "Subscriptions": [
+        {"Name": "ordered", "Properties": {"RequiresSession": true}}, {"Name": "all"}]}]
+    }]
+  }
+}
+"""
+_SESSIONS_TOML = """
+[servicebus.queues.sessions]
+requires_session = true
+[servicebus.topics.news.subscriptions.ordered]
+requires_session = true
+[servicebus.topics.news.subscriptions.all]
+"""
+
+
+def _sessions_broker(form: str, tmp_path: Path) -> Any:
+    """A broker configured with the session queue ``sessions`` and topic ``news`` (subscription ``ordered``
+    requires sessions, ``all`` does not), from Config.json or from ``[servicebus]`` TOML."""
+    if form == "toml":
+        (tmp_path / "minibroker.toml").write_text(
+            '[server]\nport = 0\n[broker]\nclock = "virtual"\n' + _SESSIONS_TOML, encoding="utf-8"
+        )
+        return run_in_thread(tmp_path / "minibroker.toml")
+    (tmp_path / "Config.json").write_text(_SESSIONS_JSON, encoding="utf-8")
+    return run_in_thread({"server": {"port": 0}, "servicebus": {"config": str(tmp_path / "Config.json")}})
+
+
+@pytest.mark.parametrize("form", ["Config.json", "toml"])
+def test_configured_requires_session(form: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``RequiresSession`` (``requires_session``) on a queue and on a subscription: a plain receiver and a message
+    without a session id are refused, a session receiver gets its session's messages; no warning lists it."""
+    with (
+        caplog.at_level(logging.WARNING, logger="minibroker"),
+        _sessions_broker(form, tmp_path) as broker,
+        ServiceBusClient.from_connection_string(connection_string(broker.port), retry_total=0) as client,
+    ):
+        with pytest.raises(ServiceBusError), client.get_queue_sender("sessions") as sender:
+            sender.send_messages(ServiceBusMessage("no session"), timeout=10)
+        for plain in (client.get_queue_receiver("sessions"), client.get_subscription_receiver("news", "ordered")):
+            with pytest.raises(ServiceBusError), plain as receiver:
+                receiver.receive_messages(max_message_count=1, max_wait_time=1)
+        with client.get_queue_sender("sessions") as sender:
+            sender.send_messages(ServiceBusMessage("q", session_id="s"))
+        with client.get_topic_sender("news") as sender:
+            sender.send_messages(ServiceBusMessage("t", session_id="s"))
+        for session in (
+            client.get_queue_receiver("sessions", session_id="s"),
+            client.get_subscription_receiver("news", "ordered", session_id="s"),
+        ):
+            with session as receiver:
+                (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+                assert message.session_id == "s"
+                receiver.complete_message(message)
+    warned = [r.getMessage() for r in caplog.records]
+    assert not [w for w in warned if "RequiresSession" in w or "requires_session" in w]
+
+
+@pytest.mark.parametrize("form", ["Config.json", "toml"])
+def test_a_message_without_session_id_is_dead_lettered_in_a_session_subscription(form: str, tmp_path: Path) -> None:
+    """A message without a session id published to a topic: a subscription that requires sessions dead-letters
+    its copy (reason "Session id is null.", as Azure/azure-service-bus#196 reports Service Bus doing), the
+    others take it as usual."""
+    with (
+        _sessions_broker(form, tmp_path) as broker,
+        ServiceBusClient.from_connection_string(connection_string(broker.port), retry_total=0) as client,
+    ):
+        with client.get_topic_sender("news") as sender:
+            sender.send_messages(ServiceBusMessage("loose"), timeout=10)
+        with client.get_subscription_receiver("news", "all") as receiver:
+            (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert str(message) == "loose"
+            receiver.complete_message(message)
+        dead_letters = client.get_subscription_receiver("news", "ordered", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+        with dead_letters as receiver:
+            (dead,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert (str(dead), dead.dead_letter_reason) == ("loose", "Session id is null.")
+            assert dead.dead_letter_error_description is not None
+            assert "session identifier is null" in dead.dead_letter_error_description
+            assert dead.dead_letter_source == "news/Subscriptions/ordered"
+            receiver.complete_message(dead)
+
+        def held(running: Any) -> dict[str, int]:
+            topic = running.broker.nodes.default.node("news")
+            return {sub.name.rsplit(":", 1)[-1]: sub.held for sub in topic.subscriptions.values()}
+
+        assert broker.call(held) == {"ordered": 0, "all": 0}  # nothing left behind in the subscriptions

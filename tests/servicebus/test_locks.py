@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
-from azure.servicebus.exceptions import MessageLockLostError
+from azure.servicebus.exceptions import MessageLockLostError, MessageNotFoundError
 
 from minibroker.testing.thread import ThreadedBroker
 
@@ -60,3 +60,36 @@ def test_renew_lost_lock_fails(virtual_broker: ThreadedBroker, virtual_client: S
         virtual_broker.clock.advance(61)
         with pytest.raises(MessageLockLostError):
             receiver.renew_message_lock(message)
+
+
+def _deferred(client: ServiceBusClient, queue: str, body: str) -> int:
+    """Send ``body`` to ``queue`` and defer it; its sequence number."""
+    _send(client, queue, body)
+    with client.get_queue_receiver(queue) as receiver:
+        (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        receiver.defer_message(message)
+    number: int = message.sequence_number
+    return number
+
+
+def test_a_deferred_message_lock_runs_out(virtual_broker: ThreadedBroker, virtual_client: ServiceBusClient) -> None:
+    """The lock of a deferred message received by sequence number runs out after the lock duration (60 s) of
+    broker time: settling it then raises MessageLockLostError (410), renewing it too, and the message stays
+    deferred (received again by its number); renew-lock before then extends it."""
+    number = _deferred(virtual_client, "deferred-locks", "d")
+    with virtual_client.get_queue_receiver("deferred-locks") as receiver:
+        (first,) = receiver.receive_deferred_messages([number])
+        virtual_broker.clock.advance(61)
+        with pytest.raises(MessageLockLostError):
+            receiver.complete_message(first)
+        with pytest.raises(MessageLockLostError):
+            receiver.renew_message_lock(first)
+        (again,) = receiver.receive_deferred_messages([number])  # still deferred
+        assert str(again) == "d"
+        virtual_broker.clock.advance(50)
+        renewed = receiver.renew_message_lock(again)
+        assert abs(renewed.timestamp() - (virtual_broker.clock.now + 60)) < 2
+        virtual_broker.clock.advance(50)  # past the first lock, within the renewed one
+        receiver.complete_message(again)
+        with pytest.raises(MessageNotFoundError):
+            receiver.receive_deferred_messages([number])  # completed: gone
