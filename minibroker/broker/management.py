@@ -39,7 +39,7 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC, Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.queue import Queue
-from minibroker.broker.session_gate import group_id
+from minibroker.broker.session_gate import SessionGate
 from minibroker.broker.sessions import missing_session
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection
@@ -147,7 +147,8 @@ class Management:
             found += [(seq, m, sb_messages.DEFERRED) for seq, m in deferred.items() if seq >= start]
         session_id = body.get("session-id")
         if isinstance(session_id, str):  # a session receiver peeks at its session's messages only
-            found = [item for item in found if group_id(item[1]) == session_id]
+            wanted = SessionGate(session_id)
+            found = [item for item in found if wanted.admits(item[1])]
         found.sort(key=lambda item: item[0])
         if not found:
             return sb_management.response(request, sb_management.NO_CONTENT, "No messages to peek")
