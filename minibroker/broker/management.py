@@ -285,10 +285,10 @@ class Management:
     def _enumerate_rules(
         self, request: Request, rules: dict[str, tuple[sb_rules.Rule, int]], body: dict[str, Any]
     ) -> bytes:
-        skip, top = body.get("skip"), body.get("top")
-        skip = skip if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0 else 0
-        top = top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else len(rules)
-        chosen = list(rules.values())[skip : skip + top]
+        skip, top = body.get("skip", 0), body.get("top", 0)
+        if not _count(skip) or not _count(top):  # as get-message-sessions: a bad count is no "all rules"
+            return _argument_error(request, "skip and top are counts (ints >= 0)")
+        chosen = list(rules.values())[skip : skip + (top or len(rules))]
         if not chosen:
             return sb_management.response(request, sb_management.NO_CONTENT, "No rules")
         value = [{"rule-description": sb_rules.description_value(rule.spec, created)} for rule, created in chosen]
