@@ -258,12 +258,12 @@ class EventHubs:
                         self.flow(reader)
 
     def flow(self, reader: Reader) -> None:
-        """Send ``reader`` the events from its position on, as far as its credit goes."""
+        """Send ``reader`` the events from its position on, as far as its credit goes; a draining reader that
+        caught up has the rest of its credit used up (§2.7.6 drain: the engine advances delivery-count and says so
+        in a flow)."""
         link, conn, partition = reader.link, reader.conn, reader.partition
         events = partition.events
-        if not events:
-            return
-        first = events[0].sequence_number
+        first = events[0].sequence_number if events else reader.next_sequence_number
         # a reader whose next event was dropped (retention) goes on from the oldest one kept
         index = max(reader.next_sequence_number - first, 0)
         while index < len(events) and link.credit > 0 and link.state is LinkState.ATTACHED:
@@ -273,4 +273,6 @@ class EventHubs:
             conn.deliver(link, event.payload, settled=True)
             reader.next_sequence_number = event.sequence_number + 1
             index += 1
+        if link.drain and index >= len(events):
+            conn.complete_drain(link)
         self.outbox.touch(conn)
