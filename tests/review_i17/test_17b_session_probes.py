@@ -74,3 +74,11 @@ def test_17b_next_available_skips_a_session_held_in_another_casing(client: Servi
             nxt.complete_message(third)
         for message in held:
             holder.complete_message(message)
+
+
+def test_17b_a_one_mebibyte_state_round_trips(client: ServiceBusClient) -> None:
+    """A state far larger than a frame (the SDK and the broker split and join the transfers)."""
+    state = bytes(range(256)) * 4096
+    with client.get_queue_receiver("big-state", session_id="s", max_wait_time=1) as receiver:
+        receiver.session.set_state(state, timeout=20)
+        assert receiver.session.get_state(timeout=20) == state
