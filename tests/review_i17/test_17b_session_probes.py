@@ -82,3 +82,9 @@ def test_17b_a_one_mebibyte_state_round_trips(client: ServiceBusClient) -> None:
     with client.get_queue_receiver("big-state", session_id="s", max_wait_time=1) as receiver:
         receiver.session.set_state(state, timeout=20)
         assert receiver.session.get_state(timeout=20) == state
+
+
+def test_17b_a_session_receiver_peeks_its_session_in_any_casing(client: ServiceBusClient) -> None:
+    _send(client, "peeked", ("one", "abc"), ("two", "ABC"), ("other", "xyz"))
+    with client.get_queue_receiver("peeked", session_id="aBc", max_wait_time=1) as receiver:
+        assert sorted(str(m) for m in receiver.peek_messages(max_message_count=10, timeout=10)) == ["one", "two"]
