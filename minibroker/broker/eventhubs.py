@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from minibroker.amqp.definitions import Accepted, Error, Rejected
 from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.types import Symbol
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.message import Message
 from minibroker.broker.outbox import Outbox
@@ -80,6 +81,15 @@ class Partition:
             if value > position.value or (position.inclusive and value == position.value):
                 return event.sequence_number
         return self.next_sequence_number
+
+    def beyond(self, position: eh.Position) -> bool:
+        """Whether a reader starting at ``position`` would skip events not yet sent: its sequence number or offset
+        lies past the next event's. Event Hubs refuses such a reader ("The supplied sequence number '488' is
+        invalid. The last sequence number in the system is '482'", nicolgit/azure-firewall-mon#21)."""
+        if position.latest or position.field == "enqueued":
+            return False
+        end = self.next_sequence_number if position.field == "sequence" else self.next_offset
+        return position.value > end or (position.value == end and not position.inclusive)
 
     def state(self) -> eh.PartitionState:
         last = self.events[-1] if self.events else None
@@ -204,6 +214,9 @@ class EventHubs:
         group = address.consumer_group
         if partition is None or group is None:
             return error(Condition.NOT_ALLOWED, "events are read from a consumer group's partition")
+        if partition.beyond(position):
+            text = f"the starting position is past the end of partition {partition.id!r} of {hub.name!r}"
+            return Error(condition=Symbol(eh.ARGUMENT_OUT_OF_RANGE), description=text)
         hub.consumer_groups.add(group)
         reader = Reader(conn, link, partition, group, partition.start(position))
         partition.readers.append(reader)

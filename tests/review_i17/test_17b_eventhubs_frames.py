@@ -123,3 +123,40 @@ def test_17b_a_bad_filter_is_refused_with_invalid_field(peer: RawPeer, selector:
     # the connection goes on: a good reader attaches after it
     peer.send(frames.attach_receiver(READER, 2))
     assert peer.expect(Attach)[0].source is not None
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        "amqp.annotation.x-opt-sequence-number > '5'",
+        "amqp.annotation.x-opt-sequence-number > '3'",
+        "amqp.annotation.x-opt-sequence-number >= '4'",
+        "amqp.annotation.x-opt-offset > '100000'",
+    ],
+)
+def test_17b_a_reader_past_the_partitions_end_is_refused(peer: RawPeer, selector: str) -> None:
+    """Event Hubs refuses a reader whose starting sequence number lies past the partition's end ("The supplied
+    sequence number '488' is invalid. The last sequence number in the system is '482'": nicolgit/azure-firewall-mon#21,
+    Azure/azure-event-hubs-spark#315) with ``com.microsoft:argument-out-of-range``, which azure-eventhub does not
+    retry (``_constants.py`` ``NO_RETRY_ERRORS``), rather than have it wait for events that may never come."""
+    _send_events(peer, "a", "b", "c")  # sequence numbers 0 to 2
+    assert _refused(peer, frames.attach_receiver(None, 1, source=_reader(selector))) == (
+        "com.microsoft:argument-out-of-range"
+    )
+
+
+@pytest.mark.parametrize(
+    ("selector", "first"),
+    [
+        ("amqp.annotation.x-opt-sequence-number > '2'", "d"),
+        ("amqp.annotation.x-opt-sequence-number >= '3'", "d"),
+        ("amqp.annotation.x-opt-sequence-number >= '2'", "c"),
+    ],
+)
+def test_17b_a_reader_at_the_partitions_end_waits_for_the_next_event(peer: RawPeer, selector: str, first: str) -> None:
+    _send_events(peer, "a", "b", "c")
+    peer.send(frames.attach_receiver(None, 1, source=_reader(selector)))
+    assert peer.expect(Attach)[0].source is not None
+    peer.send(frames.flow(handle=1, link_credit=5, delivery_count=0))
+    peer.send(frames.transfer(0, 3, settled=True), frames.message("d"))
+    assert _event(peer)[0] == first
