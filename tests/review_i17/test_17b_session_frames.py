@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from minibroker.amqp.definitions import Accepted, TransactionalState
-from minibroker.amqp.types import Int
+from minibroker.amqp.types import Int, Symbol
 from tests.personalities.harness import declare, discharge, peer
 from tests.servicebus.test_session_frames import (
     QUEUE,
@@ -75,3 +75,21 @@ def test_17b_list_sessions_names_a_session_once_whatever_its_casings() -> None:
     ((_, status, body),) = _ask(w, p, "com.microsoft:get-message-sessions", {"skip": Int(0), "top": Int(10)})
     assert status["statusCode"] == 200
     assert [s.casefold() for s in body["sessions-ids"].items] == ["mixed"]
+
+
+def test_17b_transactional_acquisition_by_a_session_receiver_is_refused_and_frees_the_session() -> None:
+    """Service Bus has no transactional acquisition (the personality refuses a flow's ``txn-id``, Part 4 §4.4.3,
+    with ``amqp:not-implemented``): the session receiver's link goes, and with it its session lock, at once; the
+    message stays for the session's next receiver, its delivery count untouched."""
+    w, p = _world()
+    _send(w, p, ("m", "s"))
+    txn_id = declare(w, p)
+    _attach(w, p, "r", "s")
+    p.flow("r", 1, {Symbol("txn-id"): txn_id})
+    observed = w.settle()[p]
+    assert observed.completed == []
+    ((name, err),) = observed.detached
+    assert (name, str(err.condition)) == ("r", "amqp:not-implemented")
+    assert _attach(w, p, "next", "s").source.filter == {SESSION_FILTER: "s"}
+    (delivery,) = _completed_after_flow(w, p, "next")
+    assert (delivery.name, delivery.delivery_count) == ("m", 0)
