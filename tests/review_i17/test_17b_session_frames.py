@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from minibroker.amqp.definitions import Accepted, TransactionalState
+from minibroker.amqp import codec
+from minibroker.amqp.definitions import Accepted, AmqpValue, Properties, TransactionalState
 from minibroker.amqp.types import Int, Symbol
 from tests.personalities.harness import declare, discharge, peer
 from tests.servicebus.test_session_frames import (
@@ -93,3 +94,26 @@ def test_17b_transactional_acquisition_by_a_session_receiver_is_refused_and_free
     assert _attach(w, p, "next", "s").source.filter == {SESSION_FILTER: "s"}
     (delivery,) = _completed_after_flow(w, p, "next")
     assert (delivery.name, delivery.delivery_count) == ("m", 0)
+
+
+def test_17b_the_session_lock_runs_out_while_a_delivery_is_half_sent() -> None:
+    """The receiver's session window lets one frame of a multi-frame delivery through; the lock runs out and the
+    link is detached meanwhile. The peer sees no protocol violation (no frame on the detached handle after its
+    detach), never a complete delivery, and the message goes to the session's next receiver."""
+    w, sender = _world()
+    body = "x" * 5_000
+    sender.transfer("in", codec.encode(Properties(group_id="s")) + codec.encode(AmqpValue(body)))
+    w.settle()
+    p = w.connect("slow", max_frame_size=512, window=1)
+    w.settle()
+    _attach(w, p, "r", "s", credit=1)
+    assert p.receiving
+    w.advance(61)
+    p.open_window(100)
+    observed = w.settle()[p]
+    assert observed.violations == []
+    assert observed.completed == []
+    assert [(name, str(err.condition)) for name, err in observed.detached] == [("r", "com.microsoft:session-lock-lost")]
+    _attach(w, sender, "next", "s")
+    (delivery,) = _completed_after_flow(w, sender, "next")
+    assert delivery.delivery_count == 1
