@@ -281,7 +281,8 @@ class Dispatcher:
                 return False
             nonlocal view
             if view is None:
-                view = sb_rules.MessageView.of(message.payload, limit, message.seq or None)
+                # ``sys.SequenceNumber``: the number ``_enqueue_all`` gives the message next, as its copies read it
+                view = sb_rules.MessageView.of(message.payload, limit, message.seq or self._seq + 1)
             counts[subscription] = count = len(self._copies(subscription, view))
             if count and not self._session_subscriptions:
                 self._session_subscriptions = entity_properties(subscription).requires_session

@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from minibroker.amqp.definitions import Accepted, Error, Rejected
 from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.types import Symbol
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.message import Message
 from minibroker.broker.outbox import Outbox
@@ -82,6 +83,15 @@ class Partition:
             if value > position.value or (position.inclusive and value == position.value):
                 return event.sequence_number
         return self.next_sequence_number
+
+    def beyond(self, position: eh.Position) -> bool:
+        """Whether a reader starting at ``position`` would skip events not yet sent: its sequence number or offset
+        lies past the next event's. Event Hubs refuses such a reader ("The supplied sequence number '488' is
+        invalid. The last sequence number in the system is '482'", nicolgit/azure-firewall-mon#21)."""
+        if position.latest or position.field == "enqueued":
+            return False
+        end = self.next_sequence_number if position.field == "sequence" else self.next_offset
+        return position.value > end or (position.value == end and not position.inclusive)
 
     def state(self) -> eh.PartitionState:
         last = self.events[-1] if self.events else None
@@ -215,6 +225,9 @@ class EventHubs:
         group = address.consumer_group
         if partition is None or group is None:
             return error(Condition.NOT_ALLOWED, "events are read from a consumer group's partition")
+        if partition.beyond(position):
+            text = f"the starting position is past the end of partition {partition.id!r} of {hub.name!r}"
+            return Error(condition=Symbol(eh.ARGUMENT_OUT_OF_RANGE), description=text)
         hub.consumer_groups.add(group)
         reader = Reader(conn, link, partition, group, partition.start(position))
         partition.readers.append(reader)
@@ -269,12 +282,12 @@ class EventHubs:
                         self.flow(reader)
 
     def flow(self, reader: Reader) -> None:
-        """Send ``reader`` the events from its position on, as far as its credit goes."""
+        """Send ``reader`` the events from its position on, as far as its credit goes; a draining reader that
+        caught up has the rest of its credit used up (§2.7.6 drain: the engine advances delivery-count and says so
+        in a flow)."""
         link, conn, partition = reader.link, reader.conn, reader.partition
         events = partition.events
-        if not events:
-            return
-        first = events[0].sequence_number
+        first = events[0].sequence_number if events else reader.next_sequence_number
         # a reader whose next event was dropped (retention) goes on from the oldest one kept
         index = max(reader.next_sequence_number - first, 0)
         while index < len(events) and link.credit > 0 and link.state is LinkState.ATTACHED:
@@ -284,4 +297,6 @@ class EventHubs:
             conn.deliver(link, event.payload, settled=True)
             reader.next_sequence_number = event.sequence_number + 1
             index += 1
+        if link.drain and index >= len(events):
+            conn.complete_drain(link)
         self.outbox.touch(conn)

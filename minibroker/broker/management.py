@@ -39,7 +39,7 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC, Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.queue import Queue
-from minibroker.broker.session_gate import group_id
+from minibroker.broker.session_gate import SessionGate
 from minibroker.broker.sessions import missing_session
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.engine.connection import ServerConnection
@@ -145,7 +145,8 @@ class Management:
             found += [(seq, m, sb_messages.DEFERRED) for seq, m in deferred.items() if seq >= start]
         session_id = body.get("session-id")
         if isinstance(session_id, str):  # a session receiver peeks at its session's messages only
-            found = [item for item in found if group_id(item[1]) == session_id]
+            wanted = SessionGate(session_id)
+            found = [item for item in found if wanted.admits(item[1])]
         found.sort(key=lambda item: item[0])
         if not found:
             return sb_management.response(request, sb_management.NO_CONTENT, "No messages to peek")
@@ -283,10 +284,10 @@ class Management:
     def _enumerate_rules(
         self, request: Request, rules: dict[str, tuple[sb_rules.Rule, int]], body: dict[str, Any]
     ) -> bytes:
-        skip, top = body.get("skip"), body.get("top")
-        skip = skip if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0 else 0
-        top = top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else len(rules)
-        chosen = list(rules.values())[skip : skip + top]
+        skip, top = body.get("skip", 0), body.get("top", 0)
+        if not _count(skip) or not _count(top):  # as get-message-sessions: a bad count is no "all rules"
+            return _argument_error(request, "skip and top are counts (ints >= 0)")
+        chosen = list(rules.values())[skip : skip + (top or len(rules))]
         if not chosen:
             return sb_management.response(request, sb_management.NO_CONTENT, "No rules")
         value = [{"rule-description": sb_rules.description_value(rule.spec, created)} for rule, created in chosen]

@@ -5,6 +5,7 @@ module sits below ``links.py`` so that both may name the gate."""
 from __future__ import annotations
 
 from minibroker.broker.message import Message
+from minibroker.servicebus.sessions import session_key
 
 
 def group_id(message: Message) -> str | None:
@@ -16,15 +17,17 @@ def group_id(message: Message) -> str | None:
 
 class SessionGate:
     """The selector of a Service Bus receiver: the messages of one session (``session_id``), or, with None, the
-    messages of no session."""
+    messages of no session. Session ids are compared without regard to case (``session_key``)."""
 
-    __slots__ = ("session_id",)
+    __slots__ = ("key", "session_id")
 
     def __init__(self, session_id: str | None) -> None:
         self.session_id = session_id
+        self.key = session_key(session_id) if session_id is not None else None
 
     def admits(self, message: Message) -> bool:
-        return group_id(message) == self.session_id
+        found = group_id(message)
+        return found is None if self.key is None else found is not None and session_key(found) == self.key
 
     def __repr__(self) -> str:
         return f"SessionGate({self.session_id!r})"

@@ -35,6 +35,7 @@ from minibroker.broker.queue import Queue
 from minibroker.broker.session_gate import SessionGate, group_id
 from minibroker.broker.timers import Lock, Timers
 from minibroker.servicebus import sessions as sb_sessions
+from minibroker.servicebus.sessions import session_key
 
 if TYPE_CHECKING:
     from minibroker.broker.links import Consumer
@@ -91,7 +92,9 @@ class Sessions:
         self.timers = timers
         self._new_deadline = new_deadline
         self._held: dict[tuple[Queue, str], SessionLock] = {}
-        self._states: dict[Queue, dict[str, tuple[bytes, float]]] = {}
+        """By queue and ``session_key`` (session ids are not case-sensitive)."""
+        self._states: dict[Queue, dict[str, tuple[str, bytes, float]]] = {}
+        """By queue and ``session_key``: the session id as last set, the state, when it was set."""
         self.waiting: dict[Queue, list[Waiter]] = {}
         """Receivers waiting for the next available session of a queue, first come first served."""
         self.granted: Callable[[Waiter, SessionLock], None] = _nothing
@@ -155,12 +158,12 @@ class Sessions:
         session_id = wanted if wanted is not None else self._available(queue)
         if session_id is None:
             return sb_sessions.error(sb_sessions.TIMEOUT, "no session is available: none has messages and no lock")
-        if (queue, session_id) in self._held:
+        if (queue, session_key(session_id)) in self._held:
             return sb_sessions.error(
                 sb_sessions.SESSION_CANNOT_BE_LOCKED,
                 f"session {session_id!r} is locked by another receiver",
             )
-        lock = self._held[(queue, session_id)] = SessionLock(queue, session_id, consumer)
+        lock = self._held[(queue, session_key(session_id))] = SessionLock(queue, session_id, consumer)
         self._lock_until(lock, self.clock.now + lock_duration)
         return lock
 
@@ -168,7 +171,7 @@ class Sessions:
         """The session of the first ready message (delivery order) that nobody holds. O(ready messages)."""
         for message in queue.ready:
             found = group_id(message)
-            if found is not None and (queue, found) not in self._held:
+            if found is not None and (queue, session_key(found)) not in self._held:
                 return found
         return None
 
@@ -179,13 +182,13 @@ class Sessions:
         self._new_deadline()
 
     def holder(self, queue: Queue, session_id: str) -> Consumer | None:
-        lock = self._held.get((queue, session_id))
+        lock = self._held.get((queue, session_key(session_id)))
         return lock.consumer if lock is not None else None
 
     def renew(self, queue: Queue, session_id: str, lock_duration: float, holders: set[Consumer]) -> float | None:
         """Extend the lock of a session held by one of ``holders`` (the requesting connection's receivers) for
         another lock duration from now: its new end, or None when none of them holds it."""
-        lock = self._held.get((queue, session_id))
+        lock = self._held.get((queue, session_key(session_id)))
         if lock is None or lock.consumer not in holders:
             return None
         until = self.clock.now + lock_duration
@@ -197,7 +200,7 @@ class Sessions:
         gate = consumer.selector
         if not isinstance(gate, SessionGate) or gate.session_id is None:
             return None
-        lock = self._held.get((consumer.queue, gate.session_id))
+        lock = self._held.get((consumer.queue, gate.key or ""))
         return lock if lock is not None and lock.consumer is consumer else None
 
     def release(self, consumer: Consumer) -> None:
@@ -208,43 +211,46 @@ class Sessions:
 
     def expired(self, lock: SessionLock) -> bool:
         """The timer of ``lock`` fired: whether it still held its session (which is now let go)."""
-        if self._held.get((lock.queue, lock.session_id)) is not lock:
+        if self._held.get((lock.queue, session_key(lock.session_id))) is not lock:
             return False
         self._drop(lock)
         return True
 
     def _drop(self, lock: SessionLock) -> None:
-        del self._held[(lock.queue, lock.session_id)]
+        del self._held[(lock.queue, session_key(lock.session_id))]
         if lock.timer is not None:
             lock.timer.cancel()
             lock.timer = None
 
     # -- state --------------------------------------------------------------------------------------
     def state(self, queue: Queue, session_id: str) -> bytes | None:
-        kept = self._states.get(queue, {}).get(session_id)
-        return kept[0] if kept is not None else None
+        kept = self._states.get(queue, {}).get(session_key(session_id))
+        return kept[1] if kept is not None else None
 
     def set_state(self, queue: Queue, session_id: str, state: bytes | None) -> None:
         """Keep ``state`` for the session (None: forget it)."""
         if state is None:
             states = self._states.get(queue)
             if states is not None:
-                states.pop(session_id, None)
+                states.pop(session_key(session_id), None)
                 if not states:
                     del self._states[queue]
             return
-        self._states.setdefault(queue, {})[session_id] = (state, self.clock.now)
+        self._states.setdefault(queue, {})[session_key(session_id)] = (session_id, state, self.clock.now)
 
     def listed(self, queue: Queue, updated_after: float | None) -> list[str]:
         """The sessions of ``queue`` to list: with ``updated_after`` (broker time), those whose state was set
-        since; else those with messages (ready, or out on a session receiver) or a state. Sorted by id."""
-        states = self._states.get(queue, {})
+        since; else those with messages (ready, or out on a session receiver) or a state, each once whatever the
+        casings its id came in. Sorted by id."""
+        states = self._states.get(queue, {}).values()
         if updated_after is not None:
-            return sorted(s for s, (_, when) in states.items() if when > updated_after)
-        found = set(states)
-        found.update(s for m in queue.ready if (s := group_id(m)) is not None)
-        found.update(s for (q, s), lock in self._held.items() if q is queue and lock.consumer.unsettled)
-        return sorted(found)
+            return sorted(s for s, _, when in states if when > updated_after)
+        found: dict[str, str] = {}
+        ids = [s for s, _, _ in states] + [s for m in queue.ready if (s := group_id(m)) is not None]
+        ids += [lock.session_id for lock in self._held.values() if lock.queue is queue and lock.consumer.unsettled]
+        for session_id in ids:
+            found.setdefault(session_key(session_id), session_id)
+        return sorted(found.values())
 
     def queue_gone(self, queue: Queue) -> None:
         """``queue`` was deleted: its states go with it (its receivers are detached, and so release their

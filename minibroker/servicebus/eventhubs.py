@@ -22,6 +22,8 @@ from typing import Any
 from minibroker.amqp.types import Array, Long, Timestamp
 
 READ = "READ"
+ARGUMENT_OUT_OF_RANGE = "com.microsoft:argument-out-of-range"
+"""A reader's starting position past the partition's end (``_constants.py`` ``NO_RETRY_ERRORS``: not retried)."""
 HUB_TYPE = "com.microsoft:eventhub"
 PARTITION_TYPE = "com.microsoft:partition"
 SELECTOR_FILTER = "apache.org:selector-filter:string"

@@ -78,6 +78,12 @@ def id_problem(value: Any) -> str | None:
     return None
 
 
+def session_key(session_id: str) -> str:
+    """What a session id is known by: Service Bus compares session ids without regard to case (``ABC`` and
+    ``abc`` are one session; Azure/azure-sdk-for-java#48759 made the SDK compare them so too)."""
+    return session_id.casefold()
+
+
 def dotnet_ticks(wall_ms: int) -> int:
     """A wall-clock time in ms as .NET ticks (100 ns since 0001-01-01), as ``locked-until-utc`` carries it."""
     return _DOTNET_EPOCH_TICKS + wall_ms * 10_000
