@@ -57,7 +57,6 @@ def generate(spec_xml: Path) -> str:
         "Do not edit: run ``python tools/gen_amqp091.py > minibroker/amqp091/definitions.py``.",
         '"""',
         "",
-        "# ruff: noqa: E501",
         "from __future__ import annotations",
         "",
         "from dataclasses import dataclass, field",
@@ -74,7 +73,13 @@ def generate(spec_xml: Path) -> str:
             out.append(f"{snake(c.get('name', '')).upper()} = {c.get('value')}")
         else:
             codes.append(c)
-    out += ["", "", "class ReplyCode(IntEnum):", '    """Reply codes (``<constant>`` with a class, and reply-success)."""', ""]
+    out += [
+        "",
+        "",
+        "class ReplyCode(IntEnum):",
+        '    """Reply codes (``<constant>`` with a class, and reply-success)."""',
+        "",
+    ]
     for c in codes:
         kind = c.get("class") or "success"
         out.append(f"    {snake(c.get('name', '')).upper()} = {c.get('value')}  # {kind}")

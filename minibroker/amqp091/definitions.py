@@ -4,7 +4,6 @@ extended specification XML (``spec-0-9-1/amqp0-9-1.stripped.extended.xml``).
 Do not edit: run ``python tools/gen_amqp091.py > minibroker/amqp091/definitions.py``.
 """
 
-# ruff: noqa: E501
 from __future__ import annotations
 
 from dataclasses import dataclass, field

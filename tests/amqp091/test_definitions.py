@@ -45,19 +45,29 @@ def test_xml_reading_finds_every_method() -> None:
     # guards the reading below: 7 classes, 60 methods with RabbitMQ's
     # extensions, one class (basic) with 14 content properties
     assert len(XML_METHODS) == len(d.METHODS) == 60
-    assert {c.get("name") for c, _ in XML_METHODS} == {"connection", "channel", "exchange", "queue", "basic", "tx", "confirm"}
+    assert {c.get("name") for c, _ in XML_METHODS} == {
+        "connection",
+        "channel",
+        "exchange",
+        "queue",
+        "basic",
+        "tx",
+        "confirm",
+    }
 
 
 def python_name(name: str) -> str:
     return "global_" if name == "global" else name.replace("-", "_")
 
 
-@pytest.mark.parametrize(("cls_xml", "method_xml"), XML_METHODS, ids=[f"{c.get('name')}.{m.get('name')}" for c, m in XML_METHODS])
+@pytest.mark.parametrize(
+    ("cls_xml", "method_xml"), XML_METHODS, ids=[f"{c.get('name')}.{m.get('name')}" for c, m in XML_METHODS]
+)
 def test_class_matches_the_xml(cls_xml: ET.Element, method_xml: ET.Element) -> None:
     cls = d.METHODS[int(cls_xml.get("index", "")), int(method_xml.get("index", ""))]
-    assert cls.NAME == f"{cls_xml.get('name')}.{method_xml.get('name')}"
-    assert cls.CONTENT == (method_xml.get("content") == "1")
-    assert cls.SYNCHRONOUS == (method_xml.get("synchronous") == "1")
+    assert f"{cls_xml.get('name')}.{method_xml.get('name')}" == cls.NAME
+    assert (method_xml.get("content") == "1") == cls.CONTENT
+    assert (method_xml.get("synchronous") == "1") == cls.SYNCHRONOUS
     assert [name for name, _ in cls.FIELDS] == [python_name(f.get("name", "")) for f in method_xml.findall("field")]
     assert [f.name for f in dataclasses.fields(cls)] == [name for name, _ in cls.FIELDS]
     assert dataclasses.is_dataclass(cls)
@@ -76,13 +86,24 @@ def test_class_matches_the_xml(cls_xml: ET.Element, method_xml: ET.Element) -> N
         (d.ExchangeBind, (40, 30), None),
         (d.ExchangeUnbindOk, (40, 51), ()),
         (d.BasicQos, (60, 10), (("prefetch_size", "long"), ("prefetch_count", "short"), ("global_", "bit"))),
-        (d.ConnectionStartOk, (10, 11), (("client_properties", "table"), ("mechanism", "shortstr"), ("response", "longstr"), ("locale", "shortstr"))),
+        (
+            d.ConnectionStartOk,
+            (10, 11),
+            (
+                ("client_properties", "table"),
+                ("mechanism", "shortstr"),
+                ("response", "longstr"),
+                ("locale", "shortstr"),
+            ),
+        ),
     ],
 )
-def test_rabbitmq_extensions_and_domains(cls: type[Method], ids: tuple[int, int], fields: tuple[tuple[str, str], ...] | None) -> None:
-    assert (cls.CLASS_ID, cls.METHOD_ID) == ids
+def test_rabbitmq_extensions_and_domains(
+    cls: type[Method], ids: tuple[int, int], fields: tuple[tuple[str, str], ...] | None
+) -> None:
+    assert ids == (cls.CLASS_ID, cls.METHOD_ID)
     if fields is not None:
-        assert cls.FIELDS == fields
+        assert fields == cls.FIELDS
 
 
 def test_basic_properties_in_flag_order() -> None:
@@ -91,7 +112,7 @@ def test_basic_properties_in_flag_order() -> None:
         "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "reserved",
     ]  # fmt: skip
     assert dict(d.BasicProperties.PROPERTIES)["timestamp"] == "timestamp"
-    assert d.PROPERTIES == {60: d.BasicProperties}
+    assert {60: d.BasicProperties} == d.PROPERTIES
 
 
 def test_reply_codes_are_the_spec_constants() -> None:
