@@ -91,6 +91,9 @@ def generate(spec_xml: Path) -> str:
     for cls in root.iter("class"):
         cname, cid = cls.get("name", ""), int(cls.get("index", ""))
         props = cls.findall("field")
+        if len(props) > 15 or any(wire_type(p) == "bit" for p in props):
+            # the codec writes one flag word and no bit properties (none in 0-9-1): refuse what it cannot write
+            raise SystemExit(f"class {cname}: more than 15 properties, or a bit property")
         if props:
             pyname = f"{camel(cname)}Properties"
             properties.append(pyname)

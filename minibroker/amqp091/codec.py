@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from minibroker.amqp091 import values as v
@@ -199,11 +199,7 @@ def decode_content_header(payload: bytes | bytearray | memoryview) -> tuple[int,
             ReplyCode.SYNTAX_ERROR, f"a property flag past class {class_id}'s last property", class_id=class_id
         )
     try:
-        found = {
-            name: (True if wire == "bit" else _READ[wire](reader))
-            for (name, wire), flag in zip(cls.PROPERTIES, flags, strict=False)
-            if flag
-        }
+        found = {name: _READ[wire](reader) for (name, wire), flag in zip(cls.PROPERTIES, flags, strict=False) if flag}
     except ProtocolError as exc:
         raise ProtocolError(exc.reply_code, f"content header: {exc.text}", class_id=class_id) from None
     if reader.pos != reader.end:
@@ -316,15 +312,17 @@ def _write_field_value(out: bytearray, value: Any) -> None:
 
 def _decimal(value: Decimal) -> bytes:
     """``D``: a scale octet and an unsigned 32-bit unscaled value (RabbitMQ's reading)."""
-    try:
-        sign, digits, exponent = value.as_tuple()
-        unscaled = int("".join(map(str, digits)) or "0")
-    except (ValueError, InvalidOperation):
-        raise EncodeError(f"{value} is not a finite decimal") from None
+    sign, digits, exponent = value.as_tuple()
     if not isinstance(exponent, int):
         raise EncodeError(f"{value} is not a finite decimal")
+    try:
+        unscaled = int("".join(map(str, digits)))
+    except ValueError:  # more digits than int() converts: too large anyway
+        raise EncodeError(f"{value} does not fit a decimal") from None
     if exponent > 0:
-        unscaled, exponent = unscaled * 10**exponent, 0
+        if unscaled and exponent > 10:  # 10**11 is past 32 bits whatever the digits
+            raise EncodeError(f"{value} does not fit a decimal")
+        unscaled, exponent = unscaled * 10 ** min(exponent, 10), 0
     if (sign and unscaled) or not 0 <= unscaled <= 0xFFFFFFFF or -exponent > 255:
         raise EncodeError(f"{value} does not fit a decimal (scale 0..255, unsigned 32-bit value)")
     return _DECIMAL.pack(-exponent, unscaled)
@@ -391,15 +389,11 @@ def encode_content_header_into(out: bytearray, properties: Properties, body_size
     out += _HHQ.pack(properties.CLASS_ID, 0, body_size)
     specs = properties.PROPERTIES
     present = [getattr(properties, name) is not None for name, _ in specs]
-    for start in range(0, max(len(specs), 1), 15):
-        word = sum(1 << (15 - i) for i, flag in enumerate(present[start : start + 15]) if flag)
-        if start + 15 < len(specs) and any(present[start + 15 :]):
-            word |= 1  # continuation: another flag word follows
-        out += _H.pack(word)
-        if not word & 1:
-            break
+    # §4.2.6.1: one flag word, the first property in the high bit; the generator guarantees at most 15
+    # properties and none of type bit, so a continuation word is never needed on the way out
+    out += _H.pack(sum(1 << (15 - i) for i, flag in enumerate(present) if flag))
     for (name, wire), flag in zip(specs, present, strict=True):
-        if flag and wire != "bit":
+        if flag:
             try:
                 _WRITE[wire](out, getattr(properties, name))
             except EncodeError as exc:

@@ -260,6 +260,9 @@ def test_nesting_up_to_the_limit_is_read() -> None:
         pytest.param(d.QueueDeclare(arguments={"k": Decimal("-1")}), id="decimal-negative"),
         pytest.param(d.QueueDeclare(arguments={"k": Decimal("NaN")}), id="decimal-nan"),
         pytest.param(d.QueueDeclare(arguments={"k": Decimal("1E-256")}), id="decimal-scale-256"),
+        pytest.param(d.QueueDeclare(arguments={"k": Decimal("1E+11")}), id="decimal-too-large"),
+        pytest.param(d.QueueDeclare(arguments={"k": Decimal("1E+999999999")}), id="decimal-huge-exponent-at-once"),
+        pytest.param(d.QueueDeclare(arguments={"k": Decimal("9" * 5000)}), id="decimal-5000-digits"),
         pytest.param(d.QueueDeclare(arguments=[]), id="table-not-dict"),  # type: ignore[arg-type]
     ],
 )
@@ -279,4 +282,5 @@ def test_ranged_values_refuse_out_of_range() -> None:
 
 def test_decimal_with_positive_exponent_is_written_unscaled() -> None:
     assert encode_table({"k": Decimal("1E+2")}).hex().endswith("44" + "00" + "00000064")
+    assert encode_table({"k": Decimal("0E+50")}).hex().endswith("44" + "00" + "00000000")
     assert math.isclose(float(decode_table(encode_table({"k": Decimal("1E+2")}))["k"]), 100)

@@ -138,6 +138,8 @@ def test_content_is_cut_at_frame_max() -> None:
     assert frames[1].body_size == 10_000
     empty = FrameReader().feed(encode_content(5, d.BasicPublish(), d.BasicProperties(), b"", frame_max=4096))
     assert [type(f) for f in empty] == [MethodFrame, HeaderFrame]  # an empty body: no body frame
+    whole = FrameReader(frame_max=0).feed(encode_content(5, d.BasicPublish(), d.BasicProperties(), b"w" * 9000, 0))
+    assert [len(f.payload) for f in whole if isinstance(f, BodyFrame)] == [9000]  # frame-max 0: no limit, one frame
 
 
 @pytest.mark.parametrize(
