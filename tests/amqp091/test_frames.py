@@ -8,7 +8,6 @@ says so.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import pytest
@@ -174,9 +173,22 @@ def feed_all(chunks: list[bytes], frame_max: int = 0) -> list[Frame]:
     return [frame for chunk in chunks for frame in reader.feed(chunk)]
 
 
+READER_CODES = {
+    d.ReplyCode.FRAME_ERROR,
+    d.ReplyCode.SYNTAX_ERROR,
+    d.ReplyCode.COMMAND_INVALID,
+    d.ReplyCode.UNEXPECTED_FRAME,
+}
+
+
 def feeds_or_raises_protocol_error(chunks: list[bytes], frame_max: int) -> None:
-    with contextlib.suppress(ProtocolError):
+    """Feed ``chunks``: frames, or a ``ProtocolError`` with one of the reader's hard reply codes, nothing else."""
+    failure: ProtocolError | None = None
+    try:
         feed_all(chunks, frame_max)
+    except ProtocolError as exc:
+        failure = exc
+    assert failure is None or (failure.reply_code in READER_CODES and failure.hard)
 
 
 @settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
