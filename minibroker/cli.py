@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as raised:
         error = _alone(raised)  # a listener that cannot be bound fails inside serve's nursery: in a group
         journal = sys.modules.get("minibroker.store.journal")  # loaded only with a data dir
-        if journal is not None and isinstance(error, journal.JournalError):  # not a directory, not writable, locked, corrupt
+        if journal is not None and isinstance(error, journal.JournalError):  # not a dir, not writable, locked, corrupt
             print(f"minibroker: {error}", file=sys.stderr)
             return 2
         http_server = sys.modules.get("minibroker.http.server")  # loaded only with the HTTP listener on

@@ -40,11 +40,11 @@ from minibroker.handles import CaptureOff, NamespaceView
 from minibroker.server.clock import BrokerTime
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.login import LoginChecker
-from minibroker.server.trace import FrameTracer
 
 if TYPE_CHECKING:  # loaded at run time only when used: the HTTP listener (start_http), frame capture
     from minibroker.http.api import ManagementApi
     from minibroker.server.capture import Address, CaptureStore
+    from minibroker.server.trace import FrameTracer
     from minibroker.store.journal import Journal
     from minibroker.store.state import DurableState
 
@@ -240,7 +240,7 @@ class _Server:
         self.journal = journal
         """The journal with a data dir (its write and fsync counts are metrics), else None."""
         self.tasks: set[ConnectionTask] = set()
-        self.make_engine = engine_factory(config, FrameTracer() if config.trace_frames else None, login.book)
+        self.make_engine = engine_factory(config, frame_tracer(config), login.book)
         self.login = login
         """Checks PLAIN logins, and the management API's Basic credentials (which may come before this server)."""
         self.ids = itertools.count(1)
@@ -765,6 +765,15 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
             writer.close()
         elif journal is not None:
             journal.close()  # after a failed recovery: nothing to close, the data dir already released
+
+
+def frame_tracer(config: Config) -> FrameTracer | None:
+    """The frame printer of ``--trace-frames`` (``[broker] trace_frames``), else None."""
+    if not config.trace_frames:
+        return None
+    from minibroker.server.trace import FrameTracer  # only with --trace-frames: start-up does without (issue 19)
+
+    return FrameTracer()
 
 
 async def recover(journal: Journal | None, api: ManagementApi | None) -> DurableState | None:

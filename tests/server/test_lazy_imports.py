@@ -54,14 +54,8 @@ NOT_NEEDED = (
     "minibroker.http.metrics",
     "minibroker.http.console",
     "h11",
-    # the Service Bus personality's management, $cbs, Event Hubs and rules
-    "minibroker.broker.eventhubs",
-    "minibroker.broker.management",
-    "minibroker.broker.services",
-    "minibroker.servicebus.cbs",
-    "minibroker.servicebus.eventhubs",
-    "minibroker.servicebus.management",
-    "minibroker.servicebus.rules",
+    # the frame printer: only with --trace-frames
+    "minibroker.server.trace",
     # parsers and clients of files and HTTP: only with a config file, a Service Bus config or `connect`
     "tomllib",
     "json",
@@ -93,10 +87,3 @@ def test_the_default_configuration_loads_only_what_it_uses() -> None:
     loaded = loaded_when_listening("--port", "0")
     assert "minibroker.server.app" in loaded  # the child did run the broker
     assert sorted(loaded.intersection(NOT_NEEDED)) == []
-
-
-@pytest.mark.timeout(60)
-def test_the_servicebus_personality_still_loads_its_parts_at_start() -> None:
-    """Its $management and $cbs links are there from the first attach: loaded by the time it listens."""
-    loaded = loaded_when_listening("--port", "0", "--personality", "servicebus")
-    assert {"minibroker.broker.services", "minibroker.broker.management"} <= loaded
