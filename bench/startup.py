@@ -9,6 +9,14 @@ Reports, as the median (and min-max) of ``--runs`` runs:
   AMQP open (``minibroker.health.check``); idle RSS of that process;
 - install size: the bytes on disk of minibroker and its runtime dependencies (trio and what trio needs,
   sortedcontainers).
+
+    python -m bench.startup --listening [--tree DIR ...] [--runs 20]
+
+reports instead only ``python -m minibroker --port 0 --log-level warning`` from spawning it to its listening line,
+and the CPU it used by then, for this checkout and each ``--tree`` (another checkout), runs interleaved so that the
+machine's load moves all alike; once with ``PYTHONDONTWRITEBYTECODE=1`` and the checkouts' ``minibroker/**/__pycache__``
+deleted first (minibroker's sources compiled on every run, the dependencies' bytecode used), and once without it,
+after a warm-up run that writes the ``.pyc`` files (what users normally have).
 """
 
 from __future__ import annotations
@@ -16,16 +24,21 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import re
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import trio
 
 import minibroker
-from bench.broker_process import TimedBroker
-from bench.measures import rss_kib
+from bench import ROOT
+from bench.broker_process import LISTENING, TimedBroker
+from bench.measures import cpu_seconds, rss_kib
 
 CONFIG = {"server": {"port": 0}, "queues": {"orders": {}}}
 
@@ -68,6 +81,48 @@ def process(runs: int) -> dict[str, dict[str, float]]:
     return {"listening": _summary(listening), "open_answered": _summary(answering), "idle_rss_mib": _summary(rss)}
 
 
+def _to_listening(tree: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Seconds from spawning ``tree``'s ``python -m minibroker`` to its listening line, and its CPU seconds then."""
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "minibroker", "--port", "0", "--log-level", "warning"]
+    with subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        elapsed = time.perf_counter() - started
+        cpu = cpu_seconds(proc.pid)
+        proc.terminate()
+    if not LISTENING.match(line):
+        raise RuntimeError(f"{tree}: no listening line, got {line!r}")
+    return elapsed, cpu
+
+
+def listening(trees: list[Path], runs: int) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """``_to_listening`` of each tree, ``runs`` times interleaved, in both bytecode modes."""
+    results: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    for mode in ("PYTHONDONTWRITEBYTECODE=1", ".pyc cached"):
+        envs = {}
+        for tree in trees:
+            env = {key: value for key, value in os.environ.items() if not key.startswith("MINIBROKER_")}
+            env["PYTHONPATH"] = str(tree)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            if mode.startswith("PYTHONDONTWRITEBYTECODE"):
+                env["PYTHONDONTWRITEBYTECODE"] = "1"
+                for cache in list((tree / "minibroker").rglob("__pycache__")):  # else read, if not written
+                    shutil.rmtree(cache)
+            else:
+                _to_listening(tree, env)  # the warm-up run writes the .pyc files
+            envs[tree] = env
+        samples: dict[Path, list[tuple[float, float]]] = {tree: [] for tree in trees}
+        for _ in range(runs):
+            for tree in trees:
+                samples[tree].append(_to_listening(tree, envs[tree]))
+        results[mode] = {
+            str(tree): {"wall_s": _summary([s[0] for s in got]), "cpu_s": _summary([s[1] for s in got])}
+            for tree, got in samples.items()
+        }
+    return results
+
+
 def install_size() -> dict[str, float]:
     """Bytes on disk of minibroker's runtime dependency closure (what ``pip install .`` adds)."""
     seen: set[str] = set()
@@ -103,7 +158,22 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--listening", action="store_true", help="only the process's time to its listening line")
+    parser.add_argument("--tree", type=Path, action="append", default=[], help="with --listening: another checkout")
     args = parser.parse_args()
+    if args.listening:
+        timed = listening([ROOT, *args.tree], args.runs)
+        for mode, trees in timed.items():
+            for tree, figures in trees.items():
+                wall, cpu = figures["wall_s"], figures["cpu_s"]
+                print(
+                    f"{mode:26} {tree:32} to listening: median {wall['median'] * 1000:5.0f} ms, "
+                    f"min {wall['min'] * 1000:4.0f} ms; CPU median {cpu['median'] * 1000:4.0f} ms, "
+                    f"min {cpu['min'] * 1000:4.0f} ms"
+                )
+        if args.json:
+            args.json.write_text(json.dumps(timed, indent=2))
+        return
     results = {
         "embedded_trio_start_stop_s": embedded_trio(args.runs),
         "embedded_thread_start_stop_s": embedded_thread(args.runs),

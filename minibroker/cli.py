@@ -24,11 +24,13 @@ from pathlib import Path
 
 import trio
 
-from minibroker import auth, health, manage_cli
 from minibroker.broker import personality as personalities
 from minibroker.config import CLOCK_MODES, Config, ConfigError
 from minibroker.server.app import serve
-from minibroker.store.journal import RECOVER_MODES, JournalError
+from minibroker.store import RECOVER_MODES
+
+# Not imported here, to keep the broker's start-up short (issue 19): each subcommand's module (``health``, ``auth``,
+# ``manage_cli``, ``replay``) is imported by its branch of ``main``, the journal (``JournalError``) with a data dir.
 
 CONTAINER_CONFIG = Path("/etc/minibroker/minibroker.toml")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -205,8 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check"]:
+        from minibroker import health  # the probe and its client core: for this subcommand only
+
         return health.main(argv[1:])
     if argv[:1] == ["hash-password"]:
+        from minibroker import auth  # for this subcommand only
+
         return auth.main(argv[1:])
     if argv[:1] == ["personalities"]:
         return print_personalities(argv[1:])
@@ -214,8 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from minibroker import replay  # imported only for the subcommand
 
         return replay.main(argv[1:])
-    if argv[:1] and argv[0] in manage_cli.COMMANDS:
-        return manage_cli.main(argv[0], argv[1:])
+    if argv[:1] and not argv[0].startswith("-"):  # a word, not an option: perhaps a management command
+        from minibroker import manage_cli  # with its HTTP client: not for the broker itself
+
+        if argv[0] in manage_cli.COMMANDS:
+            return manage_cli.main(argv[0], argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -232,7 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         trio.run(_run, config)
     except BaseException as raised:
         error = _alone(raised)  # a listener that cannot be bound fails inside serve's nursery: in a group
-        if isinstance(error, JournalError):  # the data dir: not a directory, not writable, locked, corrupt
+        journal = sys.modules.get("minibroker.store.journal")  # loaded only with a data dir
+        if journal is not None and isinstance(error, journal.JournalError):  # not a dir, not writable, locked, corrupt
             print(f"minibroker: {error}", file=sys.stderr)
             return 2
         http_server = sys.modules.get("minibroker.http.server")  # loaded only with the HTTP listener on

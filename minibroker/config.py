@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from minibroker.servicebus.declarations import (
     parse_emulator_config,
     parse_toml_entities,
 )
-from minibroker.store.journal import RECOVER_MODES
+from minibroker.store import RECOVER_MODES
 
 CLOCK_MODES = ("real", "virtual")
 """``[broker] clock``: what the broker's timers run on (``minibroker.server.clock``)."""
@@ -239,6 +238,8 @@ class Config:
     @classmethod
     def load(cls, path: str | Path, *, servicebus_config: str | Path | None = None) -> Config:
         """Read a TOML file; ``servicebus_config`` (``--servicebus-config``) replaces its ``[servicebus] config``."""
+        import tomllib  # only with a config file: the default configuration's start-up does without (issue 19)
+
         path = Path(path)
         try:
             raw = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -39,15 +39,14 @@ from minibroker.engine.sasl import SaslPolicy
 from minibroker.handles import CaptureOff, NamespaceView
 from minibroker.server.clock import BrokerTime
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
-from minibroker.server.journal import JournalWriter
 from minibroker.server.login import LoginChecker
-from minibroker.server.trace import FrameTracer
-from minibroker.store.journal import Journal, JournalError
-from minibroker.store.state import DurableState
 
 if TYPE_CHECKING:  # loaded at run time only when used: the HTTP listener (start_http), frame capture
     from minibroker.http.api import ManagementApi
     from minibroker.server.capture import Address, CaptureStore
+    from minibroker.server.trace import FrameTracer
+    from minibroker.store.journal import Journal
+    from minibroker.store.state import DurableState
 
 log = logging.getLogger("minibroker")
 
@@ -241,7 +240,7 @@ class _Server:
         self.journal = journal
         """The journal with a data dir (its write and fsync counts are metrics), else None."""
         self.tasks: set[ConnectionTask] = set()
-        self.make_engine = engine_factory(config, FrameTracer() if config.trace_frames else None, login.book)
+        self.make_engine = engine_factory(config, frame_tracer(config), login.book)
         self.login = login
         """Checks PLAIN logins, and the management API's Basic credentials (which may come before this server)."""
         self.ids = itertools.count(1)
@@ -706,13 +705,19 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
     """
     cfg = as_config(config)
     journal = None
+    journal_errors: tuple[type[Exception], ...] = ()  # caught below: none without a journal
     if cfg.data_dir:
+        # the journal and its writer only with a data dir: the default configuration starts without them (issue 19)
+        from minibroker.server.journal import JournalWriter
+        from minibroker.store.journal import Journal, JournalError
+
         journal = Journal(cfg.data_dir, sync=cfg.data_sync == "always", recover=cfg.data_recover)
+        journal_errors = (JournalError,)
     login = login_checker(cfg, PasswordBook(cfg.auth.users))
     broker = make_broker(cfg, durable=journal is not None)  # nothing reaches it before it is restored and ready
     clock = BrokerTime(broker, cfg.broker.clock)
     writer = None
-    failed: JournalError | None = None
+    failed: Exception | None = None
     try:
         async with trio.open_nursery() as nursery:
             api: ManagementApi | None = None
@@ -721,7 +726,7 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
                 api, http_port = await start_http(cfg, login, nursery)
             try:
                 state = await recover(journal, api)
-            except JournalError as exc:  # re-raised below, once the HTTP listener is closed
+            except journal_errors as exc:  # re-raised below, once the HTTP listener is closed
                 failed = exc
                 nursery.cancel_scope.cancel()
             else:
@@ -760,6 +765,15 @@ async def serve(config: ConfigLike = None) -> AsyncIterator[RunningBroker]:
             writer.close()
         elif journal is not None:
             journal.close()  # after a failed recovery: nothing to close, the data dir already released
+
+
+def frame_tracer(config: Config) -> FrameTracer | None:
+    """The frame printer of ``--trace-frames`` (``[broker] trace_frames``), else None."""
+    if not config.trace_frames:
+        return None
+    from minibroker.server.trace import FrameTracer  # only with --trace-frames: start-up does without (issue 19)
+
+    return FrameTracer()
 
 
 async def recover(journal: Journal | None, api: ManagementApi | None) -> DurableState | None:

@@ -24,7 +24,6 @@ Pure: no broker import; errors are ``DeclarationError`` with the path, the calle
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -333,6 +332,8 @@ def _no_constant(name: str) -> Any:
 
 def parse_emulator_config(text: str) -> Declarations:
     """The entities of an emulator ``Config.json``; ``DeclarationError`` (bad JSON: path ``$``)."""
+    import json  # only with a Config.json: the default configuration's start-up does without (issue 19)
+
     try:
         document = json.loads(strip_comments(text), parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:

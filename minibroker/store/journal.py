@@ -57,7 +57,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from minibroker.store import records
+from minibroker.store import RECOVER_MODES, records
 from minibroker.store.crash import hold_point
 from minibroker.store.records import (
     HEADER,
@@ -297,7 +297,6 @@ def record_offsets(path: str | Path) -> list[tuple[int, int, Kind]]:
 
 
 # -- the journal ------------------------------------------------------------------------------------------
-RECOVER_MODES = ("strict", "skip-corrupt")
 
 
 class Journal:
