@@ -35,6 +35,7 @@ SCENARIOS = [
     "topic",
     "subscription_dead_letter",
     "rules",
+    "sessions",
 ]
 
 
@@ -249,3 +250,16 @@ def test_rule_manager(played: dict[str, list[Line]]) -> None:
         {"body": "a", "applicationProperties": {"color": "red", "n": 2, "tagged": "yes", "RuleName": "tag"}}
     ]
     assert received["none"] == []
+
+
+def test_sessions(played: dict[str, list[Line]]) -> None:
+    """``acceptSession(queue, "s1")`` gets s1's messages only, in order; ``setSessionState`` / ``getSessionState``
+    keep a state that the next receiver of s1 reads; ``renewSessionLock`` 30 s of broker time later moves the lock
+    on by those 30 s; ``acceptNextSession`` takes the session that still has a message (s2)."""
+    got = lines_of(played, "sessions")
+    assert got["s1"] == [["s1-a", "s1"], ["s1-b", "s1"]]
+    assert (got["sessionId"], got["locked"]) == ("s1", True)
+    assert got["state"] == {"step": 2}
+    assert got["renewedBy"] == 30
+    assert (got["next"], got["body"]) == ("s2", "s2-a")
+    assert (got["stateAgain"], got["left"]) == ({"step": 2}, 0)

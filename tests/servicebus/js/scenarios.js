@@ -304,3 +304,40 @@ if (require.main === module) {
     process.exit(1);
   });
 }
+
+scenario("sessions", async (ctx) => {
+  const queue = ctx.entity();
+  const sender = ctx.client.createSender(queue);
+  await sender.sendMessages([
+    { body: "s1-a", sessionId: "s1" },
+    { body: "s2-a", sessionId: "s2" },
+    { body: "s1-b", sessionId: "s1" },
+  ]);
+  await sender.close();
+  const s1 = await ctx.client.acceptSession(queue, "s1");
+  const got = [];
+  while (got.length < 2) {
+    const messages = await ctx.receive(s1, 2 - got.length);
+    if (messages.length === 0) break;
+    for (const m of messages) {
+      await s1.completeMessage(m);
+      got.push([m.body, m.sessionId]);
+    }
+  }
+  ctx.emit({ s1: got, sessionId: s1.sessionId, locked: s1.sessionLockedUntilUtc instanceof Date });
+  await s1.setSessionState({ step: 2 });
+  ctx.emit({ state: await s1.getSessionState() });
+  const before = s1.sessionLockedUntilUtc.getTime();
+  await ctx.step("advance", { seconds: 30 });
+  const renewed = await s1.renewSessionLock();
+  ctx.emit({ renewedBy: Math.round((renewed.getTime() - before) / 1000) });
+  await s1.close();
+  const next = await ctx.client.acceptNextSession(queue);
+  const [m2] = await ctx.receive(next, 1);
+  await next.completeMessage(m2);
+  ctx.emit({ next: next.sessionId, body: m2.body });
+  await next.close();
+  const again = await ctx.client.acceptSession(queue, "s1");
+  ctx.emit({ stateAgain: await again.getSessionState(), left: (await ctx.receive(again, 1, 300)).length });
+  await again.close();
+});
