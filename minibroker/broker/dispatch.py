@@ -220,7 +220,7 @@ class Dispatcher:
         """Service Bus sessions: who holds which, their locks and states (``sessions.py``)."""
         self.deferred: dict[Queue, dict[int, Message]] = {}
         """Messages a Service Bus receiver deferred, per queue by sequence number: set aside, never redelivered
-        (receive-by-sequence-number, to come, is to fetch them); they go with their queue."""
+        (``receive-by-sequence-number`` on ``$management`` fetches them); they go with their queue."""
         self.deferred_locks: dict[uuid.UUID, DeferredLock] = {}
         """The locks of deferred messages received by sequence number, by lock token (``lock_deferred``)."""
 
@@ -958,7 +958,7 @@ class Dispatcher:
             if outcome.message_annotations:
                 message.annotate(outcome.message_annotations)
             if outcome.undeliverable_here and servicebus:
-                # Service Bus defer: set aside, never delivered again (receive-by-sequence-number is to come)
+                # Service Bus defer: set aside, never delivered again (``receive-by-sequence-number`` fetches it)
                 queue.retire(message)
                 self.deferred.setdefault(queue, {})[message.seq] = message
                 return

@@ -13,7 +13,7 @@ CBS = "$cbs"
 """The claims-based-security node (``_pyamqp/cbs.py`` ``CBSAuthenticator``: ``management_link`` on ``"$cbs"``)."""
 MANAGEMENT = "$management"
 """An entity's management node (``_servicebus_receiver.py`` / ``_servicebus_sender.py``: ``entity + "/$management"``;
-not implemented yet)."""
+its operations are ``minibroker.broker.management``)."""
 DEAD_LETTER_QUEUE = "$DeadLetterQueue"
 """The dead-letter sub-queue of an entity (``_common/constants.py`` ``DEAD_LETTER_QUEUE_SUFFIX``)."""
 _SUBSCRIPTIONS = "/subscriptions/"

@@ -51,6 +51,13 @@ def _bodies(receiver: Any, count: int = 10) -> list[str]:
     return [str(m) for m in receiver.receive_messages(max_message_count=count, max_wait_time=2)]
 
 
+def _complete_one(receiver: Any) -> str:
+    """Receive exactly one message, complete it, and give its body."""
+    (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+    receiver.complete_message(message)
+    return str(message)
+
+
 def test_queue_names_are_case_insensitive(plain: ThreadedBroker) -> None:
     with _client(plain) as client:
         with client.get_queue_sender("Orders") as sender:
@@ -89,8 +96,7 @@ def test_declared_topic_under_another_case_stays_a_topic(declared: ThreadedBroke
             sender.send_messages(ServiceBusMessage("e"))
         with client.get_subscription_receiver("EVENTS", "AUDIT") as receiver:
             assert [str(m) for m in receiver.peek_messages(10)] == ["e"]
-            (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
-            receiver.complete_message(message)
+            _complete_one(receiver)
 
 
 def test_subscription_names_are_case_insensitive_in_attach(plain: ThreadedBroker) -> None:
@@ -102,8 +108,7 @@ def test_subscription_names_are_case_insensitive_in_attach(plain: ThreadedBroker
             sender.send_messages(ServiceBusMessage("n"))
         with client.get_subscription_receiver("news", "audit") as second:
             assert [str(m) for m in second.peek_messages(10)] == ["n"]
-            (message,) = second.receive_messages(max_message_count=1, max_wait_time=5)
-            second.complete_message(message)
+            _complete_one(second)
         with client.get_subscription_receiver("news", "AUDIT") as third:
             assert _bodies(third) == []
 
@@ -150,13 +155,9 @@ def test_a_subscription_outlives_its_receiver(plain: ThreadedBroker) -> None:
         with client.get_topic_sender("news") as sender:
             sender.send_messages([ServiceBusMessage("1"), ServiceBusMessage("2")])
         with client.get_subscription_receiver("news", "audit") as second:
-            (message,) = second.receive_messages(max_message_count=1, max_wait_time=5)
-            assert str(message) == "1"
-            second.complete_message(message)
+            assert _complete_one(second) == "1"
         with client.get_subscription_receiver("news", "audit") as third:
-            (message,) = third.receive_messages(max_message_count=1, max_wait_time=5)
-            assert str(message) == "2"
-            third.complete_message(message)
+            assert _complete_one(third) == "2"
 
 
 def test_a_declared_subscription_outlives_its_first_receiver(declared: ThreadedBroker) -> None:
@@ -166,9 +167,7 @@ def test_a_declared_subscription_outlives_its_first_receiver(declared: ThreadedB
         with client.get_topic_sender("Events") as sender:
             sender.send_messages(ServiceBusMessage("kept"))
         with client.get_subscription_receiver("Events", "Audit") as second:
-            (message,) = second.receive_messages(max_message_count=1, max_wait_time=5)
-            assert str(message) == "kept"
-            second.complete_message(message)
+            assert _complete_one(second) == "kept"
 
 
 def test_ttl_passed_while_locked_expires_once_when_the_lock_runs_out(declared: ThreadedBroker) -> None:
