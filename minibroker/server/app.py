@@ -41,7 +41,7 @@ from minibroker.handles import CaptureOff, NamespaceView
 from minibroker.server.clock import BrokerTime
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.login import LoginChecker
-from minibroker.server.sniff import PrefixedStream, sniff
+from minibroker.server.sniff import PrefixedStream, Protocol, sniff
 
 if TYPE_CHECKING:  # loaded at run time only when used: the HTTP listener (start_http), frame capture
     from minibroker.http.api import ManagementApi
@@ -405,13 +405,19 @@ class _Server:
         started = trio.current_time()
         patience = self.config.server.handshake_timeout or math.inf
         address, ends = peer_address(stream), socket_ends(stream)
-        _protocol, prefix = await sniff(stream, started + patience)
+        protocol, prefix = await sniff(stream, started + patience)
         if prefix:
             stream = PrefixedStream(stream, prefix)
         engine = self.make_engine(
             conn_id, external_identity=external_identity, admit=admit, all_fields=all_fields, started=started
         )
-        capture = None if self.captures is None else self.captures.open(conn_id, *ends)
+        gateway = None
+        if protocol is Protocol.AMQP_0_9_1:
+            from minibroker.server.amqp091 import make_gateway  # loaded by the first AMQP 0-9-1 client
+
+            gateway = make_gateway(self.config, self.broker, engine, started)
+        # (frames are captured as AMQP 1.0: an AMQP 0-9-1 connection is not captured)
+        capture = None if self.captures is None or gateway is not None else self.captures.open(conn_id, *ends)
         task = ConnectionTask(
             conn_id,
             stream,
@@ -424,7 +430,10 @@ class _Server:
             checking=lambda checking: self._checking(conn_id, checking),
             capture=capture,
             clock=self.clock,
+            wire=gateway,
         )
+        if gateway is not None:
+            gateway.to_broker = task.step
         self.tasks.add(task)
         try:
             await task.run()

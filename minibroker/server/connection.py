@@ -210,6 +210,12 @@ class ConnectionTask:
         self._handle(self.wire.receive_events(data, trio.current_time()))
         self._publish()
 
+    def step(self, events: Iterable[Event]) -> None:
+        """Hand ``events`` of the engine to the broker and wake whoever got output: the wire's way to the broker (an
+        AMQP 0-9-1 gateway steps the broker for its inner connection whenever it has work for it)."""
+        self._handle(events)
+        self._publish()
+
     def _handle(self, events: Iterable[Event]) -> None:
         """Hand ``events`` to the broker, which takes them one by one: the engine parses each frame only
         once the broker has acted on the one before."""
@@ -346,6 +352,8 @@ class ConnectionTask:
             if not await self._send(engine.data_to_send()):
                 cancel_scope.cancel()
                 return
+            if engine.has_output:  # a wire that holds output back while the peer reads (a gateway) has more
+                self._wakeup.set()
             if engine.finished and not engine.has_output:
                 cancel_scope.cancel()
                 return
