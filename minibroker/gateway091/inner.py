@@ -96,19 +96,21 @@ class InnerProtocolError(ValueError):
 
 
 # -- events -------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+# Plain slotted dataclasses, as the engine's events: one is made per message (``Delivered``, ``Outcome``), and a
+# frozen dataclass's __init__ costs more each (see ``minibroker.testing.client.Delivery``).
+@dataclass(slots=True)
 class SaslDone:
     """The broker's SASL outcome (Part 5 §5.3.3.6); after a refusal it closes the stream."""
 
     ok: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Opened:
     """The broker's ``open`` arrived (§2.7.1)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Attached:
     """The broker answered our attach; ``error`` set when it refused it (a null terminus, then a detach with the
     reason, §2.6.3): the handle is free again."""
@@ -118,7 +120,7 @@ class Attached:
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Detached:
     """A link is gone at both ends: the broker detached it (``error``: why; we answered), or it answered our
     detach. Deliveries we sent on it that had no outcome get none."""
@@ -128,7 +130,7 @@ class Detached:
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Credit:
     """The broker's ``flow`` for a link (§2.6.7): what credit the link has now (where we send: left after the
     deliveries waiting for it went; where we receive: what is still unused), and the drain flag (a receiver's
@@ -140,7 +142,7 @@ class Credit:
     drain: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     """The broker's disposition of one delivery we sent (one per delivery of a range, §2.7.6); ``state`` is an
     outcome, ``declared`` (Part 4 §4.5.3) or a transactional-state."""
@@ -152,7 +154,7 @@ class Outcome:
     settled: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivered:
     """A whole message the broker sent on one of our receiver links (frames assembled, §2.6.14)."""
 
@@ -163,7 +165,7 @@ class Delivered:
     settled: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ended:
     """A session is over at both ends: the broker ended it (``error``: why; we answered) or answered our end."""
 
@@ -171,7 +173,7 @@ class Ended:
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Closed:
     """The connection is over: the broker closed it (``error``: why; we answered) or answered our close."""
 

@@ -51,6 +51,7 @@ from minibroker.gateway091.inner import (
     Ended,
     InnerClient,
     InnerEvent,
+    InnerProtocolError,
     Opened,
     Outcome,
     SaslDone,
@@ -715,3 +716,68 @@ def test_random_sends_and_receives_keep_ids_and_credit_in_step_with_the_broker(o
     stats = pump.view.queue("q").stats()
     assert stats.ready + stats.acquired == in_queue
     assert stats.acquired == len(held)
+
+
+# -- what the engine may do that the gateway never asks for ---------------------------------------------------
+def test_a_delivery_the_broker_aborts_is_dropped_and_the_next_one_arrives() -> None:
+    pump = ready(client=InnerClient(max_frame_size=512, window=2))
+    fill(pump, "q", "a" * 3000, "next")
+    handle = pump.receiver("q")
+    pump.client.flow(CH, handle, 2)
+    data = pump.client.data_to_send()
+    pump.broker.handle(pump.server, pump.server.receive_events(data, 0.0), 0.0)
+    (session,) = pump.server.sessions.values()
+    delivery = session.outgoing_unsettled[0]  # (the second waits behind it)
+    assert not delivery.complete  # held back by our window of 2 frames
+    pump.server.abort(delivery)
+    events = pump.client.receive_data(pump.server.data_to_send()) + pump.pump()
+    assert [type(e) for e in events] == [Delivered]
+    (delivered,) = events
+    assert isinstance(delivered, Delivered)
+    assert codec.decode(delivered.payload)[0] == AmqpValue("next")
+    assert delivered.delivery_id == 1
+
+
+def test_a_session_the_broker_ends_is_answered_and_reported_with_the_reason() -> None:
+    pump = Pump()
+    pump.server.max_sessions = 1
+    pump.open()
+    pump.session(1)
+    pump.client.begin(2)
+    (ended,) = pump.pump()
+    assert isinstance(ended, Ended)
+    assert ended.channel == 2
+    assert ended.error is not None
+    assert ended.error.condition == "amqp:resource-limit-exceeded"
+    assert pump.server.session_count == 1
+    pump.client.begin(2)  # our channel is free again
+    (ended,) = pump.pump()
+    assert isinstance(ended, Ended)
+
+
+def test_close_waits_for_the_sends_before_it() -> None:
+    pump = Pump()
+    pump.client.start(None, None, None)
+    pump.client.begin(CH)
+    handle = pump.client.attach_sender(CH, target="q")
+    for n in range(5):
+        pump.client.transfer(CH, handle, message(n), settled=True)
+    pump.client.close()
+    events = pump.pump()
+    assert events[-1] == Closed()
+    assert pump.bodies("q") == [0, 1, 2, 3, 4]
+    assert pump.server.finished
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"HTTP/1.1",  # no AMQP header
+        SASL_HEADER + b"\x00\x00\x00\x04\x02\x00\x00\x00",  # a frame shorter than its header
+        SASL_HEADER + b"\x00\x00\x00\x0c\x02\x01\x00\x00\xff\x00\x00\x00",  # a body that is no encoding
+    ],
+)
+def test_bytes_that_are_not_amqp_are_a_bug_and_say_so(garbage: bytes) -> None:
+    client = InnerClient()
+    with pytest.raises(InnerProtocolError):
+        client.receive_data(garbage)
