@@ -781,3 +781,20 @@ def test_bytes_that_are_not_amqp_are_a_bug_and_say_so(garbage: bytes) -> None:
     client = InnerClient()
     with pytest.raises(InnerProtocolError):
         client.receive_data(garbage)
+
+
+def test_a_wide_handle_and_a_long_txn_id_take_the_wider_encodings() -> None:
+    pump = ready()
+    handles = [pump.client.attach_sender(CH, target="q") for _ in range(300)]
+    assert len(pump.pump()) == 600
+    last = handles[-1]
+    assert last == 299  # a uint of 4 octets in the pre-encoded transfer
+    unknown = pump.client.transfer(CH, last, message("t"), settled=False, txn_id=b"x" * 300)  # a list32 transfer
+    plain = pump.client.transfer(CH, last, message("p"), settled=False)
+    rejected, accepted = pump.pump()
+    assert isinstance(rejected, Outcome)
+    assert (rejected.handle, rejected.delivery_id) == (last, unknown)
+    assert isinstance(rejected.state, Rejected)
+    assert rejected.state.error.condition == "amqp:transaction:unknown-id"
+    assert accepted == Outcome(CH, last, plain, Accepted(), True)
+    assert pump.bodies("q") == ["p"]
