@@ -374,8 +374,11 @@ class InnerClient:
         )
 
     def end(self, channel: int) -> None:
-        """End the session on ``channel`` (§2.7.8); ``Ended`` follows with the broker's end."""
-        session = self._session(channel)
+        """End the session on ``channel`` (§2.7.8) after what waits in it; ``Ended`` follows with the broker's end.
+        Ending it again is nothing."""
+        session = self._sessions.get(channel)
+        if session is None:
+            raise LocalProtocolError(f"no session on channel {channel}")
         if session.ended:
             return
         session.ended = True
@@ -390,15 +393,16 @@ class InnerClient:
             self._out += frame
 
     def _session(self, channel: int) -> _Session:
+        """Our session on ``channel``, which we have not ended (§2.7.8: nothing of it may follow our end)."""
         session = self._sessions.get(channel)
-        if session is None:
+        if session is None or session.ended:
             raise LocalProtocolError(f"no session on channel {channel}")
         return session
 
     def _link(self, channel: int, handle: int) -> tuple[_Session, _Link]:
         session = self._session(channel)
         link = session.links.get(handle)
-        if link is None or link.detached or session.ended:
+        if link is None or link.detached:
             raise LocalProtocolError(f"no link with handle {handle} on channel {channel}")
         return session, link
 

@@ -643,6 +643,21 @@ def test_an_unknown_channel_or_handle_is_the_callers_mistake() -> None:
         client.flow(1, 0, 10)
     with pytest.raises(LocalProtocolError):
         client.detach(1, 7)
+    handle = client.attach_receiver(1, source="q", settled=False)
+    client.detach(1, handle)
+    with pytest.raises(LocalProtocolError):  # detached by us: nothing more on it
+        client.flow(1, handle, 1)
+    client.end(1)
+    client.end(1)  # (again: nothing)
+    for after_end in (
+        lambda: client.settle(1, 0, 0, Accepted()),
+        lambda: client.attach_sender(1, target="q"),
+        lambda: client.begin(1),  # not before the broker's end answers ours
+    ):
+        with pytest.raises(LocalProtocolError):
+            after_end()
+    with pytest.raises(LocalProtocolError):
+        client.end(2)
 
 
 # -- a model: random sends, grants and settlements ----------------------------------------------------------
