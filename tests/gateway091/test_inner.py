@@ -9,6 +9,7 @@ handles (``minibroker.handles``). What goes on the wire is checked with the test
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,13 +31,15 @@ from minibroker.amqp.definitions import (
     Rejected,
     Released,
     SaslInit,
+    SaslMechanisms,
+    SaslOutcome,
     Source,
     Target,
     TransactionalState,
     Transfer,
 )
 from minibroker.amqp.errors import LocalProtocolError
-from minibroker.amqp.framing import AMQP_HEADER, SASL_HEADER
+from minibroker.amqp.framing import AMQP_HEADER, SASL_HEADER, encode_frame
 from minibroker.broker.core import Broker
 from minibroker.broker.personality import RABBITMQ
 from minibroker.broker.settings import BrokerSettings
@@ -813,3 +816,79 @@ def test_a_wide_handle_and_a_long_txn_id_take_the_wider_encodings() -> None:
     assert rejected.state.error.condition == "amqp:transaction:unknown-id"
     assert accepted == Outcome(CH, last, plain, Accepted(), True)
     assert pump.bodies("q") == ["p"]
+
+
+# -- reading: any cut of the stream, any garbage --------------------------------------------------------------
+def scripted(client: InnerClient) -> None:
+    """Commands whose answers make a varied stream: SASL, open, sessions, attaches, credit, a multi-frame
+    delivery, outcomes, a refusal, a detach."""
+    client.start(None, None, None)
+    client.begin(CH)
+    sender = client.attach_sender(CH, target="q")
+    for n in range(3):
+        client.transfer(CH, sender, message(n), settled=False)
+    client.transfer(CH, sender, message("w" * 1500), settled=False)
+    receiver = client.attach_receiver(CH, source="q", settled=False)
+    client.flow(CH, receiver, 10)
+    client.attach_coordinator(CH)
+    client.attach_sender(CH, target="not-here")
+    client.detach(CH, sender)
+
+
+def only_q() -> BrokerSettings:
+    return BrokerSettings(auto_create=False, queues={"q": BrokerSettings().node_defaults})
+
+
+def recorded() -> tuple[list[InnerEvent], bytes]:
+    """The events of ``scripted`` against the broker, and the bytes the engine wrote in a second, identical run."""
+    pump = Pump(only_q(), client=InnerClient(max_frame_size=512))
+    scripted(pump.client)
+    events = pump.pump()
+    stream = bytearray()
+    again = Pump(only_q(), client=InnerClient(max_frame_size=512))
+    scripted(again.client)
+    for _ in range(100):
+        data = again.client.data_to_send()
+        if data:
+            again.broker.handle(again.server, again.server.receive_events(data, 0.0), 0.0)
+        answer = again.server.data_to_send()
+        stream += answer
+        if answer:
+            again.client.receive_data(answer)
+        if not data and not answer:
+            break
+    return events, bytes(stream)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 200), max_size=60))
+def test_the_stream_cut_anywhere_gives_the_same_events(cuts: list[int]) -> None:
+    events, stream = recorded()
+    # (the stream is varied: a multi-frame delivery, a refusal, a detach)
+    assert any(isinstance(e, Delivered) and len(e.payload) > 1500 for e in events)
+    assert any(isinstance(e, Attached) and e.error is not None for e in events)
+    assert any(isinstance(e, Detached) for e in events)
+    client = InnerClient(max_frame_size=512)
+    scripted(client)
+    got: list[InnerEvent] = []
+    pos = 0
+    for size in cuts:
+        got += client.receive_data(stream[pos : pos + size])
+        pos += size
+    got += client.receive_data(stream[pos:])
+    assert got == events
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200), st.booleans())
+def test_garbage_from_the_engine_either_reads_or_raises_inner_protocol_error(garbage: bytes, after_open: bool) -> None:
+    client = InnerClient()
+    client.start(None, None, None)
+    client.begin(0)
+    client.attach_sender(0, target="q")
+    if after_open:  # garbage where frames are read, else where the first header is
+        mechanisms = encode_frame(0, SaslMechanisms(sasl_server_mechanisms=["ANONYMOUS"]), frame_type=1)
+        outcome = encode_frame(0, SaslOutcome(code=0), frame_type=1)
+        assert client.receive_data(SASL_HEADER + mechanisms + outcome + AMQP_HEADER) == [SaslDone(True)]
+    with contextlib.suppress(InnerProtocolError):
+        client.receive_data(garbage)
