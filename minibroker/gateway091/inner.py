@@ -22,7 +22,9 @@ What the protocol asks of a client is kept here, so the gateway thinks in channe
 Order is the session's: a transfer that waits (no credit yet, the broker's window closed) holds back every
 later transfer of its session, so a ``discharge`` never overtakes the transactional posts before it (Part 4
 §4.4.1), and delivery ids go out in order. Frames that need neither credit nor window (flow, disposition) go
-at once; a ``detach`` drops its link's waiting deliveries that have not begun.
+at once; a ``detach``, an ``end`` and the ``close`` wait behind what waits, so a 0-9-1 client's publishes
+before its channel.close or connection.close are not lost. What waits on a link the broker detached, or in a
+session it ended, is dropped (the broker would drop it too).
 
 Not here on purpose: any 0-9-1 meaning (the gateway's), message encoding (``convert``), deciding what credit
 to grant. The broker end is our own engine, so bytes that do not decode raise ``InnerProtocolError`` (a bug,
@@ -238,11 +240,10 @@ class _Waiting:
     """A delivery waiting in its session's queue for credit or window, or (``control``) a detach of ``link`` or an
     end (``link`` None) waiting behind deliveries."""
 
-    __slots__ = ("control", "delivery_id", "frames", "link", "sent")
+    __slots__ = ("control", "frames", "link", "sent")
 
-    def __init__(self, link: _Link | None, delivery_id: int, frames: list[bytes], *, control: bool = False) -> None:
+    def __init__(self, link: _Link | None, frames: list[bytes], *, control: bool = False) -> None:
         self.link = link
-        self.delivery_id = delivery_id
         self.frames = frames
         self.control = control
         self.sent = 0
@@ -388,7 +389,7 @@ class InnerClient:
         """Send ``frame`` (a detach of ``link``, or an end) after what waits in the session, so nothing the
         gateway sent before it is lost."""
         if session.waiting:
-            session.waiting.append(_Waiting(link, 0, [frame], control=True))
+            session.waiting.append(_Waiting(link, [frame], control=True))
         else:
             self._out += frame
 
@@ -504,7 +505,7 @@ class InnerClient:
             frames = [FRAME_HEADER.pack(size, 2, AMQP_FRAME, channel) + head + payload]
         else:
             frames = self._split(channel, link, delivery_id, payload, settled, txn_id)
-        session.waiting.append(_Waiting(link, delivery_id, frames))
+        session.waiting.append(_Waiting(link, frames))
         self._pump(session)
         return delivery_id
 

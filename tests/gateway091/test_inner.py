@@ -892,3 +892,22 @@ def test_garbage_from_the_engine_either_reads_or_raises_inner_protocol_error(gar
         assert client.receive_data(SASL_HEADER + mechanisms + outcome + AMQP_HEADER) == [SaslDone(True)]
     with contextlib.suppress(InnerProtocolError):
         client.receive_data(garbage)
+
+
+def test_a_transactional_post_in_several_frames_is_staged_and_committed() -> None:
+    pump = ready(server_max_frame_size=512)
+    controller = coordinator(pump)
+    txn = declare(pump, controller)
+    sender = pump.sender("q")
+    pump.client.transfer(CH, sender, message("b" * 2000), settled=False, txn_id=txn)
+    data = pump.client.data_to_send()
+    assert len(parse_frames(data)) == 5
+    (staged,) = pump.feed(data)
+    assert isinstance(staged, Outcome)
+    assert staged.state == TransactionalState(txn_id=txn, outcome=Accepted())
+    assert pump.view.queue("q").stats().staged == 1
+    pump.client.discharge(CH, controller, txn, False)
+    (committed,) = pump.pump()
+    assert isinstance(committed, Outcome)
+    assert committed.state == Accepted()
+    assert pump.bodies("q") == ["b" * 2000]
