@@ -44,7 +44,7 @@ from minibroker.broker.views import (
     QueueStats,
     SubscriptionStats,
 )
-from minibroker.handles import FaultRules
+from minibroker.handles import FaultRules, amqp091_url
 
 DEFAULT_HTTP_URL = "http://127.0.0.1:8672"
 DEFAULT_TIMEOUT = 10.0
@@ -402,6 +402,11 @@ class RemoteBroker:
         if self._url is None:
             self._url = str(self._request("GET", "/info")["url"])
         return self._url
+
+    @property
+    def amqp091_url(self) -> str:
+        """``amqp://guest:guest@HOST:PORT/``: this namespace for AMQP 0-9-1 clients (``handles.amqp091_url``)."""
+        return amqp091_url(self.url)
 
     def queue(self, name: str) -> RemoteQueue:
         """The queue called ``name`` (it need not exist yet)."""

@@ -72,8 +72,8 @@ class Unacked:
 @dataclass(slots=True)
 class Wait:
     """What the command at the head of a channel waits for: ``kind`` "attach" (``key``: the link's handle), "outcome"
-    (``key``: the delivery-id of a declare or discharge), "get" (``key``: the handle of the drained link) or
-    "flushed" (the publishes held for credit are all sent); ``then`` is called with the answer."""
+    (``key``: the delivery-id of a declare or discharge) or "get" (``key``: the handle of the drained link);
+    ``then`` is called with the answer."""
 
     kind: str
     key: int
@@ -92,9 +92,6 @@ class Channel:
     # -- publishing ------------------------------------------------------------------------------------------
     relay: int | None = None
     """The handle of the channel's inner sender to the anonymous relay (attached on the first publish)."""
-    relay_credit: int = 0
-    unsent: deque[tuple[bytes, Published, bytes | None]] = field(default_factory=deque)
-    """Publishes waiting for credit on the relay link (payload, what it is, the transaction it is in)."""
     in_flight: dict[int, Published] = field(default_factory=dict)
     """Publishes sent and not yet answered, by inner delivery-id."""
     confirm: bool = False

@@ -73,7 +73,7 @@ class Gateway:
         """The 0-9-1 engine: the client's side."""
         self.inner = inner
         """The AMQP 1.0 connection the broker serves for this client."""
-        self.client = i10.InnerClient()
+        self.client = i10.InnerClient(container_id=f"amqp091-{inner.conn_id}")
         """What speaks AMQP 1.0 to ``inner``."""
         self.model = model
         self.clock = clock
@@ -187,7 +187,7 @@ class Gateway:
                     self.run(channel)
             elif isinstance(event, e091.CredentialsReceived):
                 user, password = self.engine.take_credentials()
-                self.client.sasl_plain(user, password)
+                self.client.sasl(user, password)
             elif isinstance(event, e091.OpenRequested):
                 self._open(event.vhost)
             elif isinstance(event, e091.ChannelOpened):
@@ -210,7 +210,7 @@ class Gateway:
         if hostname is not None and not self.model.vhost_exists(hostname):
             self.engine.close(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - vhost {vhost} not found")
             return
-        self.client.open(hostname, f"amqp091-{self.inner.conn_id}")
+        self.client.open(hostname)
 
     def run(self, channel: Channel) -> None:
         """Run the channel's commands in order, until one waits for the broker."""
@@ -260,12 +260,13 @@ class Gateway:
             elif isinstance(event, i10.Delivered):
                 consume.delivered(self, channel, event)
             elif isinstance(event, i10.Credit):
-                if event.handle == channel.relay:
-                    publish.credit(self, channel, event.credit)
-                else:
+                if event.handle != channel.relay:  # (the client holds publishes until the relay has credit)
                     consume.credit(self, channel, event)
             elif isinstance(event, i10.Attached):
                 channel.resolve("attach", event.handle, event)
+            elif event.handle in (channel.relay, channel.coordinator):
+                text = event.error.description if event.error is not None and event.error.description else "detached"
+                self.fail(channel, ReplyCode.INTERNAL_ERROR, f"INTERNAL_ERROR - {text}")
             else:
                 consume.detached(self, channel, event)
             self.run(channel)

@@ -338,6 +338,11 @@ class InnerClient:
     def start(self, hostname: str | None, user: str | None, password: str | None) -> None:
         """SASL (PLAIN with ``user``, else ANONYMOUS), then the AMQP header and our ``open`` naming ``hostname``
         (the namespace), all pipelined (Part 5 §5.3.2: the engine reads them in order)."""
+        self.sasl(user, password)
+        self.open(hostname)
+
+    def sasl(self, user: str | None, password: str | None) -> None:
+        """The SASL header and our init: PLAIN with ``user``, else ANONYMOUS (Part 5 §5.3.3.2)."""
         if user is None:
             init = SaslInit(mechanism=Symbol("ANONYMOUS"), initial_response=b"")
         else:  # RFC 4616: authzid NUL authcid NUL passwd
@@ -345,6 +350,9 @@ class InnerClient:
             init = SaslInit(mechanism=Symbol("PLAIN"), initial_response=response)
         self._out += SASL_HEADER
         self._frame(0, init, SASL_FRAME)
+
+    def open(self, hostname: str | None) -> None:
+        """The AMQP header and our ``open`` naming ``hostname`` (the namespace; §2.7.1), after ``sasl``."""
         self._out += AMQP_HEADER
         max_frame = UInt(self.max_frame_size) if self.max_frame_size is not None else None
         self._frame(0, Open(container_id=self.container_id, hostname=hostname, max_frame_size=max_frame))

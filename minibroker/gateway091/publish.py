@@ -82,27 +82,9 @@ def basic_publish(gateway: Gateway, channel: Channel, command: Command) -> None:
     returned = (method.exchange, method.routing_key, properties, body) if method.mandatory else None
     if channel.relay is None:
         channel.relay = gateway.client.attach_sender(channel.number, target=None)
-    channel.unsent.append((payload, Published(seq, returned), channel.txn))
-    flush(gateway, channel)
-
-
-def flush(gateway: Gateway, channel: Channel) -> None:
-    """Send the held publishes the relay link has credit for."""
-    unsent, client, relay = channel.unsent, gateway.client, channel.relay
-    assert relay is not None or not unsent
-    while unsent and channel.relay_credit > 0:
-        payload, published, txn = unsent.popleft()
-        delivery_id = client.transfer(channel.number, relay, payload, settled=False, txn_id=txn)  # type: ignore[arg-type]
-        channel.in_flight[delivery_id] = published
-        channel.relay_credit -= 1
-    if not unsent:
-        channel.resolve("flushed", 0, None)
-
-
-def credit(gateway: Gateway, channel: Channel, credit: int) -> None:
-    """The broker's credit on the relay link."""
-    channel.relay_credit = credit
-    flush(gateway, channel)
+    # (the inner client holds the transfer until the relay link has credit, and what follows it in the session)
+    delivery_id = gateway.client.transfer(channel.number, channel.relay, payload, settled=False, txn_id=channel.txn)
+    channel.in_flight[delivery_id] = Published(seq, returned)
 
 
 def outcome(gateway: Gateway, channel: Channel, event: Outcome) -> None:
@@ -232,14 +214,11 @@ def tx_rollback(gateway: Gateway, channel: Channel, command: Command) -> None:
 
 
 def _discharge(gateway: Gateway, channel: Channel, command: Command, *, fail: bool) -> None:
-    """tx.commit / tx.rollback: once every publish of the transaction is sent, discharge it (a transaction with no
-    work was never declared: answered at once)."""
+    """tx.commit / tx.rollback: discharge the transaction (the inner client sends the discharge after the publishes
+    before it); a transaction with no work was never declared: answered at once."""
     method = command.method
     if not channel.transactional:
         raise ProtocolError(ReplyCode.PRECONDITION_FAILED, "PRECONDITION_FAILED - channel is not transactional")
-    if channel.unsent:
-        channel.wait("flushed", 0, lambda _: None, command)
-        return
     answer = TxRollbackOk() if fail else TxCommitOk()
     txn, acks = channel.txn, channel.txn_acks
     channel.txn, channel.txn_acks = None, []
