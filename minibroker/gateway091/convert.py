@@ -38,8 +38,9 @@ A 1.0 string header value of more than 4096 bytes, or with NUL or invalid UTF-8,
 becomes a 0-9-1 long string (``S``), as RabbitMQ's ``to_091`` does.
 
 Only bytes that are no message raise (``ConversionError``, a ``ValueError``): a value that does not decode, a
-section cut short, bytes that are no section. Fields of a known section holding a wrongly typed value are
-treated as absent.
+section cut short, bytes that are no section, a header or properties field of the wrong type (the codec checks
+those). Annotations and properties of a type with no 0-9-1 place (``x-basic-priority`` as a string, a
+message-id that is a char, ``x-exchange`` that is no string) are treated as absent.
 """
 
 from __future__ import annotations
@@ -283,9 +284,9 @@ def _properties(p: BasicProperties) -> Properties | None:
         correlation_id=_id_to_amqp10(p.correlation_id),
         content_type=content_type,
         content_encoding=content_encoding,
-        creation_time=None if p.timestamp is None or p.timestamp * 1000 > _LONG_HIGH else t.Timestamp(
-            p.timestamp * 1000
-        ),
+        creation_time=None
+        if p.timestamp is None or p.timestamp * 1000 > _LONG_HIGH
+        else t.Timestamp(p.timestamp * 1000),
         group_id=None if p.app_id is None else _text(p.app_id),
     )
     return None if properties == _NO_PROPERTIES else properties
@@ -341,11 +342,11 @@ def _id_to_091(value: Any, header: str, headers: dict[str, Any]) -> str | None:
     if type(value) is bytes:
         headers.setdefault(header, value)
         return None
-    if isinstance(value, str):
+    if type(value) is str:
         if _shortstr(value) is not None:
-            return str(value)
-        headers.setdefault(header, str(value))
-    return None
+            return value
+        headers.setdefault(header, value)
+    return None  # a char, a symbol, anything else: not a message-id type (Part 3 §3.2.11)
 
 
 def _user_id(value: Any) -> str | None:
@@ -420,11 +421,13 @@ def from_amqp10(payload: bytes) -> Converted:
         elif code == sections.APPLICATION_PROPERTIES:
             application = _mapping(_decode_section(payload, section).value)
         # delivery-annotations and the footer: nothing of them reaches 0-9-1
-    if body_start < 0 or not only_data:
-        body, type_ = payload[max(body_start, 0) :] if body_start >= 0 else b"", AMQP10_TYPE
-    else:
+    type_: str | None
+    if body_start >= 0 and only_data:
         body = data[0] if len(data) == 1 else b"".join(data)
         type_ = _shortstr(annotations.get(_X_BASIC_TYPE))
+    else:  # mc_amqpl: any other body (or none) is its encoded sections, footer included
+        body = payload[body_start:] if body_start >= 0 else b""
+        type_ = AMQP10_TYPE
     return _converted(header, annotations, props, application, body, type_)
 
 
@@ -433,9 +436,10 @@ def _mapping(value: Any) -> dict[Any, Any]:
 
 
 def _converted(
-    header: Any, annotations: dict[Any, Any], props: Any, application: dict[Any, Any], body: bytes, type_: Any
+    header: Any, annotations: dict[Any, Any], props: Any, application: dict[Any, Any], body: bytes, type_: str | None
 ) -> Converted:
     durable = header.durable if header is not None else None
+    delivery_mode: int | None
     if durable is True or durable is False:
         delivery_mode = 2 if durable else 1
     else:
@@ -449,10 +453,12 @@ def _converted(
     else:
         expiration = _shortstr(annotations.get(t.Symbol("x-basic-expiration")))
     delivery_count = header.delivery_count if header is not None else None
-    headers = _headers(annotations, application)
+    # the order of mc_amqpl:convert_from: x- annotations, x-correlation-id, x-message-id, application-properties
+    headers = _annotation_headers(annotations)
     p = props if isinstance(props, Properties) else _NO_PROPERTIES
-    message_id = _id_to_091(p.message_id, "x-message-id", headers)
     correlation_id = _id_to_091(p.correlation_id, "x-correlation-id", headers)
+    message_id = _id_to_091(p.message_id, "x-message-id", headers)
+    _add_application_headers(headers, application)
     creation = p.creation_time
     content_type, content_encoding = _shortstr(p.content_type), _shortstr(p.content_encoding)
     properties = BasicProperties(
@@ -483,9 +489,9 @@ def _converted(
     )
 
 
-def _headers(annotations: dict[Any, Any], application: dict[Any, Any]) -> dict[str, Any]:
-    """The 0-9-1 headers: ``x-`` annotations first, then application-properties; the first of a name wins, as
-    RabbitMQ's table lookups take the first."""
+def _annotation_headers(annotations: dict[Any, Any]) -> dict[str, Any]:
+    """The 0-9-1 headers from ``x-`` annotations. Headers are added with ``setdefault``: the first of a name
+    wins, as RabbitMQ's table lookups take the first."""
     headers: dict[str, Any] = {}
     for key, value in annotations.items():
         if type(key) is not t.Symbol or not key.startswith("x-"):
@@ -501,12 +507,16 @@ def _headers(annotations: dict[Any, Any], application: dict[Any, Any]) -> dict[s
         converted = _to_091(value)
         if name is not None and converted is not _DROP:
             headers.setdefault(name, converted)
+    return headers
+
+
+def _add_application_headers(headers: dict[str, Any], application: dict[Any, Any]) -> None:
+    """Application-properties with string keys of at most 255 bytes, after the others."""
     for key, value in application.items():
         if type(key) is str and _shortstr(key) is not None:
             converted = _to_091(value)
             if converted is not _DROP:
                 headers.setdefault(key, converted)
-    return headers
 
 
 __all__ = ["AMQP10_TYPE", "ConversionError", "Converted", "from_amqp10", "to_amqp10"]
