@@ -38,9 +38,10 @@ A 1.0 string header value of more than 4096 bytes, or with NUL or invalid UTF-8,
 becomes a 0-9-1 long string (``S``), as RabbitMQ's ``to_091`` does.
 
 Only bytes that are no message raise (``ConversionError``, a ``ValueError``): a value that does not decode, a
-section cut short, bytes that are no section, a header or properties field of the wrong type (the codec checks
-those). Annotations and properties of a type with no 0-9-1 place (``x-basic-priority`` as a string, a
-message-id that is a char, ``x-exchange`` that is no string) are treated as absent.
+section cut short, bytes that are no section, a header or properties section that is no list, annotations that
+are no map, a data section that is no binary. A field, annotation or property of a type with no 0-9-1 place
+(durable as a string, ``x-basic-priority`` as a string, a message-id that is a char, ``x-exchange`` that is no
+string) is taken as absent.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ _X_EXCHANGE = t.Symbol("x-exchange")
 _X_ROUTING_KEY = t.Symbol("x-routing-key")
 _X_BASIC_TYPE = t.Symbol("x-basic-type")
 _X_CC = t.Symbol("x-cc")
+_X_BASIC_DELIVERY_MODE = t.Symbol("x-basic-delivery-mode")
+_X_BASIC_PRIORITY = t.Symbol("x-basic-priority")
+_X_BASIC_EXPIRATION = t.Symbol("x-basic-expiration")
 _BODY_CODES = frozenset({sections.DATA, sections.AMQP_SEQUENCE, sections.AMQP_VALUE, sections.FOOTER})
 
 
@@ -116,7 +120,12 @@ def _symbol(value: str) -> t.Symbol | None:
 
 def _shortstr(value: Any) -> str | None:
     """A 1.0 string that fits a 0-9-1 short string (at most 255 bytes), else None."""
-    if isinstance(value, str) and len(value) <= _SHORTSTR and len(value.encode("utf-8")) <= _SHORTSTR:
+    if (
+        value is not None
+        and isinstance(value, str)
+        and len(value) <= _SHORTSTR
+        and len(value.encode("utf-8")) <= _SHORTSTR
+    ):
         return str(value)
     return None
 
@@ -241,9 +250,9 @@ def _ttl(expiration: str | None) -> t.UInt | None:
     return t.UInt(ms) if ms <= 0xFFFFFFFF else None
 
 
-def _annotations(headers: dict[str, Any], type_: str | None, exchange: str, routing_key: str) -> dict[Any, Any]:
+def _annotations(headers: dict[str, Any] | None, type_: str | None, exchange: str, routing_key: str) -> dict[Any, Any]:
     annotations: dict[Any, Any] = {}
-    for key, value in headers.items():
+    for key, value in (headers or {}).items():
         if key.startswith("x-"):
             name = _symbol(key)
         elif key == "CC" and type(value) is list:  # 1.0 application-properties hold no lists
@@ -306,25 +315,49 @@ def _body_sections(body: bytes) -> bytes | None:
     return body
 
 
+_DURABLE_HEADER = codec.encode(Header(durable=True))
+_NON_DURABLE_HEADER = codec.encode(Header(durable=False))
+_MESSAGE_ANNOTATIONS = codec.encode(MessageAnnotations({}))[:3]  # the descriptor, before the map
+_APPLICATION_PROPERTIES = codec.encode(ApplicationProperties({}))[:3]
+_DATA = codec.encode(Data(b""))[:3]
+
+
 def to_amqp10(properties: BasicProperties, body: bytes, exchange: str, routing_key: str) -> bytes:
     """The 1.0 message (encoded sections) of a 0-9-1 publish to ``exchange`` with ``routing_key``
     (``mc_amqpl:convert_to(mc_amqp, ...)``; the mapping is in this module's docstring)."""
     p = properties
-    out = bytearray()
-    priority = None if p.priority is None else t.UByte(p.priority)
-    codec.encode_into(out, Header(durable=p.delivery_mode == 2, priority=priority, ttl=_ttl(p.expiration)))
-    headers = p.headers or {}
-    codec.encode_into(out, MessageAnnotations(_annotations(headers, p.type, exchange, routing_key)))
-    props = _properties(p)
-    if props is not None:
-        codec.encode_into(out, props)
+    durable = p.delivery_mode == 2
+    if p.priority is None and p.expiration is None:  # the usual header, already encoded
+        out = bytearray(_DURABLE_HEADER if durable else _NON_DURABLE_HEADER)
+    else:
+        out = bytearray()
+        priority = None if p.priority is None else t.UByte(p.priority)
+        codec.encode_into(out, Header(durable=durable, priority=priority, ttl=_ttl(p.expiration)))
+    headers = p.headers
+    out += _MESSAGE_ANNOTATIONS
+    codec.encode_into(out, _annotations(headers, p.type, exchange, routing_key))
+    if (
+        p.message_id is not None
+        or p.user_id is not None
+        or p.reply_to is not None
+        or p.correlation_id is not None
+        or p.content_type is not None
+        or p.content_encoding is not None
+        or p.timestamp is not None
+        or p.app_id is not None
+    ):
+        props = _properties(p)
+        if props is not None:
+            codec.encode_into(out, props)
     if headers:
         application = _application_properties(headers)
         if application:
-            codec.encode_into(out, ApplicationProperties(application))
+            out += _APPLICATION_PROPERTIES
+            codec.encode_into(out, application)
     encoded_body = _body_sections(body) if p.type == AMQP10_TYPE else None
     if encoded_body is None:
-        codec.encode_into(out, Data(body))
+        out += _DATA
+        codec.encode_into(out, body)
     else:
         out += encoded_body
     return bytes(out)
@@ -370,11 +403,32 @@ def _reply_to(value: Any) -> str | None:
     return unquote_to_bytes(encoded).decode("utf-8", "surrogateescape")
 
 
-def _decode_section(payload: bytes, section: sections.Section) -> Any:
+def _section_value(payload: bytes, section: sections.Section, kind: type) -> Any:
+    """The described value of a section, which must be a ``kind`` (a list or a map): its descriptor is known."""
     try:
-        return codec.decode(payload, section.start)[0]
+        value = codec.decode(payload, section.value)[0]
     except t.DecodeError as exc:
         raise ConversionError(f"message section at offset {section.start} does not decode: {exc}") from None
+    if not isinstance(value, kind):
+        raise ConversionError(f"message section at offset {section.start} is no {kind.__name__}")
+    return value
+
+
+def _fields(payload: bytes, section: sections.Section, count: int) -> list[Any]:
+    """A header's or properties' fields, padded with None to ``count`` (Part 1 §1.4: trailing nulls may go).
+    Their types are checked where they are used: a field of the wrong type is taken as absent."""
+    fields: list[Any] = _section_value(payload, section, list)
+    return fields + [None] * (count - len(fields)) if len(fields) < count else fields
+
+
+def _data(payload: bytes, section: sections.Section) -> bytes:
+    """A data section's binary, sliced out of the payload (vbin8 or vbin32)."""
+    constructor = payload[section.value]
+    if constructor == 0xA0:
+        return payload[section.value + 2 : section.end]
+    if constructor == 0xB0:
+        return payload[section.value + 5 : section.end]
+    raise ConversionError(f"data section at offset {section.start} holds no binary")
 
 
 def _sections(payload: bytes) -> list[sections.Section]:
@@ -388,14 +442,23 @@ def _sections(payload: bytes) -> list[sections.Section]:
     return found
 
 
+# field positions (Part 3 §3.2.1 header, §3.2.4 properties)
+_DURABLE, _PRIORITY, _TTL, _DELIVERY_COUNT = 0, 1, 2, 4
+_MESSAGE_ID, _USER_ID, _SUBJECT, _REPLY_TO, _CORRELATION_ID = 0, 1, 3, 4, 5
+_CONTENT_TYPE, _CONTENT_ENCODING, _CREATION_TIME, _GROUP_ID = 6, 7, 9, 10
+_NO_HEADER = [None] * 5
+_NO_PROPERTIES_FIELDS = [None] * 11
+
+
 def from_amqp10(payload: bytes) -> Converted:
     """A stored 1.0 message as a 0-9-1 consumer receives it (``mc_amqpl:convert_from(mc_amqp, ...)``).
 
-    Raises ``ConversionError`` only, when ``payload`` is no message.
+    Raises ``ConversionError`` only, when ``payload`` is no message. Of each section kind the last counts, as
+    in ``convert_from``'s fold.
     """
-    header: Any = None
+    header = _NO_HEADER
     annotations: dict[Any, Any] = {}
-    props: Any = None
+    props = _NO_PROPERTIES_FIELDS
     application: dict[Any, Any] = {}
     body_start = -1
     data: list[bytes] = []
@@ -406,80 +469,79 @@ def from_amqp10(payload: bytes) -> Converted:
             if body_start < 0:
                 body_start = section.start
             if code == sections.DATA and only_data:
-                content = _decode_section(payload, section).value
-                if type(content) is not bytes:
-                    raise ConversionError(f"data section at offset {section.start} holds no binary")
-                data.append(content)
+                data.append(_data(payload, section))
             else:
                 only_data = False
         elif code == sections.HEADER:
-            header = _decode_section(payload, section)
+            header = _fields(payload, section, 5)
         elif code == sections.MESSAGE_ANNOTATIONS:
-            annotations = _mapping(_decode_section(payload, section).value)
+            annotations = _section_value(payload, section, dict)
         elif code == sections.PROPERTIES:
-            props = _decode_section(payload, section)
+            props = _fields(payload, section, 11)
         elif code == sections.APPLICATION_PROPERTIES:
-            application = _mapping(_decode_section(payload, section).value)
+            application = _section_value(payload, section, dict)
         # delivery-annotations and the footer: nothing of them reaches 0-9-1
     type_: str | None
     if body_start >= 0 and only_data:
         body = data[0] if len(data) == 1 else b"".join(data)
-        type_ = _shortstr(annotations.get(_X_BASIC_TYPE))
+        type_ = _shortstr(annotations.get(_X_BASIC_TYPE)) if annotations else None
     else:  # mc_amqpl: any other body (or none) is its encoded sections, footer included
         body = payload[body_start:] if body_start >= 0 else b""
         type_ = AMQP10_TYPE
     return _converted(header, annotations, props, application, body, type_)
 
 
-def _mapping(value: Any) -> dict[Any, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _converted(
-    header: Any, annotations: dict[Any, Any], props: Any, application: dict[Any, Any], body: bytes, type_: str | None
+    header: list[Any],
+    annotations: dict[Any, Any],
+    props: list[Any],
+    application: dict[Any, Any],
+    body: bytes,
+    type_: str | None,
 ) -> Converted:
-    durable = header.durable if header is not None else None
+    durable = header[_DURABLE]
     delivery_mode: int | None
     if durable is True or durable is False:
         delivery_mode = 2 if durable else 1
     else:
-        delivery_mode = _octet(annotations.get(t.Symbol("x-basic-delivery-mode")))
-    priority = _octet(header.priority) if header is not None and header.priority is not None else None
-    if priority is None:
-        priority = _octet(annotations.get(t.Symbol("x-basic-priority")))
-    ttl = header.ttl if header is not None else None
+        delivery_mode = _octet(annotations.get(_X_BASIC_DELIVERY_MODE))
+    priority = _octet(header[_PRIORITY])
+    if priority is None and annotations:
+        priority = _octet(annotations.get(_X_BASIC_PRIORITY))
+    ttl = header[_TTL]
+    expiration: str | None
     if type(ttl) is t.UInt:
-        expiration: str | None = str(int(ttl))
+        expiration = str(int(ttl))
     else:
-        expiration = _shortstr(annotations.get(t.Symbol("x-basic-expiration")))
-    delivery_count = header.delivery_count if header is not None else None
+        expiration = _shortstr(annotations.get(_X_BASIC_EXPIRATION)) if annotations else None
+    delivery_count = header[_DELIVERY_COUNT]
     # the order of mc_amqpl:convert_from: x- annotations, x-correlation-id, x-message-id, application-properties
-    headers = _annotation_headers(annotations)
-    p = props if isinstance(props, Properties) else _NO_PROPERTIES
-    correlation_id = _id_to_091(p.correlation_id, "x-correlation-id", headers)
-    message_id = _id_to_091(p.message_id, "x-message-id", headers)
-    _add_application_headers(headers, application)
-    creation = p.creation_time
-    content_type, content_encoding = _shortstr(p.content_type), _shortstr(p.content_encoding)
+    headers = _annotation_headers(annotations) if annotations else {}
+    correlation_id = _id_to_091(props[_CORRELATION_ID], "x-correlation-id", headers)
+    message_id = _id_to_091(props[_MESSAGE_ID], "x-message-id", headers)
+    if application:
+        _add_application_headers(headers, application)
+    creation = props[_CREATION_TIME]
+    content_type, content_encoding = props[_CONTENT_TYPE], props[_CONTENT_ENCODING]
     properties = BasicProperties(
-        content_type=content_type,
-        content_encoding=content_encoding,
+        content_type=None if content_type is None else _shortstr(content_type),
+        content_encoding=None if content_encoding is None else _shortstr(content_encoding),
         headers=headers or None,
         delivery_mode=delivery_mode,
         priority=priority,
         correlation_id=correlation_id,
-        reply_to=_reply_to(p.reply_to),
+        reply_to=_reply_to(props[_REPLY_TO]),
         expiration=expiration,
         message_id=message_id,
         timestamp=creation // 1000 if type(creation) is t.Timestamp and creation >= 0 else None,
         type=type_,
-        user_id=_user_id(p.user_id),
-        app_id=_shortstr(p.group_id),
+        user_id=_user_id(props[_USER_ID]),
+        app_id=_shortstr(props[_GROUP_ID]),
     )
     exchange = _shortstr(annotations.get(_X_EXCHANGE)) or ""
     routing_key = _shortstr(annotations.get(_X_ROUTING_KEY))
     if routing_key is None:
-        routing_key = _shortstr(p.subject) or ""
+        routing_key = _shortstr(props[_SUBJECT]) or ""
     return Converted(
         properties,
         body,

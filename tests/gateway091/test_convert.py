@@ -518,24 +518,27 @@ def test_malformed_messages_raise_conversion_error(payload: bytes) -> None:
         from_amqp10(payload)
 
 
-def test_wrongly_typed_annotations_are_absent() -> None:
-    message = encode(
+def test_wrongly_typed_fields_and_annotations_are_absent() -> None:
+    message = codec.encode(t.Described(t.ULong(0x70), ["yes", "high", -1, None, "many"])) + encode(
         MessageAnnotations({X("x-exchange"): 5, X("x-routing-key"): ["k"], X("x-basic-type"): 1}),
         Properties(message_id=X("sym"), correlation_id=t.Char("c"), reply_to=b"r", group_id="g" * 256),
         Data(b"b"),
     )
     assert from_amqp10(message) == Converted(BasicProperties(), b"b", "", "", 0)
+    user_id = codec.encode(t.Described(t.ULong(0x73), [None, "user", None, 5])) + encode(Data(b""))
+    assert from_amqp10(user_id) == Converted(BasicProperties(), b"", "", "", 0)
 
 
 @pytest.mark.parametrize(
     "section",
     [
-        t.Described(t.ULong(0x70), ["yes"]),  # durable must be boolean
-        t.Described(t.ULong(0x73), [None, "user"]),  # user-id must be binary
-        t.Described(t.ULong(0x72), [1]),  # annotations must be a map
+        t.Described(t.ULong(0x70), {"durable": True}),  # a header is a list
+        t.Described(t.ULong(0x73), "props"),  # properties are a list
+        t.Described(t.ULong(0x72), [1]),  # annotations are a map
+        t.Described(t.ULong(0x74), None),  # application-properties are a map
     ],
 )
-def test_wrongly_typed_section_fields_raise_conversion_error(section: t.Described) -> None:
+def test_sections_of_the_wrong_shape_raise_conversion_error(section: t.Described) -> None:
     with pytest.raises(ConversionError):
         from_amqp10(codec.encode(section) + encode(Data(b"b")))
 
