@@ -32,10 +32,11 @@ body (amqp-value, amqp-sequence, none) is passed as its encoded sections (with t
 Values with no place on the other side are dropped, never an error (RabbitMQ crashes or drops): 0-9-1 decimals
 (RabbitMQ's ``from_091`` has none), tables and arrays under non-``x-`` names except ``CC``; 1.0 uuid, char,
 decimal32/64/128, described values, ulongs above 2**63-1, negative timestamps, map entries whose key is no
-string, names or short strings over 255 bytes; strings that are no UTF-8 where 1.0 needs a string (0-9-1
-short strings are bytes), and non-ASCII text where 1.0 needs a symbol (§1.6.20: symbols are ASCII).
-A 1.0 string header value of more than 4096 bytes, or with NUL or invalid UTF-8, is sent as binary; 1.0 binary
-becomes a 0-9-1 long string (``S``), as RabbitMQ's ``to_091`` does.
+string, names or short strings over 255 bytes; maps and lists 64 levels deep (0-9-1 readers refuse them);
+strings that are no UTF-8 where 1.0 needs a string (0-9-1 short strings are bytes), and non-ASCII text where
+1.0 needs a symbol (§1.6.20: symbols are ASCII). A 1.0 string header value of more than 4096 bytes, or with NUL
+or invalid UTF-8, is sent as binary; 1.0 binary becomes a 0-9-1 long string (``S``), as RabbitMQ's ``to_091``
+does.
 
 Only bytes that are no message raise (``ConversionError``, a ``ValueError``): a value that does not decode, a
 section cut short, bytes that are no section, a header or properties section that is no list, annotations that
@@ -62,6 +63,7 @@ from minibroker.amqp.definitions import (
     Properties,
 )
 from minibroker.amqp091 import values as v
+from minibroker.amqp091.codec import MAX_DEPTH
 from minibroker.amqp091.definitions import BasicProperties
 
 AMQP10_TYPE = "amqp-1.0"
@@ -196,8 +198,9 @@ def _from_091(value: Any) -> Any:
 _TO_091_RANGED: dict[type, type] = {value: key for key, value in _FROM_091_RANGED.items()}
 
 
-def _to_091(value: Any) -> Any:
-    """One 1.0 value as a 0-9-1 field value, or ``_DROP``."""
+def _to_091(value: Any, depth: int = 0) -> Any:
+    """One 1.0 value as a 0-9-1 field value, or ``_DROP``; a table or array at depth ``MAX_DEPTH`` is dropped
+    from its parent (0-9-1 readers refuse it: ``minibroker.amqp091.codec.MAX_DEPTH``)."""
     kind = type(value)
     if kind is str or kind is t.Symbol:
         return str(value)
@@ -214,16 +217,18 @@ def _to_091(value: Any) -> Any:
         return v.Float(value)
     if kind is bytes:  # binary -> longstr
         return value.decode("utf-8", "surrogateescape")
-    if kind is dict:
-        table: dict[str, Any] = {}
-        for key, item in value.items():
-            converted = _to_091(item)
-            if converted is not _DROP and _shortstr(key) is not None:
-                table[str(key)] = converted
-        return table
-    if kind is list or kind is t.Array:
+    if kind is dict or kind is list or kind is t.Array:
+        if depth >= MAX_DEPTH:
+            return _DROP
+        if kind is dict:
+            table: dict[str, Any] = {}
+            for key, item in value.items():
+                converted = _to_091(item, depth + 1)
+                if converted is not _DROP and _shortstr(key) is not None:
+                    table[str(key)] = converted
+            return table
         items = value.items if kind is t.Array else value
-        return [item for item in map(_to_091, items) if item is not _DROP]
+        return [converted for converted in (_to_091(item, depth + 1) for item in items) if converted is not _DROP]
     return _DROP  # uuid, char, decimals, described values
 
 
@@ -261,7 +266,7 @@ def _annotations(headers: dict[str, Any] | None, type_: str | None, exchange: st
             continue
         converted = _from_091(value)
         if name is not None and converted is not _DROP:
-            annotations[name] = converted
+            annotations.setdefault(name, converted)  # CC and x-cc: the first (RabbitMQ's lookups take it)
     if type_ is not None and _text(type_) is not None:
         annotations[_X_BASIC_TYPE] = type_
     annotations[_X_EXCHANGE] = exchange

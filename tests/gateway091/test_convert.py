@@ -27,7 +27,7 @@ from minibroker.amqp.definitions import (
     Properties,
 )
 from minibroker.amqp091 import values as v
-from minibroker.amqp091.codec import decode_table, encode_table
+from minibroker.amqp091.codec import MAX_DEPTH, decode_table, encode_table
 from minibroker.amqp091.definitions import BasicProperties
 from minibroker.gateway091.convert import AMQP10_TYPE, ConversionError, Converted, from_amqp10, to_amqp10
 from tests.amqp091.strategies import assert_same, field_values, shortstrs
@@ -554,3 +554,17 @@ def test_any_bytes_convert_or_raise_conversion_error(payload: bytes) -> None:
     except ConversionError:
         return
     assert isinstance(converted.body, bytes)
+
+
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_values_nested_deeper_than_091_tables_allow_are_dropped() -> None:
+    message = encode(MessageAnnotations({X("x-ok"): nested(MAX_DEPTH - 1), X("x-deep"): nested(MAX_DEPTH + 5)}))
+    headers = from_amqp10(message).properties.headers
+    assert headers == {"x-ok": nested(MAX_DEPTH - 1), "x-deep": nested(MAX_DEPTH - 1)}  # the deeper lists cut off
+    assert decode_table(encode_table(headers)) == headers  # which 0-9-1 reads back
