@@ -27,9 +27,10 @@ from minibroker.amqp.definitions import (
     Properties,
 )
 from minibroker.amqp091 import values as v
-from minibroker.amqp091.codec import MAX_DEPTH, decode_table, encode_table
+from minibroker.amqp091.codec import MAX_DEPTH, decode_table, encode_content_header_into, encode_table
 from minibroker.amqp091.definitions import BasicProperties
 from minibroker.gateway091.convert import AMQP10_TYPE, ConversionError, Converted, from_amqp10, to_amqp10
+from tests.amqp.strategies import amqp_values, composite
 from tests.amqp091.strategies import assert_same, field_values, shortstrs
 
 X = t.Symbol
@@ -568,3 +569,40 @@ def test_values_nested_deeper_than_091_tables_allow_are_dropped() -> None:
     headers = from_amqp10(message).properties.headers
     assert headers == {"x-ok": nested(MAX_DEPTH - 1), "x-deep": nested(MAX_DEPTH - 1)}  # the deeper lists cut off
     assert decode_table(encode_table(headers)) == headers  # which 0-9-1 reads back
+
+
+section_kinds = (
+    Header,
+    DeliveryAnnotations,
+    MessageAnnotations,
+    Properties,
+    ApplicationProperties,
+    Data,
+    AmqpSequence,
+    AmqpValue,
+    Footer,
+)
+messages_10 = st.lists(st.sampled_from(section_kinds).flatmap(composite), max_size=7).map(
+    lambda parts: b"".join(codec.encode(part) for part in sorted(parts, key=lambda part: part.DESCRIPTOR_CODE))
+)
+annotated = st.builds(
+    lambda annotations, rest: encode(MessageAnnotations(annotations)) + rest,
+    st.dictionaries(st.text(max_size=8).map(lambda s: X("x-" + s.encode("ascii", "replace").decode())), amqp_values(6)),
+    messages_10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages_10 | annotated)
+def test_any_10_message_converts_to_what_091_can_send(message: bytes) -> None:
+    converted = from_amqp10(message)
+    out = bytearray()
+    encode_content_header_into(out, converted.properties, len(converted.body))  # raises on what 0-9-1 can't hold
+    assert len(converted.exchange.encode()) <= 255
+    assert len(converted.routing_key.encode()) <= 255
+
+
+def test_non_utf8_short_strings_from_a_091_publisher() -> None:
+    properties = BasicProperties(message_id="\udcff", type="\udcfe", app_id="\udcfd", user_id="\udcfc")
+    converted = from_amqp10(to_amqp10(properties, b"", "", "q"))
+    assert converted.properties == BasicProperties(delivery_mode=1, headers={"x-message-id": b"\xff"})
