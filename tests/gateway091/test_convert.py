@@ -592,7 +592,7 @@ annotated = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(messages_10 | annotated)
 def test_any_10_message_converts_to_what_091_can_send(message: bytes) -> None:
     converted = from_amqp10(message)
