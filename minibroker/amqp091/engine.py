@@ -157,6 +157,8 @@ def parse_credentials(mechanism: str, response: bytes) -> tuple[str, str] | None
     password. AMQPLAIN (``rabbit_auth_mechanism_amqplain``): a field table without its size prefix, holding
     string fields LOGIN and PASSWORD. Both must be UTF-8 without NUL (they go on as SASL PLAIN).
     """
+    raw_user: Any
+    raw_password: Any
     if mechanism == "PLAIN":
         parts = response.split(b"\0")
         if len(parts) != 3 or parts[0]:
@@ -258,10 +260,10 @@ class Connection091:
         try:
             if self.phase is Phase.HEADER:
                 data = self._read_header(data)
-            if data and self.phase is not Phase.FINISHED:
+            if data and not self.finished:
                 for frame in self._reader.feed(data):
                     self._on_frame(frame)
-                    if self.phase is Phase.FINISHED:
+                    if self.finished:
                         break
         except ProtocolError as exc:
             self._fail(exc)

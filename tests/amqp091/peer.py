@@ -43,7 +43,8 @@ class Peer:
     def start(self) -> d.ConnectionStart:
         assert self.send(PROTOCOL_HEADER) == []
         (frame,) = self.frames()
-        assert isinstance(frame, MethodFrame) and isinstance(frame.method, d.ConnectionStart)
+        assert isinstance(frame, MethodFrame)
+        assert isinstance(frame.method, d.ConnectionStart)
         return frame.method
 
     def login(self, mechanism: str = "PLAIN", response: bytes = PLAIN_GUEST) -> list[Event]:
@@ -69,7 +70,8 @@ class Peer:
     def closed_with(self, code: d.ReplyCode, class_id: int = 0, method_id: int = 0) -> d.ConnectionClose:
         """The engine sent exactly one frame, connection.close with these code and ids; return it."""
         (frame,) = self.frames()
-        assert isinstance(frame, MethodFrame) and frame.channel == 0
+        assert isinstance(frame, MethodFrame)
+        assert frame.channel == 0
         close = frame.method
         assert isinstance(close, d.ConnectionClose)
         assert (close.reply_code, close.class_id, close.method_id) == (code, class_id, method_id), close
