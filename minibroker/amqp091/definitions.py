@@ -44,21 +44,19 @@ class ReplyCode(IntEnum):
     INTERNAL_ERROR = 541  # hard-error
 
 
-HARD_ERRORS = frozenset(
-    {
-        ReplyCode.CONNECTION_FORCED,
-        ReplyCode.INVALID_PATH,
-        ReplyCode.FRAME_ERROR,
-        ReplyCode.SYNTAX_ERROR,
-        ReplyCode.COMMAND_INVALID,
-        ReplyCode.CHANNEL_ERROR,
-        ReplyCode.UNEXPECTED_FRAME,
-        ReplyCode.RESOURCE_ERROR,
-        ReplyCode.NOT_ALLOWED,
-        ReplyCode.NOT_IMPLEMENTED,
-        ReplyCode.INTERNAL_ERROR,
-    }
-)
+HARD_ERRORS = frozenset({
+    ReplyCode.CONNECTION_FORCED,
+    ReplyCode.INVALID_PATH,
+    ReplyCode.FRAME_ERROR,
+    ReplyCode.SYNTAX_ERROR,
+    ReplyCode.COMMAND_INVALID,
+    ReplyCode.CHANNEL_ERROR,
+    ReplyCode.UNEXPECTED_FRAME,
+    ReplyCode.RESOURCE_ERROR,
+    ReplyCode.NOT_ALLOWED,
+    ReplyCode.NOT_IMPLEMENTED,
+    ReplyCode.INTERNAL_ERROR,
+})
 """Codes that close the connection; the other error codes close only the channel."""
 
 
@@ -71,13 +69,13 @@ class ConnectionStart(Method):
     NAME: ClassVar[str] = "connection.start"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("connection.start-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('connection.start-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("version_major", "octet"),
-        ("version_minor", "octet"),
-        ("server_properties", "table"),
-        ("mechanisms", "longstr"),
-        ("locales", "longstr"),
+        ('version_major', 'octet'),
+        ('version_minor', 'octet'),
+        ('server_properties', 'table'),
+        ('mechanisms', 'longstr'),
+        ('locales', 'longstr'),
     )
 
     version_major: int = 0
@@ -98,10 +96,10 @@ class ConnectionStartOk(Method):
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("client_properties", "table"),
-        ("mechanism", "shortstr"),
-        ("response", "longstr"),
-        ("locale", "shortstr"),
+        ('client_properties', 'table'),
+        ('mechanism', 'shortstr'),
+        ('response', 'longstr'),
+        ('locale', 'shortstr'),
     )
 
     client_properties: dict[str, Any] = field(default_factory=dict)
@@ -119,8 +117,10 @@ class ConnectionSecure(Method):
     NAME: ClassVar[str] = "connection.secure"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("connection.secure-ok",)
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("challenge", "longstr"),)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('connection.secure-ok',)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('challenge', 'longstr'),
+    )
 
     challenge: bytes = b""
 
@@ -135,7 +135,9 @@ class ConnectionSecureOk(Method):
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("response", "longstr"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('response', 'longstr'),
+    )
 
     response: bytes = b""
 
@@ -149,11 +151,11 @@ class ConnectionTune(Method):
     NAME: ClassVar[str] = "connection.tune"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("connection.tune-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('connection.tune-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("channel_max", "short"),
-        ("frame_max", "long"),
-        ("heartbeat", "short"),
+        ('channel_max', 'short'),
+        ('frame_max', 'long'),
+        ('heartbeat', 'short'),
     )
 
     channel_max: int = 0
@@ -172,9 +174,9 @@ class ConnectionTuneOk(Method):
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("channel_max", "short"),
-        ("frame_max", "long"),
-        ("heartbeat", "short"),
+        ('channel_max', 'short'),
+        ('frame_max', 'long'),
+        ('heartbeat', 'short'),
     )
 
     channel_max: int = 0
@@ -191,11 +193,11 @@ class ConnectionOpen(Method):
     NAME: ClassVar[str] = "connection.open"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("connection.open-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('connection.open-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("virtual_host", "shortstr"),
-        ("reserved_1", "shortstr"),
-        ("reserved_2", "bit"),
+        ('virtual_host', 'shortstr'),
+        ('reserved_1', 'shortstr'),
+        ('reserved_2', 'bit'),
     )
 
     virtual_host: str = ""
@@ -213,7 +215,9 @@ class ConnectionOpenOk(Method):
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("reserved_1", "shortstr"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('reserved_1', 'shortstr'),
+    )
 
     reserved_1: str = ""
 
@@ -227,12 +231,12 @@ class ConnectionClose(Method):
     NAME: ClassVar[str] = "connection.close"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("connection.close-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('connection.close-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reply_code", "short"),
-        ("reply_text", "shortstr"),
-        ("class_id", "short"),
-        ("method_id", "short"),
+        ('reply_code', 'short'),
+        ('reply_text', 'shortstr'),
+        ('class_id', 'short'),
+        ('method_id', 'short'),
     )
 
     reply_code: int = 0
@@ -263,8 +267,10 @@ class ChannelOpen(Method):
     NAME: ClassVar[str] = "channel.open"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("channel.open-ok",)
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("reserved_1", "shortstr"),)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('channel.open-ok',)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('reserved_1', 'shortstr'),
+    )
 
     reserved_1: str = ""
 
@@ -279,7 +285,9 @@ class ChannelOpenOk(Method):
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("reserved_1", "longstr"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('reserved_1', 'longstr'),
+    )
 
     reserved_1: bytes = b""
 
@@ -293,8 +301,10 @@ class ChannelFlow(Method):
     NAME: ClassVar[str] = "channel.flow"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("channel.flow-ok",)
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("active", "bit"),)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('channel.flow-ok',)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('active', 'bit'),
+    )
 
     active: bool = False
 
@@ -309,7 +319,9 @@ class ChannelFlowOk(Method):
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("active", "bit"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('active', 'bit'),
+    )
 
     active: bool = False
 
@@ -323,12 +335,12 @@ class ChannelClose(Method):
     NAME: ClassVar[str] = "channel.close"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("channel.close-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('channel.close-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reply_code", "short"),
-        ("reply_text", "shortstr"),
-        ("class_id", "short"),
-        ("method_id", "short"),
+        ('reply_code', 'short'),
+        ('reply_text', 'shortstr'),
+        ('class_id', 'short'),
+        ('method_id', 'short'),
     )
 
     reply_code: int = 0
@@ -359,17 +371,17 @@ class ExchangeDeclare(Method):
     NAME: ClassVar[str] = "exchange.declare"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("exchange.declare-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('exchange.declare-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("exchange", "shortstr"),
-        ("type", "shortstr"),
-        ("passive", "bit"),
-        ("durable", "bit"),
-        ("auto_delete", "bit"),
-        ("internal", "bit"),
-        ("no_wait", "bit"),
-        ("arguments", "table"),
+        ('reserved_1', 'short'),
+        ('exchange', 'shortstr'),
+        ('type', 'shortstr'),
+        ('passive', 'bit'),
+        ('durable', 'bit'),
+        ('auto_delete', 'bit'),
+        ('internal', 'bit'),
+        ('no_wait', 'bit'),
+        ('arguments', 'table'),
     )
 
     reserved_1: int = 0
@@ -405,12 +417,12 @@ class ExchangeDelete(Method):
     NAME: ClassVar[str] = "exchange.delete"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("exchange.delete-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('exchange.delete-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("exchange", "shortstr"),
-        ("if_unused", "bit"),
-        ("no_wait", "bit"),
+        ('reserved_1', 'short'),
+        ('exchange', 'shortstr'),
+        ('if_unused', 'bit'),
+        ('no_wait', 'bit'),
     )
 
     reserved_1: int = 0
@@ -441,14 +453,14 @@ class ExchangeBind(Method):
     NAME: ClassVar[str] = "exchange.bind"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("exchange.bind-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('exchange.bind-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("destination", "shortstr"),
-        ("source", "shortstr"),
-        ("routing_key", "shortstr"),
-        ("no_wait", "bit"),
-        ("arguments", "table"),
+        ('reserved_1', 'short'),
+        ('destination', 'shortstr'),
+        ('source', 'shortstr'),
+        ('routing_key', 'shortstr'),
+        ('no_wait', 'bit'),
+        ('arguments', 'table'),
     )
 
     reserved_1: int = 0
@@ -481,14 +493,14 @@ class ExchangeUnbind(Method):
     NAME: ClassVar[str] = "exchange.unbind"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("exchange.unbind-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('exchange.unbind-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("destination", "shortstr"),
-        ("source", "shortstr"),
-        ("routing_key", "shortstr"),
-        ("no_wait", "bit"),
-        ("arguments", "table"),
+        ('reserved_1', 'short'),
+        ('destination', 'shortstr'),
+        ('source', 'shortstr'),
+        ('routing_key', 'shortstr'),
+        ('no_wait', 'bit'),
+        ('arguments', 'table'),
     )
 
     reserved_1: int = 0
@@ -521,16 +533,16 @@ class QueueDeclare(Method):
     NAME: ClassVar[str] = "queue.declare"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("queue.declare-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('queue.declare-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("queue", "shortstr"),
-        ("passive", "bit"),
-        ("durable", "bit"),
-        ("exclusive", "bit"),
-        ("auto_delete", "bit"),
-        ("no_wait", "bit"),
-        ("arguments", "table"),
+        ('reserved_1', 'short'),
+        ('queue', 'shortstr'),
+        ('passive', 'bit'),
+        ('durable', 'bit'),
+        ('exclusive', 'bit'),
+        ('auto_delete', 'bit'),
+        ('no_wait', 'bit'),
+        ('arguments', 'table'),
     )
 
     reserved_1: int = 0
@@ -554,9 +566,9 @@ class QueueDeclareOk(Method):
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("queue", "shortstr"),
-        ("message_count", "long"),
-        ("consumer_count", "long"),
+        ('queue', 'shortstr'),
+        ('message_count', 'long'),
+        ('consumer_count', 'long'),
     )
 
     queue: str = ""
@@ -573,14 +585,14 @@ class QueueBind(Method):
     NAME: ClassVar[str] = "queue.bind"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("queue.bind-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('queue.bind-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("queue", "shortstr"),
-        ("exchange", "shortstr"),
-        ("routing_key", "shortstr"),
-        ("no_wait", "bit"),
-        ("arguments", "table"),
+        ('reserved_1', 'short'),
+        ('queue', 'shortstr'),
+        ('exchange', 'shortstr'),
+        ('routing_key', 'shortstr'),
+        ('no_wait', 'bit'),
+        ('arguments', 'table'),
     )
 
     reserved_1: int = 0
@@ -613,13 +625,13 @@ class QueueUnbind(Method):
     NAME: ClassVar[str] = "queue.unbind"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("queue.unbind-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('queue.unbind-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("queue", "shortstr"),
-        ("exchange", "shortstr"),
-        ("routing_key", "shortstr"),
-        ("arguments", "table"),
+        ('reserved_1', 'short'),
+        ('queue', 'shortstr'),
+        ('exchange', 'shortstr'),
+        ('routing_key', 'shortstr'),
+        ('arguments', 'table'),
     )
 
     reserved_1: int = 0
@@ -651,11 +663,11 @@ class QueuePurge(Method):
     NAME: ClassVar[str] = "queue.purge"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("queue.purge-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('queue.purge-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("queue", "shortstr"),
-        ("no_wait", "bit"),
+        ('reserved_1', 'short'),
+        ('queue', 'shortstr'),
+        ('no_wait', 'bit'),
     )
 
     reserved_1: int = 0
@@ -673,7 +685,9 @@ class QueuePurgeOk(Method):
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("message_count", "long"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('message_count', 'long'),
+    )
 
     message_count: int = 0
 
@@ -687,13 +701,13 @@ class QueueDelete(Method):
     NAME: ClassVar[str] = "queue.delete"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("queue.delete-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('queue.delete-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("queue", "shortstr"),
-        ("if_unused", "bit"),
-        ("if_empty", "bit"),
-        ("no_wait", "bit"),
+        ('reserved_1', 'short'),
+        ('queue', 'shortstr'),
+        ('if_unused', 'bit'),
+        ('if_empty', 'bit'),
+        ('no_wait', 'bit'),
     )
 
     reserved_1: int = 0
@@ -713,7 +727,9 @@ class QueueDeleteOk(Method):
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("message_count", "long"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('message_count', 'long'),
+    )
 
     message_count: int = 0
 
@@ -724,20 +740,20 @@ class BasicProperties(Properties):
 
     CLASS_ID: ClassVar[int] = 60
     PROPERTIES: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("content_type", "shortstr"),
-        ("content_encoding", "shortstr"),
-        ("headers", "table"),
-        ("delivery_mode", "octet"),
-        ("priority", "octet"),
-        ("correlation_id", "shortstr"),
-        ("reply_to", "shortstr"),
-        ("expiration", "shortstr"),
-        ("message_id", "shortstr"),
-        ("timestamp", "timestamp"),
-        ("type", "shortstr"),
-        ("user_id", "shortstr"),
-        ("app_id", "shortstr"),
-        ("reserved", "shortstr"),
+        ('content_type', 'shortstr'),
+        ('content_encoding', 'shortstr'),
+        ('headers', 'table'),
+        ('delivery_mode', 'octet'),
+        ('priority', 'octet'),
+        ('correlation_id', 'shortstr'),
+        ('reply_to', 'shortstr'),
+        ('expiration', 'shortstr'),
+        ('message_id', 'shortstr'),
+        ('timestamp', 'timestamp'),
+        ('type', 'shortstr'),
+        ('user_id', 'shortstr'),
+        ('app_id', 'shortstr'),
+        ('reserved', 'shortstr'),
     )
 
     content_type: str | None = None
@@ -765,11 +781,11 @@ class BasicQos(Method):
     NAME: ClassVar[str] = "basic.qos"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("basic.qos-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('basic.qos-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("prefetch_size", "long"),
-        ("prefetch_count", "short"),
-        ("global_", "bit"),
+        ('prefetch_size', 'long'),
+        ('prefetch_count', 'short'),
+        ('global_', 'bit'),
     )
 
     prefetch_size: int = 0
@@ -799,16 +815,16 @@ class BasicConsume(Method):
     NAME: ClassVar[str] = "basic.consume"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("basic.consume-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('basic.consume-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("queue", "shortstr"),
-        ("consumer_tag", "shortstr"),
-        ("no_local", "bit"),
-        ("no_ack", "bit"),
-        ("exclusive", "bit"),
-        ("no_wait", "bit"),
-        ("arguments", "table"),
+        ('reserved_1', 'short'),
+        ('queue', 'shortstr'),
+        ('consumer_tag', 'shortstr'),
+        ('no_local', 'bit'),
+        ('no_ack', 'bit'),
+        ('exclusive', 'bit'),
+        ('no_wait', 'bit'),
+        ('arguments', 'table'),
     )
 
     reserved_1: int = 0
@@ -831,7 +847,9 @@ class BasicConsumeOk(Method):
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("consumer_tag", "shortstr"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('consumer_tag', 'shortstr'),
+    )
 
     consumer_tag: str = ""
 
@@ -845,10 +863,10 @@ class BasicCancel(Method):
     NAME: ClassVar[str] = "basic.cancel"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("basic.cancel-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('basic.cancel-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("consumer_tag", "shortstr"),
-        ("no_wait", "bit"),
+        ('consumer_tag', 'shortstr'),
+        ('no_wait', 'bit'),
     )
 
     consumer_tag: str = ""
@@ -865,7 +883,9 @@ class BasicCancelOk(Method):
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("consumer_tag", "shortstr"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('consumer_tag', 'shortstr'),
+    )
 
     consumer_tag: str = ""
 
@@ -881,11 +901,11 @@ class BasicPublish(Method):
     CONTENT: ClassVar[bool] = True
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("exchange", "shortstr"),
-        ("routing_key", "shortstr"),
-        ("mandatory", "bit"),
-        ("immediate", "bit"),
+        ('reserved_1', 'short'),
+        ('exchange', 'shortstr'),
+        ('routing_key', 'shortstr'),
+        ('mandatory', 'bit'),
+        ('immediate', 'bit'),
     )
 
     reserved_1: int = 0
@@ -906,10 +926,10 @@ class BasicReturn(Method):
     CONTENT: ClassVar[bool] = True
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reply_code", "short"),
-        ("reply_text", "shortstr"),
-        ("exchange", "shortstr"),
-        ("routing_key", "shortstr"),
+        ('reply_code', 'short'),
+        ('reply_text', 'shortstr'),
+        ('exchange', 'shortstr'),
+        ('routing_key', 'shortstr'),
     )
 
     reply_code: int = 0
@@ -929,11 +949,11 @@ class BasicDeliver(Method):
     CONTENT: ClassVar[bool] = True
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("consumer_tag", "shortstr"),
-        ("delivery_tag", "longlong"),
-        ("redelivered", "bit"),
-        ("exchange", "shortstr"),
-        ("routing_key", "shortstr"),
+        ('consumer_tag', 'shortstr'),
+        ('delivery_tag', 'longlong'),
+        ('redelivered', 'bit'),
+        ('exchange', 'shortstr'),
+        ('routing_key', 'shortstr'),
     )
 
     consumer_tag: str = ""
@@ -952,11 +972,11 @@ class BasicGet(Method):
     NAME: ClassVar[str] = "basic.get"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("basic.get-ok", "basic.get-empty")
+    RESPONSES: ClassVar[tuple[str, ...]] = ('basic.get-ok', 'basic.get-empty')
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("reserved_1", "short"),
-        ("queue", "shortstr"),
-        ("no_ack", "bit"),
+        ('reserved_1', 'short'),
+        ('queue', 'shortstr'),
+        ('no_ack', 'bit'),
     )
 
     reserved_1: int = 0
@@ -975,11 +995,11 @@ class BasicGetOk(Method):
     CONTENT: ClassVar[bool] = True
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("delivery_tag", "longlong"),
-        ("redelivered", "bit"),
-        ("exchange", "shortstr"),
-        ("routing_key", "shortstr"),
-        ("message_count", "long"),
+        ('delivery_tag', 'longlong'),
+        ('redelivered', 'bit'),
+        ('exchange', 'shortstr'),
+        ('routing_key', 'shortstr'),
+        ('message_count', 'long'),
     )
 
     delivery_tag: int = 0
@@ -999,7 +1019,9 @@ class BasicGetEmpty(Method):
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("reserved_1", "shortstr"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('reserved_1', 'shortstr'),
+    )
 
     reserved_1: str = ""
 
@@ -1015,8 +1037,8 @@ class BasicAck(Method):
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("delivery_tag", "longlong"),
-        ("multiple", "bit"),
+        ('delivery_tag', 'longlong'),
+        ('multiple', 'bit'),
     )
 
     delivery_tag: int = 0
@@ -1034,8 +1056,8 @@ class BasicReject(Method):
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("delivery_tag", "longlong"),
-        ("requeue", "bit"),
+        ('delivery_tag', 'longlong'),
+        ('requeue', 'bit'),
     )
 
     delivery_tag: int = 0
@@ -1052,7 +1074,9 @@ class BasicRecoverAsync(Method):
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("requeue", "bit"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('requeue', 'bit'),
+    )
 
     requeue: bool = False
 
@@ -1067,7 +1091,9 @@ class BasicRecover(Method):
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("requeue", "bit"),)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('requeue', 'bit'),
+    )
 
     requeue: bool = False
 
@@ -1096,9 +1122,9 @@ class BasicNack(Method):
     CONTENT: ClassVar[bool] = False
     RESPONSES: ClassVar[tuple[str, ...]] = ()
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("delivery_tag", "longlong"),
-        ("multiple", "bit"),
-        ("requeue", "bit"),
+        ('delivery_tag', 'longlong'),
+        ('multiple', 'bit'),
+        ('requeue', 'bit'),
     )
 
     delivery_tag: int = 0
@@ -1115,7 +1141,7 @@ class TxSelect(Method):
     NAME: ClassVar[str] = "tx.select"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("tx.select-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('tx.select-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
 
@@ -1141,7 +1167,7 @@ class TxCommit(Method):
     NAME: ClassVar[str] = "tx.commit"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("tx.commit-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('tx.commit-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
 
@@ -1167,7 +1193,7 @@ class TxRollback(Method):
     NAME: ClassVar[str] = "tx.rollback"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("tx.rollback-ok",)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('tx.rollback-ok',)
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
 
@@ -1193,8 +1219,10 @@ class ConfirmSelect(Method):
     NAME: ClassVar[str] = "confirm.select"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
-    RESPONSES: ClassVar[tuple[str, ...]] = ("confirm.select-ok",)
-    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (("nowait", "bit"),)
+    RESPONSES: ClassVar[tuple[str, ...]] = ('confirm.select-ok',)
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ('nowait', 'bit'),
+    )
 
     nowait: bool = False
 
