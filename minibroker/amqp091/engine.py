@@ -261,10 +261,13 @@ class Connection091:
             if self.phase is Phase.HEADER:
                 data = self._read_header(data)
             if data and not self.finished:
-                for frame in self._reader.feed(data):
+                frames, failure = self._reader.feed_until_error(data)
+                for frame in frames:
                     self._on_frame(frame)
                     if self.finished:
                         break
+                if failure is not None:
+                    raise failure
         except ProtocolError as exc:
             self._fail(exc)
         return self.take_events()

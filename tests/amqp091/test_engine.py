@@ -711,3 +711,13 @@ def test_heartbeat_frames_are_ignored_everywhere() -> None:
     assert peer.frames() == []
     peer.send(encode_frame(HeartbeatFrame()))
     assert peer.engine.phase is Phase.STARTING
+
+
+def test_frames_before_a_bad_one_in_the_same_read_are_handled() -> None:
+    """RabbitMQ reads frame by frame: a publish that arrived whole is routed even if garbage follows it."""
+    peer = Peer()
+    peer.open(channels=(1,))
+    events = peer.send(encode_content(1, PUBLISH, PROPS, b"kept", 4096) + b"\x09junk-after")
+    assert events[0] == CommandReceived(1, PUBLISH, PROPS, b"kept")
+    assert [type(e) for e in events] == [CommandReceived, ConnectionClosed]
+    peer.closed_with(R.FRAME_ERROR)
