@@ -138,8 +138,14 @@ _TUNED = frozenset({Phase.AWAITING_OPEN, Phase.OPENING, Phase.OPEN})
 
 
 def _shortstr(text: str) -> str:
-    """``text`` cut to a shortstr's 255 UTF-8 octets (reply texts quote the peer's names)."""
-    return text.encode()[:255].decode(errors="ignore")
+    """``text`` cut to a shortstr's 255 UTF-8 octets. Reply texts quote the peer's names, which the codec reads
+    with surrogate escapes for invalid UTF-8: they go back as the same octets (any other lone surrogate as
+    "?"), so the text always encodes."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "replace")
+    return data[:255].decode("utf-8", "surrogateescape")
 
 
 def refused_login_text(mechanism: str) -> str:

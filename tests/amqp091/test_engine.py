@@ -721,3 +721,20 @@ def test_frames_before_a_bad_one_in_the_same_read_are_handled() -> None:
     assert events[0] == CommandReceived(1, PUBLISH, PROPS, b"kept")
     assert [type(e) for e in events] == [CommandReceived, ConnectionClosed]
     peer.closed_with(R.FRAME_ERROR)
+
+
+def test_mechanism_of_invalid_utf8_is_quoted_without_crashing() -> None:
+    """The codec reads a shortstr's invalid UTF-8 as surrogate escapes; our reply text quoting it must still
+    encode, cut at 255 octets."""
+    peer = Peer()
+    peer.login("\udcff" * 255)  # 255 octets 0xff on the wire
+    close = peer.closed_with(R.COMMAND_INVALID, 10, 11)
+    assert close.reply_text.startswith("COMMAND_INVALID - unknown authentication mechanism '\udcff")
+    assert len(close.reply_text.encode("utf-8", "surrogateescape")) == 255
+
+
+def test_embedder_text_with_a_lone_surrogate_still_encodes() -> None:
+    peer = Peer()
+    peer.open(channels=(1,))
+    peer.engine.close_channel(1, R.NOT_FOUND, "no queue '\ud800'")
+    peer.expect((1, d.ChannelClose(404, "no queue '?'", 0, 0)))

@@ -170,3 +170,45 @@ def test_arbitrary_bytes_never_raise_and_end_in_a_close_or_go_on(chunks: list[by
         assert closed[0].reply_code == closes[0].method.reply_code
         assert peer.send(encode_frame(MethodFrame(0, d.ConnectionCloseOk()))) == []
         assert peer.engine.finished
+
+
+handshake_frames = st.one_of(
+    st.binary(max_size=30),
+    st.builds(encode_method_frame, st.integers(0, 2), st.sampled_from(list(d.METHODS.values())).flatmap(method)),
+    st.builds(
+        encode_method_frame,
+        st.just(0),
+        st.builds(
+            d.ConnectionStartOk,
+            st.just({}),
+            st.sampled_from(["PLAIN", "AMQPLAIN", "EXTERNAL"]),
+            st.sampled_from([b"\0guest\0guest", b"", b"\0\0", b"\x05LOGINS\x00\x00\x00\x01a"]),
+        ),
+    ),
+    st.builds(
+        encode_method_frame,
+        st.just(0),
+        st.builds(d.ConnectionTuneOk, st.integers(0, 0xFFFF), st.integers(0, 2**32 - 1), st.integers(0, 0xFFFF)),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunks=st.lists(handshake_frames, max_size=6), verdict=st.booleans(), times=st.lists(st.floats(0, 100)))
+def test_arbitrary_handshakes_never_raise(chunks: list[bytes], verdict: bool, times: list[float]) -> None:
+    """From the protocol header on, whatever arrives (and whenever the clock fires) the engine answers with
+    well-formed frames and never raises; a connection that ends has reported ``ConnectionClosed`` once."""
+    peer = Peer(heartbeat=5)
+    peer.send(b"AMQP\x00\x00\x09\x01")
+    closed = []
+    for chunk, now in zip(chunks, sorted(times) + [100.0] * len(chunks), strict=False):
+        closed += [e for e in peer.send(chunk) if isinstance(e, ConnectionClosed)]
+        if peer.engine.phase is Phase.LOGIN:
+            peer.engine.take_credentials()
+            peer.engine.login_verdict(verdict)
+        if peer.engine.phase is Phase.OPENING:
+            peer.engine.open_ok()
+        closed += [e for e in peer.tick(max(now, peer.now)) if isinstance(e, ConnectionClosed)]
+    closed += [e for e in peer.engine.take_events() if isinstance(e, ConnectionClosed)]
+    peer.frames()  # well-formed
+    assert len(closed) == (1 if peer.engine.phase in (Phase.CLOSING, Phase.FINISHED) else 0)
