@@ -29,9 +29,9 @@ Where we follow RabbitMQ (``rabbit_reader.erl``, ``rabbit_channel.erl``) and whe
   drops the socket silently for the first two while "starting"; we send the close, which clients report better;
 - tune-ok's frame_max and channel_max are checked as ``validate_negotiated_integer_value`` does (530 with its
   text, class/method connection.tune), except channel_max 0, which means ours (the design's choice);
-- heartbeats: we send one when we have sent nothing for half the interval (RabbitMQ's sender does the same);
-  a peer that sent nothing for two intervals is dropped without a close frame, as ``rabbit_heartbeat`` makes
-  RabbitMQ do; the handshake time-out drops the socket likewise (``handle_other(handshake_timeout, ...)``);
+- heartbeats (``rabbit_heartbeat.erl``): we send one when we have sent nothing for half the interval, as its
+  sender does; a peer that sent nothing for two intervals is dropped without a close frame, as its receiver
+  makes RabbitMQ do; the handshake time-out drops the socket likewise (``handle_other(handshake_timeout, ...)``);
 - a body over ``max_message_size`` is 406 PRECONDITION_FAILED on the channel (``rabbit_channel:check_msg_size``),
   found from the content header, before any body is buffered.
 """
@@ -178,14 +178,14 @@ def parse_credentials(mechanism: str, response: bytes) -> tuple[str, str] | None
         raw_user, raw_password = table.get("LOGIN"), table.get("PASSWORD")
     values: list[str] = []
     for raw in (raw_user, raw_password):
-        if isinstance(raw, bytes):
-            try:
-                raw = raw.decode()
-            except UnicodeDecodeError:
+        try:
+            if isinstance(raw, str):  # the codec reads invalid UTF-8 with surrogate escapes: back to the octets
+                raw = raw.encode("utf-8", "surrogateescape")
+            if not isinstance(raw, bytes) or b"\0" in raw:
                 return None
-        if not isinstance(raw, str) or "\0" in raw:
+            values.append(raw.decode())
+        except UnicodeError:
             return None
-        values.append(raw)
     return values[0], values[1]
 
 

@@ -135,6 +135,8 @@ def test_amqplain_login() -> None:
         pytest.param("AMQPLAIN", amqplain({"LOGIN": "alice"}), id="amqplain-no-password"),
         pytest.param("AMQPLAIN", amqplain({"LOGIN": 7, "PASSWORD": "pw"}), id="amqplain-login-not-string"),
         pytest.param("AMQPLAIN", amqplain({"LOGIN": "al\0ice", "PASSWORD": "pw"}), id="amqplain-nul"),
+        pytest.param("AMQPLAIN", amqplain({"LOGIN": "al\udcffice", "PASSWORD": "pw"}), id="amqplain-not-utf8"),
+        pytest.param("AMQPLAIN", amqplain({"LOGIN": "alice", "PASSWORD": b"\xff"}), id="amqplain-bytes-not-utf8"),
     ],
 )
 def test_malformed_response_is_refused_403(mechanism: str, response: bytes) -> None:
