@@ -32,6 +32,7 @@ Where we follow RabbitMQ (``rabbit_reader.erl``, ``rabbit_channel.erl``) and whe
 - heartbeats (``rabbit_heartbeat.erl``): we send one when we have sent nothing for half the interval, as its
   sender does; a peer that sent nothing for two intervals is dropped without a close frame, as its receiver
   makes RabbitMQ do; the handshake time-out drops the socket likewise (``handle_other(handshake_timeout, ...)``);
+- a peer's frame may exceed frame_max by 8 octets (``FRAME_SIZE_FUDGE``), beyond that 501;
 - a body over ``max_message_size`` is 406 PRECONDITION_FAILED on the channel (``rabbit_channel:check_msg_size``),
   found from the content header, before any body is buffered.
 """
@@ -94,6 +95,9 @@ CONNECTION_CLASS = 10
 CHANNEL_CLASS = 20
 DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024
 """RabbitMQ's default ``max_message_size`` (128 MiB)."""
+FRAME_SIZE_FUDGE = 8
+"""How far over frame_max a peer's frame may go (``rabbit_reader``'s ``FRAME_SIZE_FUDGE``: clients often count
+frame_max without the frame's own 8 octets, and RabbitMQ lets them)."""
 CLOSE_TIMEOUT = 30.0
 """How long our connection.close waits for close-ok (``rabbit_reader``'s ``CLOSING_TIMEOUT``)."""
 
@@ -224,7 +228,7 @@ class Connection091:
         self._last_received = now
         self._last_sent = now
         self._header = b""
-        self._reader = FrameReader()
+        self._reader = FrameReader(FRAME_MIN_SIZE + FRAME_SIZE_FUDGE)
         self._assembler = CommandAssembler(max_message_size)
         self._channels: dict[int, bool] = {}  # open channels: True; closing (our close sent): False
         self._credentials: tuple[str, str] | None = None
@@ -237,6 +241,15 @@ class Connection091:
     def finished(self) -> bool:
         """True when the connection is over: flush ``data_to_send`` and close the socket."""
         return self.phase is Phase.FINISHED
+
+    @property
+    def closing(self) -> bool:
+        """True once the connection is ending (our close sent, or over)."""
+        return self.phase is Phase.CLOSING or self.phase is Phase.FINISHED
+
+    def is_channel_open(self, channel: int) -> bool:
+        """True while ``channel`` is open: opened and not closed by either side (a channel we closed is not)."""
+        return self.phase is Phase.OPEN and self._channels.get(channel, False)
 
     def data_to_send(self) -> bytes:
         """Take every byte queued for the peer."""
@@ -364,7 +377,7 @@ class Connection091:
     def close_channel(self, channel: int, code: ReplyCode, text: str, class_id: int = 0, method_id: int = 0) -> None:
         """Send channel.close and report ``ChannelClosed`` at once; the peer's frames on the channel are then
         discarded until its close-ok frees the number. Ignored for a channel not open."""
-        if self.phase is not Phase.OPEN or not self._channels.get(channel):
+        if not self.is_channel_open(channel):
             return
         text = _shortstr(text)
         self._channels[channel] = False
@@ -403,7 +416,7 @@ class Connection091:
             return False
         if self.phase is not Phase.OPEN:
             raise LocalProtocolError(f"{method.NAME} before the connection is open")
-        return self._channels.get(channel, False)
+        return self.is_channel_open(channel)
 
     def _report_close(self, code: int, text: str, *, by_peer: bool) -> None:
         if not self._reported_close:
@@ -525,7 +538,7 @@ class Connection091:
         self.frame_max = tune_ok.frame_max
         self.channel_max = channel_max
         self.heartbeat = tune_ok.heartbeat
-        self._reader.frame_max = tune_ok.frame_max
+        self._reader.frame_max = tune_ok.frame_max and tune_ok.frame_max + FRAME_SIZE_FUDGE
         self.phase = Phase.AWAITING_OPEN
 
     @staticmethod

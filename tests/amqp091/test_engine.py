@@ -299,15 +299,18 @@ def test_tune_ok_channel_max_0_takes_ours() -> None:
     assert peer.engine.channel_max == 5
 
 
-def test_frame_reader_follows_the_negotiated_frame_max() -> None:
+def test_frame_reader_follows_the_negotiated_frame_max_with_rabbitmqs_fudge() -> None:
+    """rabbit_reader's FRAME_SIZE_FUDGE: a frame up to 8 octets over frame_max passes (clients get it wrong by
+    the frame's own 8 octets); one more is 501."""
     peer = Peer()
     peer.open(channels=(1,), frame_max=4096)
-    body = b"x" * (4096 - 8)  # exactly frame_max: accepted
-    events = peer.send(encode_content(1, PUBLISH, PROPS, body, 4096))
+    body = b"x" * 4096  # a body frame of 4104 octets: frame_max + 8
+    events = peer.send(encode_content(1, PUBLISH, PROPS, body, 4096 + 8))
     assert events == [CommandReceived(1, PUBLISH, PROPS, body)]
-    too_big = encode_frame(BodyFrame(1, b"x" * (4096 - 7)))
-    peer.send(encode_method_frame(1, PUBLISH) + encode_frame(HeaderFrame(1, 60, 4096, PROPS)) + too_big)
-    peer.closed_with(R.FRAME_ERROR)
+    too_big = encode_frame(BodyFrame(1, b"x" * 4097))
+    peer.send(encode_method_frame(1, PUBLISH) + encode_frame(HeaderFrame(1, 60, 4097, PROPS)) + too_big)
+    close = peer.closed_with(R.FRAME_ERROR)
+    assert close.reply_text == "FRAME_ERROR - a frame of 4105 octets exceeds frame-max 4104"
 
 
 def test_start_ok_over_the_minimum_frame_size_before_tuning_is_501() -> None:
@@ -740,3 +743,19 @@ def test_embedder_text_with_a_lone_surrogate_still_encodes() -> None:
     peer.open(channels=(1,))
     peer.engine.close_channel(1, R.NOT_FOUND, "no queue '\ud800'")
     peer.expect((1, d.ChannelClose(404, "no queue '?'", 0, 0)))
+
+
+def test_closing_and_channel_state_for_the_embedder() -> None:
+    peer = Peer()
+    peer.open(channels=(1, 2))
+    assert not peer.engine.closing
+    assert peer.engine.is_channel_open(1)
+    assert not peer.engine.is_channel_open(3)
+    peer.engine.close_channel(2, R.NOT_FOUND, "gone")
+    assert not peer.engine.is_channel_open(2)  # closing: no longer the embedder's
+    peer.engine.close(R.CONNECTION_FORCED, "bye")
+    assert peer.engine.closing
+    assert not peer.engine.is_channel_open(1)
+    peer.method(0, d.ConnectionCloseOk())
+    assert peer.engine.closing
+    assert peer.engine.finished
