@@ -10,7 +10,14 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from minibroker.amqp091 import definitions as d
 from minibroker.amqp091.base import Method
-from minibroker.amqp091.events import ChannelClosed, ChannelOpened, CommandReceived, ConnectionClosed, FlowRequested
+from minibroker.amqp091.events import (
+    ChannelClosed,
+    ChannelOpened,
+    CommandReceived,
+    ConnectionClosed,
+    Event,
+    FlowRequested,
+)
 from minibroker.amqp091.frames import encode_content
 from tests.amqp091.peer import Peer
 
@@ -34,7 +41,7 @@ class ChannelLife(RuleBasedStateMachine):
         self.model: dict[int, str] = {}  # channel -> "open" | "closing"
         self.dead = False
 
-    def _fatal(self, events: list[object], code: R, method: Method | None) -> None:
+    def _fatal(self, events: list[Event], code: R, method: Method | None) -> None:
         ids = (method.CLASS_ID, method.METHOD_ID) if method else (0, 0)
         close = self.peer.closed_with(code, *ids)
         assert events == [ConnectionClosed(code, close.reply_text, by_peer=False)]
