@@ -759,3 +759,17 @@ def test_closing_and_channel_state_for_the_embedder() -> None:
     peer.method(0, d.ConnectionCloseOk())
     assert peer.engine.closing
     assert peer.engine.finished
+
+
+def test_open_refused_by_the_embedder_with_530() -> None:
+    """An unknown vhost: RabbitMQ closes with 530 "vhost NAME not found" (``is_over_vhost_connection_limit``)."""
+    peer = Peer()
+    peer.tune()
+    assert peer.method(0, d.ConnectionOpen("nope")) == [OpenRequested("nope")]
+    assert peer.engine.vhost == "nope"
+    peer.engine.close(R.NOT_ALLOWED, "NOT_ALLOWED - vhost nope not found", 10, 40)
+    peer.expect((0, d.ConnectionClose(530, "NOT_ALLOWED - vhost nope not found", 10, 40)))
+    peer.engine.open_ok()  # too late: ignored
+    assert peer.frames() == []
+    assert peer.method(0, d.ConnectionCloseOk()) == [ConnectionClosed(530, "NOT_ALLOWED - vhost nope not found", False)]
+    assert peer.engine.finished
