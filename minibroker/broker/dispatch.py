@@ -39,13 +39,15 @@ from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome, is_outcome
 from minibroker.amqp.types import DecodeError
 from minibroker.broker.clock import BrokerClock
+from minibroker.broker.exchanges import Route
+from minibroker.broker.exchanges import route as route_queues
 from minibroker.broker.injection import Injection
-from minibroker.broker.links import Consumer, ConsumerGroup, Dispatched
+from minibroker.broker.links import RELEASED, Consumer, ConsumerGroup, Dispatched
 from minibroker.broker.message import MAX_DELIVERY_COUNT, Message
 from minibroker.broker.namespace import QUEUE, Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
-from minibroker.broker.policy import DROP_HEAD
+from minibroker.broker.policy import DROP_HEAD, REJECT_PUBLISH_DLX
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
 from minibroker.broker.session_gate import SessionGate, group_id
@@ -121,6 +123,8 @@ def _refusal(targets: list[Queue], message: Message) -> Error | None:
     return None
 
 
+_RABBIT_REASONS = {"max-delivery-attempts": "delivery_limit"}
+"""Dead-letter reasons as RabbitMQ names them (rabbit_dead_letter.erl), where ours differ."""
 TTL_EXPIRED = "TTLExpiredException"
 TTL_EXPIRED_DESCRIPTION = "The message expired and was dead lettered."
 """Service Bus's dead-letter reason and description for an expired message."""
@@ -209,6 +213,8 @@ class Dispatcher:
         self._seq = 0
         self._rule_actions = False  # a Service Bus rule with an action was ever made: copies may need rewriting
         self._session_subscriptions = False  # a Service Bus subscription requiring sessions ever took a message
+        self.queue_ttls = False
+        """A queue with a per-queue message ttl exists (``NodePolicy.message_ttl``: RabbitMQ ``x-message-ttl``)."""
         # the last forwarded copy: (the original's bytes, its delivery-count, the annotations added, the copy's
         # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
         self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
@@ -258,14 +264,32 @@ class Dispatcher:
                 expires = message.expires_at
                 message.expires_at = limit if expires is None else min(expires, limit)
 
-    def targets(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
-        """The queues a message posted to ``node`` goes to (a topic's matching subscriptions)."""
+    def targets(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> list[Queue]:
+        """The queues a message posted to ``node`` goes to (a topic's matching subscriptions, the queues an
+        exchange routes to)."""
+        if isinstance(node, Queue):
+            return [node]
+        if isinstance(node, Route):
+            return self._exchange_targets(node, message)
         if isinstance(node, Topic):
             if node.namespace is not None and node.namespace.personality.servicebus:
                 return self._servicebus_targets(node, message, origin)
             subscriptions: list[Queue] = list(node.publish(message, origin, _subscription_selects))
             return subscriptions
         return [node]
+
+    @staticmethod
+    def _exchange_targets(way: Route, message: Message) -> list[Queue]:
+        """The queues of its namespace that an exchange routes ``message`` to (``exchanges.route``); a headers
+        exchange reads the message's application-properties as its headers."""
+        namespace = way.namespace
+
+        def headers() -> dict[str, Any]:
+            return dict(selector_fields(message).application_properties)
+
+        queues = namespace.queues
+        names = route_queues(namespace.exchanges, way.exchange, way.key, headers)
+        return [queue for name in names if (queue := queues.get(name)) is not None]
 
     # -- Service Bus subscription rules (``minibroker.servicebus.rules``) ------------------------------------
     def _servicebus_targets(self, topic: Topic, message: Message, origin: ServerConnection | None) -> list[Queue]:
@@ -392,11 +416,11 @@ class Dispatcher:
         for queues, group in places.values():
             self.timers.expire(expires_at, tuple(queues), group)
 
-    def admit(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
+    def admit(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> Error | None:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
         return _refusal(self.targets(node, message, origin), message)
 
-    def journal_refusal(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
+    def journal_refusal(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> Error | None:
         """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on ``node`` while the journal
         cannot write (disk full) or the message is too large for a journal record; None otherwise (at once while
         the journal writes)."""
@@ -404,7 +428,7 @@ class Dispatcher:
             return None
         return self.recorder.refusal(self.targets(node, message, origin), message)
 
-    def post(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
+    def post(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """Put ``message`` on ``node`` (admission already checked); return the queues that took it."""
         targets = self.targets(node, message, origin)
         self._enqueue_all(targets, message)
@@ -412,7 +436,31 @@ class Dispatcher:
 
     def _enqueue_all(self, targets: list[Queue], message: Message) -> None:
         """Put ``message`` on every queue of ``targets``: the first takes it, each other one a record of its own
-        over the same content (one place in delivery order, one expiry timer, one schedule for them all)."""
+        over the same content (one place in delivery order, one expiry timer, one schedule for them all); a queue
+        with a message ttl of its own gets a copy with its own content and expiry (``_enqueue_timed``)."""
+        if self.queue_ttls and any(queue.policy.message_ttl is not None for queue in targets):
+            self._enqueue_timed(targets, message)
+            return
+        self._enqueue_copies(targets, message)
+
+    def _enqueue_timed(self, targets: list[Queue], message: Message) -> None:
+        """``_enqueue_all`` when some targets have a per-queue message ttl (RabbitMQ ``x-message-ttl``: the message
+        lives the least of it and its own ttl, rabbit_amqqueue.erl ``check_message_ttl_arg``): each such queue
+        gets a copy of its own, the other targets share ``message``."""
+        plain = [queue for queue in targets if queue.policy.message_ttl is None]
+        for queue in targets:
+            ttl = queue.policy.message_ttl
+            if ttl is None:
+                continue
+            copy = Message(message.payload, limit=message.content.limit)
+            copy.delivery_count = message.delivery_count
+            limit = self.clock.now + ttl
+            copy.expires_at = limit if message.expires_at is None else min(message.expires_at, limit)
+            copy.deliver_at = message.deliver_at
+            self._enqueue_copies([queue], copy)
+        self._enqueue_copies(plain, message)
+
+    def _enqueue_copies(self, targets: list[Queue], message: Message) -> None:
         if not targets:
             return
         self._seq += 1
@@ -437,7 +485,10 @@ class Dispatcher:
         for queue, copy in zip(targets, copies, strict=True):
             if queue.policy.overflow == DROP_HEAD:
                 while not queue.has_room(copy) and queue.ready:
-                    queue.remove_ready(queue.ready[0])
+                    head = queue.ready[0]
+                    queue.remove_ready(head)
+                    if queue.policy.dead_letter_exchange is not None:
+                        self.dead_letter_exchange(queue, head, "maxlen")
             if enqueued is not None:
                 enqueued(queue, copy)
             if scheduled:
@@ -455,11 +506,19 @@ class Dispatcher:
         if expires_at is not None or scheduled:
             self._new_deadline()
 
-    def publish(self, conn: ServerConnection, delivery: IncomingDelivery, node: Node, message: Message) -> None:
-        """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch."""
+    def publish(
+        self, conn: ServerConnection, delivery: IncomingDelivery, node: Node | Route, message: Message
+    ) -> None:
+        """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch. A message an
+        exchange routes to no queue is released (RabbitMQ 4: rabbit_amqp_session.erl, ``released`` when
+        unroutable)."""
         targets = self.targets(node, message, conn)
+        if not targets and isinstance(node, Route):
+            self.outbox.answer_now(conn, delivery, RELEASED)
+            return
         refused = _refusal(targets, message) or self.recorder.refusal(targets, message)
         if refused is not None:
+            self._dead_letter_refused(targets, message)
             self.outbox.answer_now(conn, delivery, Rejected(error=refused))
             return
         if self.recorder.durable:
@@ -481,7 +540,7 @@ class Dispatcher:
         for queue in targets:
             self.dispatch(queue)
 
-    def inject(self, node: Node, message: Message) -> Error | None:
+    def inject(self, node: Node | Route, message: Message) -> Error | None:
         """A message posted with no link (the management API): admitted, journaled, posted and dispatched as a
         settled plain transfer is (``publish``); the refusal when it is not taken."""
         targets = self.targets(node, message, None)
@@ -1012,7 +1071,11 @@ class Dispatcher:
         queue.requeue(message)
 
     def _dead_letter(self, queue: Queue, message: Message, reason: str, description: str | None) -> None:
-        """Move a message (already out of ``queue``'s counts) to the node's dead-letter address."""
+        """Move a message (already out of ``queue``'s counts) to the node's dead-letter address (or through its
+        dead-letter exchange)."""
+        if queue.policy.dead_letter_exchange is not None:
+            self.dead_letter_exchange(queue, message, _RABBIT_REASONS.get(reason, reason))
+            return
         target = queue.policy.dead_letter_target(queue.node_name)
         if not target:
             return
@@ -1055,9 +1118,52 @@ class Dispatcher:
         if configured and entity_properties(queue).dead_lettering_on_message_expiration:
             self.servicebus_dead_letter(queue, message, TTL_EXPIRED, TTL_EXPIRED_DESCRIPTION)
             return
+        if queue.policy.dead_letter_exchange is not None:
+            self.dead_letter_exchange(queue, message, "expired")
+            return
         target = queue.policy.expiry_address
         if target:
             self._forward(queue, message, target, {"x-opt-original-address": queue.node_name})
+
+    def _dead_letter_refused(self, targets: list[Queue], message: Message) -> None:
+        """A post refused at a limit: each full ``reject-publish-dlx`` queue among ``targets`` dead-letters it."""
+        for queue in targets:
+            if queue.policy.overflow == REJECT_PUBLISH_DLX and not queue.has_room(message):
+                self.dead_letter_exchange(queue, message, "maxlen")
+
+    def dead_letter_exchange(self, queue: Queue, message: Message, reason: str) -> None:
+        """Republish a message that left ``queue`` (rejected, expired, dropped at its length limit: ``reason`` as
+        RabbitMQ names it) through the queue's dead-letter exchange, with the dead-letter routing key or else its
+        own (its ``x-routing-key``, else the queue's name, as the default exchange reached it), as
+        rabbit_dead_letter.erl does; annotated ``x-first-death-reason``/``-queue``/``-exchange`` (the first time)
+        and ``x-last-death-*``. A missing exchange drops it; a message that would come back to ``queue`` itself
+        without having been rejected is dropped (RabbitMQ's cycle rule, for the one-queue cycle)."""
+        namespace = queue.namespace if queue.namespace is not None else self.nodes.default
+        policy = queue.policy
+        name = policy.dead_letter_exchange
+        exchange = namespace.exchanges.get(name) if name is not None else None
+        if exchange is None:
+            return
+        key = policy.dead_letter_routing_key
+        if key is None:
+            own = message.annotation("x-routing-key") if message.annotations else None
+            key = own if isinstance(own, str) else queue.node_name
+        original = message.annotation("x-exchange") if message.annotations else None
+        death = {"reason": reason, "queue": queue.node_name, "exchange": original if isinstance(original, str) else ""}
+        annotations: dict[str, Any] = {f"x-last-death-{k}": v for k, v in death.items()}
+        if not message.annotations or "x-first-death-reason" not in message.annotations:
+            annotations.update({f"x-first-death-{k}": v for k, v in death.items()})
+        copy = message.copy()
+        copy.annotate(annotations)
+        copy.expires_at = None
+        copy.deliver_at = None
+        copy.excluded = None
+        targets = self.targets(Route(namespace, exchange, key), copy, None)
+        if reason != "rejected":
+            targets = [target for target in targets if target is not queue]
+        if targets and _refusal(targets, copy) is None:
+            self._enqueue_all(targets, copy)
+            self.dispatch_all(targets)
 
     def _forward(self, queue: Queue, message: Message, address: str, annotations: dict[str, Any]) -> None:
         namespace = queue.namespace if queue.namespace is not None else self.nodes.default

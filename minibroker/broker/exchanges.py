@@ -199,9 +199,11 @@ class Route:
     """A message's way into an exchange: the exchange and the routing key; what a post to an exchange stages and
     routes (at commit, for a transactional one)."""
 
-    __slots__ = ("exchange", "key", "staged")
+    __slots__ = ("exchange", "key", "namespace", "staged")
 
-    def __init__(self, exchange: Exchange, key: str) -> None:
+    def __init__(self, namespace: Any, exchange: Exchange, key: str) -> None:
+        self.namespace = namespace
+        """The namespace of the exchange (its ``exchanges`` and ``queues`` are what the route reaches)."""
         self.exchange = exchange
         self.key = key
         self.staged = 0
