@@ -506,9 +506,7 @@ class Dispatcher:
         if expires_at is not None or scheduled:
             self._new_deadline()
 
-    def publish(
-        self, conn: ServerConnection, delivery: IncomingDelivery, node: Node | Route, message: Message
-    ) -> None:
+    def publish(self, conn: ServerConnection, delivery: IncomingDelivery, node: Node | Route, message: Message) -> None:
         """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch. A message an
         exchange routes to no queue is released (RabbitMQ 4: rabbit_amqp_session.erl, ``released`` when
         unroutable)."""

@@ -48,8 +48,8 @@ from minibroker.broker.attach import (
     ResumeSubscription,
     decide,
     denied,
-    missing_exchange,
     fields_error,
+    missing_exchange,
 )
 from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock

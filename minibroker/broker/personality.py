@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from minibroker.amqp.definitions import Error
-from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.errors import Condition
 from minibroker.amqp.types import Symbol
 
 TXN_CAPABILITIES = ("amqp:local-transactions", "amqp:multi-txns-per-ssn", "amqp:multi-ssns-per-txn")

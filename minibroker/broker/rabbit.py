@@ -336,7 +336,8 @@ class RabbitModel:
             queue = self._queue(namespace, name)
             self._exclusive_access(conn, queue)
             return name, queue.depth, self.dispatcher.consumer_count(queue)
-        if not name:
+        server_named = not name
+        if server_named:
             name = self._server_name(namespace)
         owner = conn if exclusive else None
         node = namespace.node(name)
@@ -348,7 +349,8 @@ class RabbitModel:
             if declared is not None:
                 self._equivalent(conn, node, declared, durable and not exclusive, auto_delete, arguments, owner)
             return name, node.depth, self.dispatcher.consumer_count(node)
-        _check_name("queue", name)
+        if not server_named:
+            _check_name("queue", name)
         rs = _rs("queue", name, namespace)
         policy = queue_policy(arguments, rs)
         refused = self.nodes.refuse_new_node()
@@ -574,9 +576,8 @@ def _invalid(key: str, rs: str, reason: str) -> ProtocolError:
 
 
 def _inequivalent(key: str, rs: str, received: str, current: str) -> ProtocolError:
-    return failure(
-        ReplyCode.PRECONDITION_FAILED, f"inequivalent arg '{key}' for {rs}: received {received} but current is {current}"
-    )
+    text = f"inequivalent arg '{key}' for {rs}: received {received} but current is {current}"
+    return failure(ReplyCode.PRECONDITION_FAILED, text)
 
 
 def _locked(queue: Queue) -> ProtocolError:

@@ -32,9 +32,7 @@ from minibroker.broker.exchanges import (
 def reference(pattern: str, key: str) -> bool:
     """Each word of the key ends with NUL; ``*`` is one such word, ``#`` any number of them."""
     wanted = pattern.split(".") if pattern else []
-    parts = []
-    for word in wanted:
-        parts.append({"*": "[^\0]*\0", "#": "(?:[^\0]*\0)*"}.get(word, re.escape(word) + "\0"))
+    parts = [{"*": "[^\0]*\0", "#": "(?:[^\0]*\0)*"}.get(word, re.escape(word) + "\0") for word in wanted]
     subject = "".join(w + "\0" for w in (key.split(".") if key else []))
     return re.fullmatch("".join(parts), subject) is not None
 
