@@ -156,6 +156,7 @@ class Broker:
         for component in (self.dispatcher, self.coordinator, self.endpoints):
             component.injection = self.injection
         self.coordinator.close_connection = self._close
+        self.rabbit.later = self.injection.later  # x-expires on the broker clock
         self.take_dirty = self.outbox.take_dirty
         """Engines that have bytes to write since the last call."""
         self._contain = _Contained()

@@ -28,6 +28,7 @@ import math
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from minibroker.amqp.definitions import Error
@@ -116,6 +117,10 @@ class Declaration:
     exclusive_consumer: Consumer | None = None
     """A consumer that holds the queue alone (``rabbitmq:exclusive``)."""
     consumers: set[Consumer] = field(default_factory=set)
+    expires: float | None = None
+    """Seconds unused after which it is deleted (``x-expires``), or None."""
+    used_at: float = 0.0
+    """When it was last used: declared, or left by its last consumer (broker time)."""
 
 
 class RabbitModel:
@@ -137,6 +142,9 @@ class RabbitModel:
         self.declared: dict[Queue, Declaration] = {}
         """Queues declared through the model, with their declarations."""
         self._owned: dict[ServerConnection, set[Queue]] = {}  # exclusive queues per owner
+        self.later: Callable[[float, Callable[[], None]], None] | None = None
+        """Runs a step that many seconds of broker time from now (set by the core: ``Injection.later``); without
+        it ``x-expires`` deletes nothing."""
 
     # -- virtual hosts -------------------------------------------------------------------------------
     def vhost_exists(self, name: str) -> bool:
@@ -348,6 +356,7 @@ class RabbitModel:
             declared = self.declared.get(node)
             if declared is not None:
                 self._equivalent(conn, node, declared, durable and not exclusive, auto_delete, arguments, owner)
+                self._used(node, declared)
             return name, node.depth, self.dispatcher.consumer_count(node)
         if not server_named:
             _check_name("queue", name)
@@ -363,10 +372,29 @@ class RabbitModel:
         created.policy = policy
         if policy.message_ttl is not None:
             self.dispatcher.queue_ttls = True
-        self.declared[created] = Declaration(durable and not exclusive, owner, auto_delete, arguments)
+        declared = self.declared[created] = Declaration(durable and not exclusive, owner, auto_delete, arguments)
+        expires = arguments.get("x-expires")
+        if expires is not None:
+            declared.expires = expires / 1000
+            self._used(created, declared)
         if owner is not None:
             self._owned.setdefault(owner, set()).add(created)
         return name, 0, 0
+
+    def _used(self, queue: Queue, declared: Declaration) -> None:
+        """``queue`` was used now: an ``x-expires`` queue is looked at again that long from now."""
+        if declared.expires is None or self.later is None:
+            return
+        declared.used_at = self.dispatcher.clock.now
+        self.later(declared.expires, partial(self._expire, queue, declared))
+
+    def _expire(self, queue: Queue, declared: Declaration) -> None:
+        """An ``x-expires`` queue's time is up: deleted when it has no consumer and nothing used it since."""
+        expires = declared.expires
+        if queue.deleted or self.declared.get(queue) is not declared or declared.consumers or expires is None:
+            return
+        if self.dispatcher.clock.now - declared.used_at >= expires:
+            self.delete_node(queue)
 
     def _server_name(self, namespace: Namespace) -> str:
         while True:
@@ -500,8 +528,12 @@ class RabbitModel:
         declared.consumers.discard(consumer)
         if declared.exclusive_consumer is consumer:
             declared.exclusive_consumer = None
-        if declared.auto_delete and declared.had_consumer and not declared.consumers and not queue.deleted:
+        if declared.consumers or queue.deleted:
+            return
+        if declared.auto_delete and declared.had_consumer:
             self.delete_node(queue)
+        else:
+            self._used(queue, declared)
 
 
 # -- arguments -------------------------------------------------------------------------------------------

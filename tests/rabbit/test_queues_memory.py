@@ -209,3 +209,25 @@ def test_exclusive_consumer_holds_the_queue_alone() -> None:
     p.flow("after", 1)
     (done,) = w.settle()[p].completed
     decode_message(done.payload)
+
+
+def test_x_expires_deletes_a_queue_unused_that_long() -> None:
+    """rabbit_amqqueue.erl ``check_expires_arg``: a queue with no consumer, not re-declared, for ``x-expires`` ms
+    (broker clock) is deleted; a consumer keeps it, and its time counts again from when the last one went."""
+    w = rabbit_world()
+    queue(w, "q", arguments={"x-expires": 1000})
+    w.advance(0.6)
+    queue(w, "q", arguments={"x-expires": 1000})  # re-declared: used
+    w.advance(0.6)
+    assert "q" in w.broker.queues
+    p = peer(w)
+    p.attach_consumer("in", "/queues/q", presettled=False, default_outcome=None)
+    w.settle()
+    w.advance(5)
+    assert "q" in w.broker.queues
+    p.detach("in")
+    w.settle()
+    w.advance(0.999)
+    assert "q" in w.broker.queues
+    w.advance(0.002)
+    assert "q" not in w.broker.queues
