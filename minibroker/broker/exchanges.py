@@ -106,21 +106,31 @@ def x_match_error(arguments: Mapping[str, Any]) -> str | None:
 
 
 class Binding(NamedTuple):
-    """One binding of an exchange: to a queue or to another exchange (``kind``), with its key and arguments."""
+    """One binding of an exchange: to a queue or to another exchange (``kind``), with its key and (in a hashable
+    form) its arguments; the exchange keeps the arguments themselves (``Exchange.bindings``)."""
 
     kind: str
     destination: str
     key: str
-    arguments: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def table(self) -> dict[str, Any]:
-        return dict(self.arguments)
+    arguments: Any = ()
 
 
 def binding(kind: str, destination: str, key: str, arguments: Mapping[str, Any] | None = None) -> Binding:
     """A binding; equal bindings (same arguments in any order) are one (RabbitMQ: bind is idempotent)."""
-    return Binding(kind, destination, key, tuple(sorted((arguments or {}).items(), key=lambda item: item[0])))
+    return Binding(kind, destination, key, _frozen(dict(arguments or {})))
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable form of an argument value (tables and arrays nest; a bool is no number)."""
+    if isinstance(value, Mapping):
+        return ("table", tuple(sorted(((str(k), _frozen(v)) for k, v in value.items()), key=lambda item: item[0])))
+    if isinstance(value, list | tuple):
+        return ("array", tuple(_frozen(v) for v in value))
+    try:
+        hash(value)
+    except TypeError:
+        return ("repr", repr(value))
+    return (type(value).__name__, value)
 
 
 class Exchange:
@@ -144,7 +154,8 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments: dict[str, Any] = dict(arguments or {})
-        self.bindings: dict[Binding, None] = {}
+        self.bindings: dict[Binding, Mapping[str, Any]] = {}
+        """Its bindings, each with its arguments, in the order they were made."""
         self.deleted = False
 
     def matching(self, key: str, headers: Callable[[], Mapping[str, Any]]) -> list[Binding]:
@@ -158,7 +169,7 @@ class Exchange:
         if kind == TOPIC:
             return [b for b in self.bindings if topic_matches(b.key, key)]
         table = headers()
-        return [b for b in self.bindings if headers_match(b.table, table)]
+        return [b for b, arguments in self.bindings.items() if headers_match(arguments, table)]
 
     def __repr__(self) -> str:
         return f"Exchange({self.name!r}, {self.kind}, bindings={len(self.bindings)})"

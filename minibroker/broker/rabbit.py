@@ -69,7 +69,7 @@ _EQUIVALENT_ARGUMENTS = ("x-queue-type", "x-message-ttl", "x-expires", "x-dead-l
                          "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes", "x-max-priority",
                          "x-overflow", "x-single-active-consumer", "x-delivery-limit")  # fmt: skip
 """The arguments a re-declaration must repeat (rabbit_amqqueue.erl ``assert_args_equivalence``: the queue type's)."""
-_MAX_TTL_MS = 0xFFFFFFFF  # rabbit_misc.erl ``check_expiry``: at most 2^32 - 1 ms
+_MAX_TTL_MS = 315_360_000_000  # rabbit_misc.erl ``check_expiry``: at most ten years in ms
 
 
 def failure(code: ReplyCode, text: str) -> ProtocolError:
@@ -295,13 +295,14 @@ class RabbitModel:
             raise failure(ReplyCode.NOT_FOUND, f"no {_rs('exchange', source, namespace)}")
         if kind == ex.QUEUE_DESTINATION:
             self._exclusive_access(conn, namespace.queues[destination])
-        found = ex.binding(kind, destination, key, arguments)
+        table = dict(arguments or {})
+        found = ex.binding(kind, destination, key, table)
         if add:
             if exchange.kind == ex.HEADERS:
-                invalid = ex.x_match_error(found.table)
+                invalid = ex.x_match_error(table)
                 if invalid is not None:
                     raise failure(ReplyCode.PRECONDITION_FAILED, invalid)
-            exchange.bindings[found] = None
+            exchange.bindings[found] = table
             return
         if exchange.bindings.pop(found, ...) is not ... and exchange.auto_delete and not exchange.bindings:
             self._drop_exchange(namespace, exchange)
@@ -553,7 +554,7 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
     _integer(arguments, "x-expires", rs, least=1, most=_MAX_TTL_MS)
     max_length = _integer(arguments, "x-max-length", rs, least=0)
     max_bytes = _integer(arguments, "x-max-length-bytes", rs, least=0)
-    _integer(arguments, "x-max-priority", rs, least=0, most=255)
+    _integer(arguments, "x-max-priority", rs, least=0, most=255, too_large="max_value_exceeded")
     limit = _integer(arguments, "x-delivery-limit", rs, least=0)
     overflow = arguments.get("x-overflow", DROP_HEAD)  # RabbitMQ's default overflow
     if overflow not in OVERFLOWS:
@@ -561,8 +562,7 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
     exchange = _text(arguments, "x-dead-letter-exchange", rs)
     dead_letter_key = _text(arguments, "x-dead-letter-routing-key", rs)
     if dead_letter_key is not None and exchange is None:
-        raise _invalid("x-dead-letter-routing-key", rs, "{no_dlx,\"Key x-dead-letter-routing-key should be "
-                       "accompanied by x-dead-letter-exchange\"}")  # fmt: skip
+        raise _invalid("x-dead-letter-routing-key", rs, "routing_key_but_no_dlx_defined")
     single = arguments.get("x-single-active-consumer")
     if single is not None and not isinstance(single, bool):
         raise _invalid("x-single-active-consumer", rs, '{unacceptable_type,"expected boolean"}')
@@ -578,7 +578,17 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
     )
 
 
-def _integer(arguments: Mapping[str, Any], key: str, rs: str, *, least: int, most: int | None = None) -> int | None:
+def _integer(
+    arguments: Mapping[str, Any],
+    key: str,
+    rs: str,
+    *,
+    least: int,
+    most: int | None = None,
+    too_large: str = "value_too_large",
+) -> int | None:
+    """An integer argument (rabbit_amqqueue.erl ``check_int_arg``, ``check_non_neg_int_arg``,
+    ``check_expires_arg``; rabbit_misc.erl ``check_expiry``), its error term as RabbitMQ prints it."""
     value = arguments.get(key)
     if value is None:
         return None
@@ -586,11 +596,11 @@ def _integer(arguments: Mapping[str, Any], key: str, rs: str, *, least: int, mos
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         else:
-            raise _invalid(key, rs, f"{{unacceptable_type,{_field_type(value)}}}")
+            raise _invalid(key, rs, f'"expected integer, got {_field_type(value)}"')
     if value < least:
         raise _invalid(key, rs, f"{{value_negative,{value}}}" if value < 0 else f"{{value_zero,{value}}}")
     if most is not None and value > most:
-        raise _invalid(key, rs, f"{{value_too_large,{value},{most}}}")
+        raise _invalid(key, rs, f"{{{too_large},{value}}}")
     return value
 
 

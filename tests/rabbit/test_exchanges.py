@@ -110,11 +110,11 @@ def test_route_follows_exchange_bindings_once_and_ends_cycles() -> None:
     exchanges = predeclared()
     exchanges["x1"] = Exchange("x1", FANOUT)
     exchanges["x2"] = Exchange("x2", TOPIC)
-    exchanges["amq.topic"].bindings[binding("exchange", "x1", "a.*")] = None
-    exchanges["x1"].bindings[binding("queue", "q1", "")] = None
-    exchanges["x1"].bindings[binding("exchange", "x2", "")] = None
-    exchanges["x2"].bindings[binding("queue", "q2", "#")] = None
-    exchanges["x2"].bindings[binding("queue", "q1", "#")] = None
+    exchanges["amq.topic"].bindings[binding("exchange", "x1", "a.*")] = {}
+    exchanges["x1"].bindings[binding("queue", "q1", "")] = {}
+    exchanges["x1"].bindings[binding("exchange", "x2", "")] = {}
+    exchanges["x2"].bindings[binding("queue", "q2", "#")] = {}
+    exchanges["x2"].bindings[binding("queue", "q1", "#")] = {}
     exchanges["x2"].bindings[binding("exchange", "x1", "#")] = None  # a cycle
     assert route(exchanges, exchanges["amq.topic"], "a.b", dict) == ["q1", "q2"]
     assert route(exchanges, exchanges["amq.topic"], "b", dict) == []

@@ -233,11 +233,13 @@ def test_auto_delete_exchange_goes_with_its_last_binding() -> None:
     ("arguments", "reason"),
     [
         ({"x-message-ttl": -1}, "{value_negative,-1}"),
-        ({"x-message-ttl": "10"}, "{unacceptable_type,longstr}"),
-        ({"x-message-ttl": True}, "{unacceptable_type,bool}"),
+        ({"x-message-ttl": "10"}, '"expected integer, got longstr"'),
+        ({"x-message-ttl": True}, '"expected integer, got bool"'),
+        ({"x-message-ttl": 315_360_000_001}, "{value_too_large,315360000001}"),
+        ({"x-dead-letter-routing-key": "k"}, "routing_key_but_no_dlx_defined"),
         ({"x-expires": 0}, "{value_zero,0}"),
         ({"x-max-length": -5}, "{value_negative,-5}"),
-        ({"x-max-priority": 256}, "{value_too_large,256,255}"),
+        ({"x-max-priority": 256}, "{max_value_exceeded,256}"),
         ({"x-overflow": "explode"}, "{invalid_overflow,'explode'}"),
         ({"x-dead-letter-exchange": 7}, "{unacceptable_type,long}"),
         ({"x-queue-type": "stream"}, "{unsupported_queue_type,'stream'}"),
@@ -278,3 +280,37 @@ def test_purge_counts_ready_messages() -> None:
         w.broker.post(w.broker.default, "q", b"\x00Sw\xa1\x01m")
     assert rabbit.purge_queue(one, "q") == 3
     assert rabbit.message_count(one, "q") == 0
+
+
+def test_bindings_with_nested_and_odd_arguments_are_one_each() -> None:
+    """Arguments holding tables, arrays, bytes or NUL are kept as they are; binding twice alike is one binding."""
+    _, rabbit, one, _ = setup()
+    rabbit.declare_queue(one, "q\x00")
+    odd = {"x-match": "any", "t": {"n": [1, {"deep": b"\x00"}]}, "a": [1, 2], "f": 1.5}
+    rabbit.bind_queue(one, "q\x00", "amq.headers", "k\x00", odd)
+    rabbit.bind_queue(one, "q\x00", "amq.headers", "k\x00", dict(reversed(list(odd.items()))))
+    assert len(rabbit.nodes.default.exchanges["amq.headers"].bindings) == 1
+    rabbit.unbind_queue(one, "q\x00", "amq.headers", "k\x00", odd)
+    assert not rabbit.nodes.default.exchanges["amq.headers"].bindings
+
+
+def test_arguments_of_wrong_types_are_406_never_a_crash() -> None:
+    _, rabbit, one, _ = setup()
+    for arguments in (
+        {"x-max-length": {"a": 1}},
+        {"x-overflow": ["drop-head"]},
+        {"x-queue-type": {"t": 1}},
+        {"x-dead-letter-routing-key": "k"},  # no exchange for it
+        {"x-message-ttl": float("nan")},
+        {"x-max-length-bytes": 10**40},
+    ):
+        try:
+            rabbit.declare_queue(one, "q", arguments=arguments)
+        except Exception as exc:  # noqa: BLE001 - the test names the one exception allowed
+            from minibroker.amqp091.errors import ProtocolError
+
+            assert isinstance(exc, ProtocolError), (arguments, exc)
+            assert exc.reply_code == PRECONDITION_FAILED, arguments
+        else:
+            assert arguments == {"x-max-length-bytes": 10**40}  # a big limit is a limit
+            rabbit.delete_queue(one, "q")
