@@ -115,7 +115,7 @@ def test_route_follows_exchange_bindings_once_and_ends_cycles() -> None:
     exchanges["x1"].bindings[binding("exchange", "x2", "")] = {}
     exchanges["x2"].bindings[binding("queue", "q2", "#")] = {}
     exchanges["x2"].bindings[binding("queue", "q1", "#")] = {}
-    exchanges["x2"].bindings[binding("exchange", "x1", "#")] = None  # a cycle
+    exchanges["x2"].bindings[binding("exchange", "x1", "#")] = {}  # a cycle
     assert route(exchanges, exchanges["amq.topic"], "a.b", dict) == ["q1", "q2"]
     assert route(exchanges, exchanges["amq.topic"], "b", dict) == []
     assert route(exchanges, exchanges[DEFAULT], "orders", dict) == ["orders"]
