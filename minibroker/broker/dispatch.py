@@ -43,7 +43,7 @@ from minibroker.broker.exchanges import Route
 from minibroker.broker.exchanges import route as route_queues
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, ConsumerGroup, Dispatched
-from minibroker.broker.message import MAX_DELIVERY_COUNT, Message
+from minibroker.broker.message import DEFAULT_PRIORITY, MAX_DELIVERY_COUNT, Message
 from minibroker.broker.namespace import QUEUE, Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
@@ -110,6 +110,25 @@ def _subscription_selects(subscription: Any, message: Message) -> bool:
 
 def _never(view: sb_rules.MessageView) -> bool:
     return False
+
+
+def _priority_on(queue: Queue, message: Message) -> int | None:
+    """The priority ``message`` takes on ``queue`` when it is not its own (RabbitMQ's, ``NodePolicy.max_priority``:
+    a classic queue without priorities is FIFO, one with N levels caps them and counts none as 0), else None."""
+    levels = queue.policy.max_priority
+    if levels is None:
+        return None
+    if levels == 0:
+        wanted = DEFAULT_PRIORITY  # one level for all: FIFO, as the common message already has
+    else:
+        header = message.header
+        wanted = min(int(header.priority) if header is not None and header.priority is not None else 0, levels)
+    return None if wanted == message.priority else wanted
+
+
+def _needs_own(queue: Queue, message: Message) -> bool:
+    """Whether ``queue`` takes a copy of ``message`` with content of its own (``Dispatcher._enqueue_own``)."""
+    return queue.policy.message_ttl is not None or _priority_on(queue, message) is not None
 
 
 def _refusal(targets: list[Queue], message: Message) -> Error | None:
@@ -213,8 +232,9 @@ class Dispatcher:
         self._seq = 0
         self._rule_actions = False  # a Service Bus rule with an action was ever made: copies may need rewriting
         self._session_subscriptions = False  # a Service Bus subscription requiring sessions ever took a message
-        self.queue_ttls = False
-        """A queue with a per-queue message ttl exists (``NodePolicy.message_ttl``: RabbitMQ ``x-message-ttl``)."""
+        self.own_copies = False
+        """A queue whose messages may need copies of their own exists: a per-queue message ttl or RabbitMQ's
+        priorities (``NodePolicy.message_ttl``, ``max_priority``: a queue declared through ``rabbit.py``)."""
         # the last forwarded copy: (the original's bytes, its delivery-count, the annotations added, the copy's
         # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
         self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
@@ -437,28 +457,34 @@ class Dispatcher:
     def _enqueue_all(self, targets: list[Queue], message: Message) -> None:
         """Put ``message`` on every queue of ``targets``: the first takes it, each other one a record of its own
         over the same content (one place in delivery order, one expiry timer, one schedule for them all); a queue
-        with a message ttl of its own gets a copy with its own content and expiry (``_enqueue_timed``)."""
-        if self.queue_ttls and any(queue.policy.message_ttl is not None for queue in targets):
-            self._enqueue_timed(targets, message)
+        with a message ttl or a priority of its own for the message gets a copy with its own content
+        (``_enqueue_own``)."""
+        if self.own_copies and any(_needs_own(queue, message) for queue in targets):
+            self._enqueue_own(targets, message)
             return
         self._enqueue_copies(targets, message)
 
-    def _enqueue_timed(self, targets: list[Queue], message: Message) -> None:
-        """``_enqueue_all`` when some targets have a per-queue message ttl (RabbitMQ ``x-message-ttl``: the message
-        lives the least of it and its own ttl, rabbit_amqqueue.erl ``check_message_ttl_arg``): each such queue
-        gets a copy of its own, the other targets share ``message``."""
-        plain = [queue for queue in targets if queue.policy.message_ttl is None]
+    def _enqueue_own(self, targets: list[Queue], message: Message) -> None:
+        """``_enqueue_all`` when some targets need a copy of their own: a per-queue message ttl (RabbitMQ
+        ``x-message-ttl``: the message lives the least of it and its own ttl, rabbit_amqqueue.erl
+        ``check_message_ttl_arg``) or another priority (``_priority_on``); the other targets share ``message``."""
+        shared = [queue for queue in targets if not _needs_own(queue, message)]
         for queue in targets:
-            ttl = queue.policy.message_ttl
-            if ttl is None:
+            if not _needs_own(queue, message):
                 continue
             copy = Message(message.payload, limit=message.content.limit)
             copy.delivery_count = message.delivery_count
-            limit = self.clock.now + ttl
-            copy.expires_at = limit if message.expires_at is None else min(message.expires_at, limit)
+            copy.expires_at = message.expires_at
+            ttl = queue.policy.message_ttl
+            if ttl is not None:
+                limit = self.clock.now + ttl
+                copy.expires_at = limit if message.expires_at is None else min(message.expires_at, limit)
             copy.deliver_at = message.deliver_at
+            priority = _priority_on(queue, message)
+            if priority is not None:
+                copy.content.priority = priority  # (its place in delivery order comes from it: ``Content.place``)
             self._enqueue_copies([queue], copy)
-        self._enqueue_copies(plain, message)
+        self._enqueue_copies(shared, message)
 
     def _enqueue_copies(self, targets: list[Queue], message: Message) -> None:
         if not targets:

@@ -35,6 +35,10 @@ class NodePolicy:
     message_ttl: float | None = None
     """Seconds a message lives on this queue at most (RabbitMQ ``x-message-ttl``; the least of it and the message's
     own ttl); None: no limit."""
+    max_priority: int | None = None
+    """RabbitMQ's priorities (a queue declared through the model): 0 means none, FIFO whatever the messages say (a
+    classic queue without ``x-max-priority``); N means priorities 0..N, a message without one being 0
+    (``x-max-priority``). None: minibroker's, header.priority 0-9 as sent (default 4)."""
     dead_letter_exchange: str | None = None
     """Dead-letter through this exchange of the namespace instead of ``dead_letter_address`` (RabbitMQ
     ``x-dead-letter-exchange``: rejected, expired and dropped-at-a-limit messages)."""

@@ -371,8 +371,7 @@ class RabbitModel:
             self.nodes.delete(created)
             raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} is configured as a topic")
         created.policy = policy
-        if policy.message_ttl is not None:
-            self.dispatcher.queue_ttls = True
+        self.dispatcher.own_copies = True  # its priorities are RabbitMQ's (and maybe its message ttl)
         declared = self.declared[created] = Declaration(durable and not exclusive, owner, auto_delete, arguments)
         expires = arguments.get("x-expires")
         if expires is not None:
@@ -554,7 +553,7 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
     _integer(arguments, "x-expires", rs, least=1, most=_MAX_TTL_MS)
     max_length = _integer(arguments, "x-max-length", rs, least=0)
     max_bytes = _integer(arguments, "x-max-length-bytes", rs, least=0)
-    _integer(arguments, "x-max-priority", rs, least=0, most=255, too_large="max_value_exceeded")
+    levels = _integer(arguments, "x-max-priority", rs, least=0, most=255, too_large="max_value_exceeded")
     limit = _integer(arguments, "x-delivery-limit", rs, least=0)
     overflow = arguments.get("x-overflow", DROP_HEAD)  # RabbitMQ's default overflow
     if overflow not in OVERFLOWS:
@@ -575,6 +574,7 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
         dead_letter_exchange=exchange,
         dead_letter_routing_key=dead_letter_key,
         message_ttl=ttl / 1000 if ttl is not None else None,
+        max_priority=levels or 0,
     )
 
 

@@ -231,3 +231,34 @@ def test_x_expires_deletes_a_queue_unused_that_long() -> None:
     assert "q" in w.broker.queues
     w.advance(0.002)
     assert "q" not in w.broker.queues
+
+
+def priorities(w: World, name: str, *sent: tuple[str, int | None]) -> list[str | None]:
+    from minibroker.amqp.definitions import Header, Properties
+
+    p = peer(w)
+    p.attach_producer("out", name)
+    w.settle()
+    for label, priority in sent:
+        sections = [Header(priority=priority)] if priority is not None else []
+        answer(w, p, p.transfer("out", frames.message(f"<<{label}>>", *sections, Properties())))
+    return ready(w, name.removeprefix("/queues/"))
+
+
+def test_a_declared_queue_without_x_max_priority_is_fifo() -> None:
+    """A RabbitMQ classic queue without ``x-max-priority`` ignores priorities; a plain minibroker queue honours
+    them (AMQP 1.0 header.priority)."""
+    sent = (("low", 1), ("high", 9), ("none", None))
+    w = rabbit_world()
+    queue(w, "q")
+    assert priorities(w, "/queues/q", *sent) == ["low", "high", "none"]
+    w = rabbit_world()
+    w.broker.declare_queue("plain")
+    assert priorities(w, "plain", *sent) == ["high", "none", "low"]
+
+
+def test_x_max_priority_caps_priorities_and_no_priority_is_zero() -> None:
+    w = rabbit_world()
+    queue(w, "q", arguments={"x-max-priority": 5})
+    got = priorities(w, "/queues/q", ("none", None), ("nine", 9), ("three", 3), ("five", 5))
+    assert got == ["nine", "five", "three", "none"]  # 9 is capped to 5: after nothing, FIFO with "five"
