@@ -37,7 +37,7 @@ from weakref import WeakSet
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, TransactionalState
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome, is_outcome
-from minibroker.amqp.types import DecodeError
+from minibroker.amqp.types import DecodeError, Symbol, Timestamp, ULong
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.exchanges import Route
 from minibroker.broker.exchanges import route as route_queues
@@ -1159,8 +1159,9 @@ class Dispatcher:
         """Republish a message that left ``queue`` (rejected, expired, dropped at its length limit: ``reason`` as
         RabbitMQ names it) through the queue's dead-letter exchange, with the dead-letter routing key or else its
         own (its ``x-routing-key``, else the queue's name, as the default exchange reached it), as
-        rabbit_dead_letter.erl does; annotated ``x-first-death-reason``/``-queue``/``-exchange`` (the first time)
-        and ``x-last-death-*``. A missing exchange drops it; a message that would come back to ``queue`` itself
+        rabbit_dead_letter.erl does; annotated ``x-first-death-reason``/``-queue``/``-exchange`` (the first time),
+        ``x-last-death-*``, and ``x-opt-deaths`` (RabbitMQ 4's AMQP 1.0 form of ``x-death``: mc_amqp.erl
+        ``encode_deaths``). A missing exchange drops it; a message that would come back to ``queue`` itself
         without having been rejected is dropped (RabbitMQ's cycle rule, for the one-queue cycle)."""
         namespace = queue.namespace if queue.namespace is not None else self.nodes.default
         policy = queue.policy
@@ -1177,6 +1178,7 @@ class Dispatcher:
         annotations: dict[str, Any] = {f"x-last-death-{k}": v for k, v in death.items()}
         if not message.annotations or "x-first-death-reason" not in message.annotations:
             annotations.update({f"x-first-death-{k}": v for k, v in death.items()})
+        annotations["x-opt-deaths"] = self._deaths(message, death, key)
         copy = message.copy()
         copy.annotate(annotations)
         copy.expires_at = None
@@ -1188,6 +1190,28 @@ class Dispatcher:
         if targets and _refusal(targets, copy) is None:
             self._enqueue_all(targets, copy)
             self.dispatch_all(targets)
+
+    def _deaths(self, message: Message, death: dict[str, str], key: str) -> list[dict[Symbol, Any]]:
+        """The message's ``x-opt-deaths`` with this death counted: one map per (queue, reason), the latest first,
+        its count, first and last time (wall-clock ms), exchange and routing keys (mc_amqp.erl ``encode_deaths``)."""
+        now = Timestamp(self.clock.wall_ms())
+        queue_key, reason_key = Symbol("queue"), Symbol("reason")
+        found = message.annotation("x-opt-deaths") if message.annotations else None
+        earlier = [d for d in found if isinstance(d, dict)] if isinstance(found, list) else []
+        same = next(
+            (d for d in earlier if d.get(queue_key) == death["queue"] and d.get(reason_key) == death["reason"]), None
+        )
+        count = int(same.get(Symbol("count"), 0)) + 1 if same is not None else 1
+        entry = {
+            queue_key: death["queue"],
+            reason_key: Symbol(death["reason"]),
+            Symbol("count"): ULong(min(count, 2**64 - 1)),
+            Symbol("first-time"): same.get(Symbol("first-time"), now) if same is not None else now,
+            Symbol("last-time"): now,
+            Symbol("exchange"): death["exchange"],
+            Symbol("routing-keys"): [key],
+        }
+        return [entry, *(d for d in earlier if d is not same)]
 
     def _forward(self, queue: Queue, message: Message, address: str, annotations: dict[str, Any]) -> None:
         namespace = queue.namespace if queue.namespace is not None else self.nodes.default

@@ -123,6 +123,30 @@ def test_rejected_without_requeue_goes_through_the_dead_letter_exchange() -> Non
     assert (ready(w, "q"), ready(w, "dead")) == ([], ["m1"])
     found = annotations_of(w, "dead")
     assert (found["x-first-death-reason"], found["x-last-death-queue"]) == ("rejected", "q")
+    ((death),) = found["x-opt-deaths"]
+    assert {str(k): v for k, v in death.items() if "time" not in str(k)} == {
+        "queue": "q",
+        "reason": "rejected",
+        "count": 1,
+        "exchange": "",
+        "routing-keys": ["dl.q"],
+    }
+
+
+def test_a_message_dead_lettered_twice_from_one_queue_counts_two_deaths() -> None:
+    """q dead-letters to itself (rejected each time): x-opt-deaths keeps one entry for (q, rejected), counted."""
+    w = rabbit_world()
+    queue(w, "q", arguments={"x-dead-letter-exchange": ""})
+    p = peer(w)
+    publish(w, p, "/queues/q", "m1")
+    p.attach_consumer("in", "/queues/q", presettled=False, default_outcome=None)
+    for _ in range(2):
+        p.flow("in", 1)
+        (started,) = w.settle()[p].started
+        p.dispose(started.delivery_id, Rejected(), settled=True)
+        w.settle()
+    (death,) = annotations_of(w, "q")["x-opt-deaths"]
+    assert (death[Symbol("count")], death[Symbol("reason")]) == (2, "rejected")
 
 
 def test_without_a_dead_letter_exchange_a_rejected_message_is_dropped() -> None:
