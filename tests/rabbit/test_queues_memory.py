@@ -286,3 +286,18 @@ def test_x_max_priority_caps_priorities_and_no_priority_is_zero() -> None:
     queue(w, "q", arguments={"x-max-priority": 5})
     got = priorities(w, "/queues/q", ("none", None), ("nine", 9), ("three", 3), ("five", 5))
     assert got == ["nine", "five", "three", "none"]  # 9 is capped to 5: after nothing, FIFO with "five"
+
+
+def test_exclusive_queue_goes_when_its_connection_is_lost() -> None:
+    w = rabbit_world()
+    owner, other = peer(w, "owner"), peer(w, "other")
+    queue(w, "mine", owner.conn, exclusive=True)
+    other.attach_producer("out", "/queues/mine")
+    owner.attach_consumer("in", "/queues/mine", presettled=False, default_outcome=None)
+    w.settle()
+    owner.eof()
+    seen = w.settle()[other]
+    assert "mine" not in w.broker.queues
+    assert [(link, str(err.condition)) for link, err in seen.detached if err] == [("out", "amqp:resource-deleted")]
+    assert w.broker.rabbit.declared == {}
+    assert w.broker.internal_errors == 0
