@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
+from minibroker.broker.exchanges import predeclared
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.personality import Personality
 from minibroker.broker.queue import Queue
@@ -242,6 +243,9 @@ class Nodes:
                 self.unsubscribe(subscription)
         namespace.queues = {}
         namespace.topics = {}
+        for exchange in namespace.exchanges.values():
+            exchange.deleted = True
+        namespace.exchanges = predeclared()
         self.populate(namespace)
 
     # -- topic subscriptions --------------------------------------------------------------------------
