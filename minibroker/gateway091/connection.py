@@ -29,11 +29,10 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
-from minibroker.amqp091.engine import Connection091
-
 from minibroker.amqp.definitions import Error
 from minibroker.amqp091 import events as e091
 from minibroker.amqp091.definitions import ReplyCode
+from minibroker.amqp091.engine import Connection091
 from minibroker.amqp091.errors import ProtocolError
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import Event

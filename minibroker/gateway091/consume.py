@@ -55,9 +55,8 @@ from minibroker.gateway091.channel import Channel, Command, Consumer, Unacked
 from minibroker.gateway091.publish import ensure_transaction
 
 if TYPE_CHECKING:
-    from minibroker.gateway091.inner import Attached, Credit, Delivered, Detached
-
     from minibroker.gateway091.connection import Gateway
+    from minibroker.gateway091.inner import Attached, Credit, Delivered, Detached
 
 WINDOW = 1000
 """Credit kept on a consumer link without a prefetch limit (topped up when half used)."""
@@ -295,8 +294,10 @@ def basic_get(gateway: Gateway, channel: Channel, command: Command) -> None:
     getter = channel.getters[(queue, method.no_ack)] = Consumer(handle, queue, None, method.no_ack)
     channel.links[handle] = getter
 
-    key = (queue, method.no_ack)
-    _attach(gateway, channel, command, getter, drain, lambda: channel.getters.pop(key, None))
+    def refused() -> None:
+        del channel.getters[(queue, method.no_ack)]
+
+    _attach(gateway, channel, command, getter, drain, refused)
 
 
 # -- acknowledgements ---------------------------------------------------------------------------------------------

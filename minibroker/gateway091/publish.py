@@ -47,9 +47,8 @@ from minibroker.gateway091 import convert
 from minibroker.gateway091.channel import Channel, Command, Published
 
 if TYPE_CHECKING:
-    from minibroker.gateway091.inner import Attached, Outcome
-
     from minibroker.gateway091.connection import Gateway
+    from minibroker.gateway091.inner import Attached, Outcome
 
 NO_ROUTE = 312
 """The reply code of a ``basic.return`` for an unroutable message (RabbitMQ's ``?NO_ROUTE``; the 0-9-1 XML lacks it)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import trio
 
-from minibroker.amqp091.engine import Connection091
+from minibroker.amqp091.engine import DEFAULT_MAX_MESSAGE_SIZE, Connection091
 from minibroker.broker.core import Broker
 from minibroker.config import Config
 from minibroker.engine.connection import ServerConnection
@@ -31,6 +31,7 @@ def make_gateway(config: Config, broker: Broker, inner: ServerConnection, starte
         channel_max=min(CHANNEL_MAX, inner.channel_max, inner.max_sessions),
         heartbeat=HEARTBEAT,
         handshake_timeout=server.handshake_timeout or 10.0,
-        max_message_size=server.max_message_size or None,
+        max_message_size=server.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
     )
+    inner.idle_time_out = None  # the gateway sends the inner connection no heartbeats: the client's are checked
     return Gateway(engine, inner, broker.rabbit, trio.current_time)
