@@ -72,8 +72,8 @@ class Unacked:
 @dataclass(slots=True)
 class Wait:
     """What the command at the head of a channel waits for: ``kind`` "attach" (``key``: the link's handle), "outcome"
-    (``key``: the delivery-id of a declare or discharge) or "get" (``key``: the handle of the drained link);
-    ``then`` is called with the answer."""
+    (``key``: the delivery-id of a declare or discharge), "get" (``key``: the handle of the drained link) or
+    "sent" (the publishes before it have reached the broker); ``then`` is called with the answer."""
 
     kind: str
     key: int

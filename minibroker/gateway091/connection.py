@@ -52,6 +52,10 @@ Handler = Callable[["Gateway", Channel, Command], None]
 _HANDLERS: dict[type[Any], Handler] = {**declare.HANDLERS, **publish.HANDLERS, **consume.HANDLERS}
 
 
+def _nothing(answer: object) -> None:
+    """What a wait that needs no answer does with it."""
+
+
 def _no_broker(events: Iterable[Event]) -> None:  # pragma: no cover - the server sets ``to_broker`` first
     raise RuntimeError("the gateway's to_broker is not set")
 
@@ -166,9 +170,16 @@ class Gateway:
             if inner.has_output and self.engine.output_size < _HOLD:
                 for event in client.receive_data(inner.data_to_send()):
                     self._inner_event(event)
-                for channel in self.channels.values():
+                for channel in list(self.channels.values()):
                     if channel.confirmed:
                         publish.send_confirms(self, channel)
+                    if (
+                        channel.waiting is not None
+                        and channel.waiting.kind == "sent"
+                        and not client.holding(channel.number)
+                    ):
+                        channel.resolve("sent", 0, None)
+                        self.run(channel)
                 continue
             if self.engine.finished and not inner.finished and not self._closing_inner:
                 self._closing_inner = True  # the client is gone: so is the inner connection's peer
@@ -210,6 +221,15 @@ class Gateway:
             self.engine.close(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - vhost {vhost} not found")
             return
         self.client.open(hostname)
+
+    def after_publishes(self, channel: Channel, command: Command) -> bool:
+        """True when the publishes sent on the channel before ``command`` have reached the broker; else hold
+        ``command`` until they have (its answer must see them, as RabbitMQ's channel routes a publish before it
+        reads the next method)."""
+        if not self.client.holding(channel.number):
+            return True
+        channel.wait("sent", 0, _nothing, command)
+        return False
 
     def run(self, channel: Channel) -> None:
         """Run the channel's commands in order, until one waits for the broker."""

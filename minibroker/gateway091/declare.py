@@ -9,6 +9,7 @@ change did to other connections (consumers cancelled by a queue.delete, say) goe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp091.base import Method
@@ -42,6 +43,16 @@ def _answer(gateway: Gateway, channel: Channel, method: Any, answer: Method) -> 
     gateway.to_broker(())
     if not getattr(method, "no_wait", False):
         gateway.engine.send_method(channel.number, answer)
+
+
+def _handler(serve: Callable[[Gateway, Channel, Command], None]) -> Callable[[Gateway, Channel, Command], None]:
+    """``serve`` once the channel's earlier publishes have reached the broker (what it answers must see them)."""
+
+    def handler(gateway: Gateway, channel: Channel, command: Command) -> None:
+        if gateway.after_publishes(channel, command):
+            serve(gateway, channel, command)
+
+    return handler
 
 
 def exchange_declare(gateway: Gateway, channel: Channel, command: Command) -> None:
@@ -123,13 +134,13 @@ def queue_delete(gateway: Gateway, channel: Channel, command: Command) -> None:
 
 
 HANDLERS: dict[type[Any], Any] = {
-    ExchangeDeclare: exchange_declare,
-    ExchangeDelete: exchange_delete,
-    ExchangeBind: exchange_bind,
-    ExchangeUnbind: exchange_bind,
-    QueueDeclare: queue_declare,
-    QueueBind: queue_bind,
-    QueueUnbind: queue_bind,
-    QueuePurge: queue_purge,
-    QueueDelete: queue_delete,
+    ExchangeDeclare: _handler(exchange_declare),
+    ExchangeDelete: _handler(exchange_delete),
+    ExchangeBind: _handler(exchange_bind),
+    ExchangeUnbind: _handler(exchange_bind),
+    QueueDeclare: _handler(queue_declare),
+    QueueBind: _handler(queue_bind),
+    QueueUnbind: _handler(queue_bind),
+    QueuePurge: _handler(queue_purge),
+    QueueDelete: _handler(queue_delete),
 }

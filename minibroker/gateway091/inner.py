@@ -612,6 +612,12 @@ class InnerClient:
         link.drain = drain
         self._send_flow(session, link)
 
+    def holding(self, channel: int) -> bool:
+        """Whether deliveries (or a detach or end behind them) of the session on ``channel`` still wait for credit
+        or window: what was sent on it after them has not reached the broker either."""
+        session = self._sessions.get(channel)
+        return session is not None and bool(session.waiting)
+
     def credit(self, channel: int, handle: int) -> int:
         """The link-credit of our link as we count it (§2.6.7): where we send, what the broker granted less what
         went out; where we receive, what we granted less what arrived."""

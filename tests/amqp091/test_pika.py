@@ -58,7 +58,7 @@ def test_publish_and_get_round_trip_with_properties(channel: Any, minibroker: Th
         app_id="tests",
     )
     channel.basic_publish("", "orders", b'{"id": 1}', properties)
-    assert minibroker.queue("orders").depth == 1
+    minibroker.wait_for(queue="orders", depth=1)
     method, got, body = channel.basic_get("orders", auto_ack=False)
     assert body == b'{"id": 1}'
     assert (method.exchange, method.routing_key, method.redelivered, method.message_count) == ("", "orders", False, 0)
@@ -181,7 +181,11 @@ def test_cancel_then_ack_what_was_held(channel: Any, minibroker: ThreadedBroker)
     ],
 )
 def test_exchange_types_route_by_their_bindings(
-    channel: Any, kind: str, bindings: dict[str, str], published: list[tuple[str, dict[str, Any]]], expected: dict[str, int]
+    channel: Any,
+    kind: str,
+    bindings: dict[str, str],
+    published: list[tuple[str, dict[str, Any]]],
+    expected: dict[str, int],
 ) -> None:
     channel.exchange_declare("ex", kind)
     for queue, key in bindings.items():
