@@ -70,6 +70,8 @@ def basic_publish(gateway: Gateway, channel: Channel, command: Command) -> None:
         return
     properties, body = command.properties, command.body or b""
     assert properties is not None
+    if properties.expiration is not None:
+        check_expiration(properties.expiration)
     payload = convert.to_amqp10(
         properties, body, method.exchange, method.routing_key, address(method.exchange, method.routing_key)
     )
@@ -84,6 +86,34 @@ def basic_publish(gateway: Gateway, channel: Channel, command: Command) -> None:
     # (the inner client holds the transfer until the relay link has credit, and what follows it in the session)
     delivery_id = gateway.client.transfer(channel.number, channel.relay, payload, settled=False, txn_id=channel.txn)
     channel.in_flight[delivery_id] = Published(seq, returned)
+
+
+MAX_EXPIRY = 4294967295
+"""The largest per-message TTL RabbitMQ takes, in milliseconds (rabbit.hrl ``?MAX_EXPIRY_TIMER``)."""
+
+
+def check_expiration(expiration: str) -> None:
+    """406 for an ``expiration`` that is not a decimal count of milliseconds, with RabbitMQ's text
+    (rabbit_channel.erl ``check_expiration_header`` on ``rabbit_basic:parse_expiration``, which reads it with
+    Erlang's ``string:to_integer``: an optional sign, digits, nothing after; negative or too large refused)."""
+    sign = -1 if expiration.startswith("-") else 1
+    digits = expiration[1:] if expiration[:1] in ("+", "-") else expiration
+    count = len(digits) - len(digits.lstrip("0123456789"))
+    if count == 0:
+        reason = "no_integer"
+    elif count < len(digits):
+        reason = '{leftover_string,"' + digits[count:] + '"}'
+    else:
+        value = sign * int(digits)
+        if value < 0:
+            reason = f"{{value_negative,{value}}}"
+        elif value > MAX_EXPIRY:
+            reason = f"{{value_too_large,{value}}}"
+        else:
+            return
+    raise ProtocolError(
+        ReplyCode.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid expiration '{expiration}': {reason}"
+    )
 
 
 def outcome(gateway: Gateway, channel: Channel, event: Outcome) -> None:
