@@ -47,6 +47,8 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import Link
 
 EXCLUSIVE_CONSUMER = Symbol("rabbitmq:exclusive")
+REPLY_CODE = Symbol("rabbitmq:reply-code")
+"""The info key of a refusal carrying the AMQP 0-9-1 reply code RabbitMQ gives for it (``gateway091.consume``)."""
 """The attach property that asks for an exclusive consumer (what the gateway sends for basic.consume exclusive)."""
 SERVER_NAMED = "amq.gen-"
 OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
@@ -500,8 +502,13 @@ class RabbitModel:
         if (declared is not None and declared.exclusive_consumer is not None) or (
             _exclusive_consumer(link) and self.dispatcher.consumer_count(queue)
         ):
-            # rabbit_amqqueue.erl basic_consume: "~ts in exclusive use" (ACCESS_REFUSED in 0-9-1)
-            return error(Condition.RESOURCE_LOCKED, f"{_rs('queue', queue.name, queue.namespace)} in exclusive use")
+            # rabbit_amqqueue.erl basic_consume: "~ts in exclusive use" (ACCESS_REFUSED in 0-9-1: the reply code
+            # rides in the error's info, where the gateway looks for it)
+            return Error(
+                condition=Symbol(Condition.RESOURCE_LOCKED.value),
+                description=f"{_rs('queue', queue.name, queue.namespace)} in exclusive use",
+                info={REPLY_CODE: int(ReplyCode.ACCESS_REFUSED)},
+            )
         return None
 
     def consumer_added(self, consumer: Consumer) -> None:
