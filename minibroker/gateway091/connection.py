@@ -163,9 +163,7 @@ class Gateway:
         the broker), the inner connection's frames to the client (while the 0-9-1 output is below ``_HOLD``)."""
         client, inner = self.client, self.inner
         while True:
-            data = client.data_to_send()
-            if data and not inner.finished:
-                self.to_broker(inner.receive_events(data, now))
+            if self._flush(now):
                 continue
             if inner.has_output and self.engine.output_size < _HOLD:
                 for event in client.receive_data(inner.data_to_send()):
@@ -186,6 +184,15 @@ class Gateway:
                 self.to_broker(inner.receive_events(b"", now))
                 continue
             return
+
+    def _flush(self, now: float) -> bool:
+        """Give what the in-process client has written to the inner connection (one broker step); False when it
+        had nothing (or the inner connection is gone)."""
+        data = self.client.data_to_send()
+        if not data or self.inner.finished:
+            return False
+        self.to_broker(self.inner.receive_events(data, now))
+        return True
 
     # -- the client's events ---------------------------------------------------------------------------------
     def _engine_events(self, events: Iterable[e091.Event]) -> None:
@@ -227,6 +234,7 @@ class Gateway:
         ``command`` until they have (its answer must see them, as RabbitMQ's channel routes a publish before it
         reads the next method)."""
         if not self.client.holding(channel.number):
+            self._flush(self.clock())  # the publishes the client has written but not yet handed over
             return True
         channel.wait("sent", 0, _nothing, command)
         return False
