@@ -204,8 +204,12 @@ class SocketPeer:
     def wait_eof(self, timeout: float | None = None) -> None:
         """Read (and drop) what the server still sends until it closes the socket."""
         with contextlib.suppress(EOFError):
-            while True:
-                self.frame(timeout)
+            self.wait_for_frames(timeout)
+
+    def wait_for_frames(self, timeout: float | None = None) -> None:
+        """Read (and drop) frames until the server closes (``EOFError``) or sends nothing for ``timeout``."""
+        while True:
+            self.frame(timeout)
 
     # -- the handshake --------------------------------------------------------------------------------------
     def handshake(
