@@ -101,6 +101,7 @@ class SocketPeer:
     def __init__(self, host: str, port: int, *, timeout: float = 5.0, sock: socket.socket | None = None) -> None:
         self.sock = sock if sock is not None else socket.create_connection((host, port), timeout=timeout)
         self.sock.settimeout(timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle wait between a test's writes
         self.timeout = timeout
         self._reader = FrameReader(frame_max=0)
         self._frames: deque[Frame] = deque()
