@@ -21,13 +21,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from bench.broker_process import BrokerProcess
 from bench.perf_raw import PerfClient, raw_consume
 from bench.perf_scenarios import BODY, ENCODED, ClientOptions, Meter
 from bench.raw import Encoded
-from bench.raw091 import Raw091Client
+from bench.raw091 import ConfirmTally, Raw091Client
 from minibroker.amqp import fastpath
 from minibroker.amqp.definitions import AmqpValue, Coordinator, Declare, Discharge, TransactionalState
 from minibroker.amqp.framing import AMQP_FRAME, FRAME_HEADER
@@ -79,9 +80,7 @@ class Client091(Raw091Client):
     def __init__(self, url: str) -> None:
         host, _, port = url.rpartition(":")
         super().__init__(host or "127.0.0.1", int(port))
-        self.confirmed_floor = 0
-        """Every delivery tag up to this one is confirmed (acked or nacked)."""
-        self.confirmed_above: set[int] = set()
+        self.confirms = ConfirmTally()
         self.nacked = 0
         self.commits = 0
         self.delivered = 0
@@ -90,7 +89,7 @@ class Client091(Raw091Client):
 
     @property
     def confirmed(self) -> int:
-        return self.confirmed_floor + len(self.confirmed_above)
+        return self.confirms.count
 
     def on_frame(self, frame: Frame) -> None:
         if type(frame) is not MethodFrame:
@@ -100,22 +99,13 @@ class Client091(Raw091Client):
             self.delivered += 1
             self.last_tag = method.delivery_tag
         elif type(method) is BasicAck or type(method) is BasicNack:
-            self._confirm(method.delivery_tag, method.multiple)
+            self.confirms.add(method.delivery_tag, multiple=method.multiple)
             self.nacked += type(method) is BasicNack
         elif type(method) is TxCommitOk:
             self.commits += 1
 
-    def _confirm(self, tag: int, multiple: bool) -> None:
-        """§ confirm (RabbitMQ's extension): ``multiple`` confirms every tag up to ``tag``."""
-        above = self.confirmed_above
-        if multiple:
-            self.confirmed_floor = max(self.confirmed_floor, tag)
-            above.difference_update([t for t in above if t <= tag])
-        else:
-            above.add(tag)
-        while self.confirmed_floor + 1 in above:
-            self.confirmed_floor += 1
-            above.discard(self.confirmed_floor)
+    def wait_commits(self, count: int) -> None:
+        self.wait(lambda: self.commits >= count)
 
     def declare(self, queue: str) -> None:
         self.call(CHANNEL, QueueDeclare(queue=queue), QueueDeclareOk)
@@ -144,7 +134,8 @@ def confirm_091(window: int) -> Callable[[ClientOptions], dict[str, Any]]:
                 sent += n
             elif sent == client.confirmed:
                 break  # the time limit
-            client.pump(1.0)
+            else:
+                client.pump(1.0)
         result = meter.stop(sent, timed_out=sent < count, nacked=client.nacked)
         client.close()
         return result
@@ -166,7 +157,7 @@ def tx_091(size: int) -> Callable[[ClientOptions], dict[str, Any]]:
         done = 0
         while done < txns and time.perf_counter() < deadline:
             client.out += batch
-            client.wait(lambda: client.commits > done)
+            client.wait_commits(done + 1)
             done += 1
         result = meter.stop(done * size, timed_out=done < txns, txns=done)
         client.close()
@@ -216,7 +207,8 @@ def confirm_10(window: int) -> Callable[[ClientOptions], dict[str, Any]]:
                 sent += client.stream(link, encoded[sent : sent + n])
             elif sent == client.accepted:
                 break  # the time limit
-            client.pump(1.0)
+            else:  # (``stream`` may have read every outcome already)
+                client.pump(1.0)
         result = meter.stop(sent, timed_out=sent < count)
         client.close()
         return result
@@ -249,14 +241,14 @@ def tx_10(size: int) -> Callable[[ClientOptions], dict[str, Any]]:
         while done < txns and time.perf_counter() < deadline:
             first = client.conn.next_delivery_id()
             client.stream(control, [client.transfer(control, declare, settled=False)])
-            client.wait(lambda: first in client.declared)
+            client.wait(partial(dict.__contains__, client.declared, first))
             txn_id = client.declared.pop(first)
             start = client.conn.next_delivery_id()
             client.stream(link, [txn_transfer(link.handle, start + i, txn_id) for i in range(size)])
             last = client.conn.next_delivery_id()
             discharge = frames.message(AmqpValue(Discharge(txn_id=txn_id, fail=False)))
             client.stream(control, [client.transfer(control, discharge, settled=False)])
-            client.wait(lambda: last in client.settled_ids)
+            client.wait(partial(set.__contains__, client.settled_ids, last))
             done += 1
         result = meter.stop(done * size, timed_out=done < txns, txns=done)
         client.close()
@@ -292,7 +284,7 @@ def run_once(url: str, pid: int | None, count: int, time_limit: float, run: int)
             opts = ClientOptions(url, queues[protocol], n, time_limit, pid, sync_address=queues[protocol] + ".sync")
             try:
                 figures = getattr(pair, protocol)(opts)
-            except Exception as exc:  # noqa: BLE001 (reported in the table, the others go on)
+            except Exception as exc:  # reported in the table, the others go on
                 figures = {"error": f"{type(exc).__name__}: {exc}"}
             results[pair.name][protocol] = figures
             if pair.name != CONSUME:

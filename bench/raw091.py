@@ -34,6 +34,34 @@ from minibroker.amqp091.frames import PROTOCOL_HEADER, Frame, FrameReader, Metho
 FRAME_MAX = 131072
 
 
+class ConfirmTally:
+    """How many publishes the broker confirmed (basic.ack or basic.nack), from delivery tags 1, 2, ...; a
+    confirm with ``multiple`` covers every tag up to its own (RabbitMQ's confirms extension)."""
+
+    __slots__ = ("above", "floor")
+
+    def __init__(self) -> None:
+        self.floor = 0
+        """Every tag up to this one is confirmed."""
+        self.above: set[int] = set()
+        """Tags above ``floor`` confirmed one by one."""
+
+    @property
+    def count(self) -> int:
+        return self.floor + len(self.above)
+
+    def add(self, tag: int, *, multiple: bool) -> None:
+        above = self.above
+        if multiple and tag > self.floor:
+            self.floor = tag
+            above.difference_update([t for t in above if t <= tag])
+        elif tag > self.floor:
+            above.add(tag)
+        while self.floor + 1 in above:
+            self.floor += 1
+            above.discard(self.floor)
+
+
 class Raw091Client:
     """One AMQP 0-9-1 connection over a plain socket, logged in and open (heartbeats off)."""
 
@@ -139,4 +167,4 @@ class Raw091Client:
             self.sock.close()
 
 
-__all__ = ["FRAME_MAX", "Raw091Client"]
+__all__ = ["FRAME_MAX", "ConfirmTally", "Raw091Client"]
