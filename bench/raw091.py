@@ -13,6 +13,7 @@ import select
 import socket
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from bench.raw import IO_TIMEOUT, RECV_SIZE, BrokerClosed
 from minibroker.amqp091.base import Method
@@ -32,6 +33,7 @@ from minibroker.amqp091.definitions import (
 from minibroker.amqp091.frames import PROTOCOL_HEADER, Frame, FrameReader, MethodFrame, encode_method_frame
 
 FRAME_MAX = 131072
+M = TypeVar("M", bound=Method)
 
 
 class ConfirmTally:
@@ -131,7 +133,7 @@ class Raw091Client:
                 raise TimeoutError("the broker did not answer in time")
             self.pump(0.2)
 
-    def expect(self, kind: type[Method]) -> Method:
+    def expect(self, kind: type[M]) -> M:
         """Flush, then read until a method of ``kind`` arrives (the frames before it go to ``on_frame``)."""
         self.flush()
         deadline = time.monotonic() + self.timeout
@@ -149,7 +151,7 @@ class Raw091Client:
                 return frame.method
             self.on_frame(frame)
 
-    def call(self, channel: int, method: Method, reply: type[Method]) -> Method:
+    def call(self, channel: int, method: Method, reply: type[M]) -> M:
         """Send a synchronous method and return its answer."""
         self.send(channel, method)
         return self.expect(reply)
