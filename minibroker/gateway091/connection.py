@@ -226,7 +226,10 @@ class Gateway:
         """True when the publishes sent on the channel before ``command`` have reached the broker; else hold
         ``command`` until they have (its answer must see them, as RabbitMQ's channel routes a publish before it
         reads the next method)."""
-        if not self.client.holding(channel.number):
+        client = self.client
+        if client.has_output and not self.inner.finished:  # what the client wrote is not the broker's yet
+            self.to_broker(self.inner.receive_events(client.data_to_send(), self.clock()))
+        if not client.holding(channel.number):
             return True
         channel.wait("sent", 0, _nothing, command)
         return False
