@@ -498,9 +498,9 @@ class Endpoints:
                 return
             node = found
         if decision.exchange is not None:
-            namespace = self.nodes.namespace_of(conn)
-            if decision.exchange not in namespace.exchanges:
-                conn.refuse_attach(link, missing_exchange(decision.exchange, namespace.vhost))
+            refused = self._exchange_route(conn, decision.exchange, "", None)
+            if isinstance(refused, Error):
+                conn.refuse_attach(link, refused)
                 return
         producer = Producer(conn, link, node, decision.exchange, decision.route)
         if self.nodes.personality_of(conn).servicebus:
@@ -887,14 +887,22 @@ class Endpoints:
             return self.nodes.refuse_new_node() or Deferred(self.nodes.namespace_of(conn), name, kind)
         return node
 
-    def _exchange_route(self, conn: ServerConnection, name: str, key: str | None, message: Message) -> Route | Error:
+    def _exchange_route(
+        self, conn: ServerConnection, name: str, key: str | None, message: Message | None
+    ) -> Route | Error:
         """The way of ``message`` into exchange ``name`` of ``conn``'s namespace with routing key ``key`` (None: the
-        message's own, ``routing_key``); ``amqp:not-found`` when there is no such exchange."""
+        message's own, ``routing_key``); ``amqp:not-found`` when there is no such exchange, and
+        ``amqp:unauthorized-access`` for an internal one (rabbit_amqp_session.erl ``check_internal_exchange``)."""
         namespace = self.nodes.namespace_of(conn)
         exchange = namespace.exchanges.get(name)
         if exchange is None:
             return missing_exchange(name if name != DEFAULT else "amq.default", namespace.vhost)
-        return Route(namespace, exchange, routing_key(message) if key is None else key)
+        if exchange.internal:
+            text = f"forbidden to publish to internal exchange '{name}' in vhost '{namespace.vhost}'"
+            return error(Condition.UNAUTHORIZED_ACCESS, text)
+        if key is None:
+            key = routing_key(message) if message is not None else ""
+        return Route(namespace, exchange, key)
 
     # -- idle nodes created on demand ----------------------------------------------------------------------
     def next_deadline(self) -> float | None:
