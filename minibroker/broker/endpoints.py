@@ -49,14 +49,13 @@ from minibroker.broker.attach import (
     decide,
     denied,
     fields_error,
-    missing_exchange,
 )
 from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher, entity_properties, servicebus_entity
 from minibroker.broker.eventhubs import EventHubs, Reader, Writer
-from minibroker.broker.exchanges import DEFAULT, Route, is_v2, parse_v2
+from minibroker.broker.exchanges import DEFAULT, Route, is_v2, missing_exchange, parse_v2, resource
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -898,7 +897,7 @@ class Endpoints:
         if exchange is None:
             return missing_exchange(name if name != DEFAULT else "amq.default", namespace.vhost)
         if exchange.internal:
-            text = f"forbidden to publish to internal exchange '{name}' in vhost '{namespace.vhost}'"
+            text = f"forbidden to publish to internal {resource('exchange', name, namespace.vhost)}"
             return error(Condition.UNAUTHORIZED_ACCESS, text)
         if key is None:
             key = routing_key(message) if message is not None else ""

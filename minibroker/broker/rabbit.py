@@ -632,8 +632,7 @@ def _locked(queue: Queue) -> ProtocolError:
 
 
 def _rs(kind: str, name: str, namespace: Namespace | None) -> str:
-    """A resource as rabbit_misc.erl ``rs`` names it: ``queue 'q' in vhost '/'``."""
-    return f"{kind} '{name}' in vhost '{namespace.vhost if namespace is not None else '/'}'"
+    return ex.resource(kind, name, namespace.vhost if namespace is not None else "/")
 
 
 def _not_default(name: str | None) -> None:
