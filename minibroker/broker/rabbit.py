@@ -19,7 +19,8 @@ deps/rabbit/src/rabbit_channel.erl ``handle_method`` for queue.* and exchange.*,
 ``assert_equivalence``, ``check_exclusive_access``, ``declare_args``, ``delete_with``; rabbit_misc.erl
 ``assert_field_equivalence``, ``rs``). The 1.0 side meets the same rules at attach: another connection's exclusive
 queue and a queue held by an exclusive consumer (link property ``rabbitmq:exclusive``) refuse it with
-``amqp:resource-locked``.
+``amqp:resource-locked``; on a queue with ``x-single-active-consumer`` the first consumer gets every message while
+the others wait (stopped: ``Dispatcher.stop``), the oldest taking over when it goes.
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ class Declaration:
     exclusive_consumer: Consumer | None = None
     """A consumer that holds the queue alone (``rabbitmq:exclusive``)."""
     consumers: set[Consumer] = field(default_factory=set)
+    active: Consumer | None = None
+    """With ``x-single-active-consumer``: the one consumer that gets messages (the others wait, in ``waiting``)."""
+    waiting: list[Consumer] = field(default_factory=list)
     expires: float | None = None
     """Seconds unused after which it is deleted (``x-expires``), or None."""
     used_at: float = 0.0
@@ -517,6 +521,12 @@ class RabbitModel:
         declared.consumers.add(consumer)
         if exclusive:
             declared.exclusive_consumer = consumer
+        if declared.arguments.get("x-single-active-consumer") is True and not consumer.browser:
+            if declared.active is None:
+                declared.active = consumer
+            else:
+                declared.waiting.append(consumer)
+                self.dispatcher.stop(consumer)  # it waits its turn (attached, with its credit)
 
     def consumer_gone(self, consumer: Consumer) -> None:
         """A receiver detached: an exclusive consumer lets the queue go; an auto-delete queue that has had
@@ -528,6 +538,12 @@ class RabbitModel:
         declared.consumers.discard(consumer)
         if declared.exclusive_consumer is consumer:
             declared.exclusive_consumer = None
+        if consumer in declared.waiting:
+            declared.waiting.remove(consumer)
+        elif declared.active is consumer:
+            declared.active = declared.waiting.pop(0) if declared.waiting else None
+            if declared.active is not None:
+                self.dispatcher.restart(declared.active)  # the oldest waiting consumer takes over
         if declared.consumers or queue.deleted:
             return
         if declared.auto_delete and declared.had_consumer:
