@@ -348,7 +348,7 @@ class RabbitModel:
         if passive:
             queue = self._queue(namespace, name)
             self._exclusive_access(conn, queue)
-            return name, queue.depth, self.dispatcher.consumer_count(queue)
+            return name, queue.depth, self.consumer_count(queue)
         server_named = not name
         if server_named:
             name = self._server_name(namespace)
@@ -362,7 +362,7 @@ class RabbitModel:
             if declared is not None:
                 self._equivalent(conn, node, declared, durable and not exclusive, auto_delete, arguments, owner)
                 self._used(node, declared)
-            return name, node.depth, self.dispatcher.consumer_count(node)
+            return name, node.depth, self.consumer_count(node)
         if not server_named:
             _check_name("queue", name)
         rs = _rs("queue", name, namespace)
@@ -446,6 +446,13 @@ class RabbitModel:
         if declared is not None and declared.exclusive is not None and declared.exclusive is not conn:
             raise _locked(queue)
 
+    def consumer_count(self, queue: Queue) -> int:
+        """The consumers of ``queue`` as RabbitMQ counts them: those taking messages, and those waiting their turn
+        on a single-active-consumer queue."""
+        declared = self.declared.get(queue)
+        waiting = len(declared.waiting) if declared is not None else 0
+        return self.dispatcher.consumer_count(queue) + waiting
+
     def purge_queue(self, conn: ServerConnection | None, name: str) -> int:
         """queue.purge: its ready messages go; how many (404 missing, 405 another connection's)."""
         queue = self._queue(self._namespace(conn), name)
@@ -464,7 +471,7 @@ class RabbitModel:
             return 0
         self._exclusive_access(conn, queue)
         rs = _rs("queue", name, namespace)
-        if if_unused and self.dispatcher.consumer_count(queue):
+        if if_unused and self.consumer_count(queue):
             raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} in use")
         if if_empty and queue.depth:
             raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} not empty")
@@ -502,7 +509,7 @@ class RabbitModel:
         if declared is not None and declared.exclusive is not None and declared.exclusive is not conn:
             return error(Condition.RESOURCE_LOCKED, _locked(queue).text)
         if (declared is not None and declared.exclusive_consumer is not None) or (
-            _exclusive_consumer(link) and self.dispatcher.consumer_count(queue)
+            _exclusive_consumer(link) and self.consumer_count(queue)
         ):
             # rabbit_amqqueue.erl basic_consume: "~ts in exclusive use" (ACCESS_REFUSED in 0-9-1)
             return error(Condition.RESOURCE_LOCKED, f"{_rs('queue', queue.name, queue.namespace)} in exclusive use")

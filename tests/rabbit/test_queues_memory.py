@@ -314,6 +314,7 @@ def test_single_active_consumer_takes_everything_until_it_goes() -> None:
         c.attach_consumer(name, "/queues/q", presettled=True, default_outcome=None)
         c.flow(name, 10)
     w.settle()
+    assert w.broker.rabbit.declare_queue(None, "q", arguments={"x-single-active-consumer": True}) == ("q", 0, 3)
 
     def send(*names: str) -> list[tuple[str, str | None]]:
         got: list[tuple[str, str | None]] = []
