@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 *In.* ``post`` puts a message on a node. A queue takes it if its limits allow (or drops its head, by
-policy); a topic gives a copy to every subscription whose selector and no-local filter let it through. A
+policy); a topic gives a copy to every subscription whose selector and no-local filter let it through; an
+exchange (a ``Route``, ``exchanges.py``) gives one to each queue its bindings reach, and a message it routes
+nowhere is released (RabbitMQ 4). A
 message may not be visible at once: a delivery time (``x-opt-delivery-time``, ``x-opt-delivery-delay``,
 ``x-opt-scheduled-enqueue-time``) or a redelivery delay holds it on a timer first. A message whose ttl
 or absolute-expiry-time has passed is never delivered: it goes to the node's expiry address or is dropped.

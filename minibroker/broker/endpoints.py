@@ -8,8 +8,10 @@ of the anonymous relay; a coordinator target a ``Controller``. The broker's obje
 link as ``link.context``, given with ``accept_attach``.
 
 A transfer on a controller link goes to the coordinator; on a producer link it is routed (the anonymous
-relay looks up ``properties.to``) and either posted at once (``Dispatcher.publish``) or, when its state
-names a transaction, staged (``Coordinator.post``). A transactional relay post to an address with no node
+relay looks up ``properties.to``; a link or ``to`` naming an exchange with a RabbitMQ 4 address gives the
+message a ``Route`` into that exchange, with the address's routing key or the message's: ``routing_key``) and
+either posted at once (``Dispatcher.publish``) or, when its state names a transaction, staged
+(``Coordinator.post``; an exchange routes it at commit). A transactional relay post to an address with no node
 does not create one: the node is created by the commit, so a rollback leaves nothing behind.
 
 A link that detaches hands its unsettled deliveries to the coordinator (a transaction may hold them) and
