@@ -35,6 +35,9 @@ class NodePolicy:
     message_ttl: float | None = None
     """Seconds a message lives on this queue at most (RabbitMQ ``x-message-ttl``; the least of it and the message's
     own ttl); None: no limit."""
+    limit_ready: bool = False
+    """The limits count ready (and scheduled) messages only, not delivered unsettled ones, as RabbitMQ's length limits
+    do (a queue declared through the model)."""
     max_priority: int | None = None
     """RabbitMQ's priorities (a queue declared through the model): 0 means none, FIFO whatever the messages say (a
     classic queue without ``x-max-priority``); N means priorities 0..N, a message without one being 0

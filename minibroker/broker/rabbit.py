@@ -598,6 +598,7 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
         dead_letter_routing_key=dead_letter_key,
         message_ttl=ttl / 1000 if ttl is not None else None,
         max_priority=levels or 0,
+        limit_ready=True,
     )
 
 

@@ -335,3 +335,19 @@ def test_single_active_consumer_takes_everything_until_it_goes() -> None:
     c.detach("c3")
     w.settle()
     assert send("m5") == [("c4", "m5")]
+
+
+def test_length_limits_count_ready_messages_only() -> None:
+    """rabbitmq.com/docs/maxlength: "the number of messages in the ready state are used. Messages unacknowledged by
+    consumers do not count towards the limit"."""
+    w = rabbit_world()
+    queue(w, "q", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    p = peer(w)
+    publish(w, p, "/queues/q", "m1")
+    p.attach_consumer("in", "/queues/q", presettled=False, default_outcome=None)
+    p.flow("in", 1)
+    assert len(w.settle()[p].started) == 1  # m1 is out, unacknowledged
+    accepted, refused = publish(w, p, "/queues/q", "m2", "m3")
+    assert isinstance(accepted, Accepted)
+    assert isinstance(refused, Rejected)
+    assert ready(w, "q") == ["m2"]
