@@ -18,9 +18,10 @@ class NodePolicy:
     """How one node (a queue, or each subscription of a topic) treats its messages."""
 
     max_messages: int = 0
-    """Most messages held (ready, acquired and scheduled); 0 means no limit."""
+    """Most messages held (ready, acquired and scheduled); 0 means no limit (a negative one, none at all: RabbitMQ's
+    ``x-max-length`` 0)."""
     max_bytes: int = 0
-    """Most bytes of messages held; 0 means no limit."""
+    """Most bytes of messages held; 0 means no limit (a negative one, none at all)."""
     overflow: str = REJECT_PUBLISH
     """At a limit: "reject-publish" refuses the new message (amqp:resource-limit-exceeded), "drop-head" drops
     the oldest ready one."""

@@ -589,8 +589,8 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
     if single is not None and not isinstance(single, bool):
         raise _invalid("x-single-active-consumer", rs, '{unacceptable_type,"expected boolean"}')
     return NodePolicy(
-        max_messages=max_length or 0,
-        max_bytes=max_bytes or 0,
+        max_messages=_limit(max_length),
+        max_bytes=_limit(max_bytes),
         overflow=str(overflow),
         max_delivery_attempts=limit or 0,
         dead_letter_address="",
@@ -600,6 +600,13 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
         max_priority=levels or 0,
         limit_ready=True,
     )
+
+
+def _limit(value: int | None) -> int:
+    """A length limit as ``NodePolicy`` holds it: None is none (0), RabbitMQ's 0 is "nothing at all" (-1)."""
+    if value is None:
+        return 0
+    return value if value else -1
 
 
 def _integer(

@@ -196,3 +196,26 @@ def test_an_internal_exchange_takes_no_posts() -> None:
     assert state.error.condition == unauthorized
     assert isinstance(send(w, p, "outer", message("m2")), Accepted)
     assert ready(w, "q") == ["m2"]
+
+
+def test_an_exchange_post_reaches_the_queues_with_room_and_is_rejected_for_a_full_one() -> None:
+    """rabbitmq.com/docs/maxlength: a message routed to several queues and refused by one (reject-publish) is still
+    enqueued on the others; the publisher hears the refusal (rabbit_amqp_session.erl ``rejected(_, maxlen)``:
+    amqp:resource-limit-exceeded "queue 'full' exceeded maximum length")."""
+    w = rabbit_world()
+    rabbit = w.broker.rabbit
+    rabbit.declare_queue(None, "full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    rabbit.declare_queue(None, "roomy")
+    rabbit.bind_queue(None, "full", "amq.fanout", "")
+    rabbit.bind_queue(None, "roomy", "amq.fanout", "")
+    p = peer(w)
+    p.attach_producer("out", "/exchanges/amq.fanout")
+    w.settle()
+    state = send(w, p, "out", message("m1"))
+    assert isinstance(state, Rejected)
+    assert (str(state.error.condition), state.error.description) == (
+        "amqp:resource-limit-exceeded",
+        "queue 'full' exceeded maximum length",
+    )
+    assert {str(k): v for k, v in state.error.info.items()} == {"queue": "full", "reason": "maxlen"}
+    assert (ready(w, "full"), ready(w, "roomy")) == ([], ["m1"])
