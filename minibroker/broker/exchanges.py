@@ -249,6 +249,22 @@ def is_v2(address: str) -> bool:
     return address.startswith(QUEUES_PREFIX) or address.startswith(EXCHANGES_PREFIX)
 
 
+def resource(kind: str, name: str, vhost: str) -> str:
+    """A queue or exchange as RabbitMQ names one in its errors (rabbit_misc.erl ``rs``): ``queue 'q' in vhost '/'``."""
+    return f"{kind} '{name}' in vhost '{vhost}'"
+
+
+def missing_queue(name: str, vhost: str) -> Error:
+    """RabbitMQ's refusal of an address naming a queue that does not exist (rabbit_amqp_session.erl
+    ``link_error_not_found``; the text of rabbit_amqqueue.erl ``not_found``)."""
+    return error(Condition.NOT_FOUND, f"no {resource('queue', name, vhost)}")
+
+
+def missing_exchange(name: str, vhost: str) -> Error:
+    """RabbitMQ's refusal of an address naming an exchange that does not exist."""
+    return error(Condition.NOT_FOUND, f"no {resource('exchange', name, vhost)}")
+
+
 def bad_address(address: str) -> Error:
     return error(Condition.INVALID_FIELD, f"Attach refused: bad address {address!r} (RabbitMQ 4 address v2)")
 

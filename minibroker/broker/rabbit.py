@@ -19,7 +19,8 @@ deps/rabbit/src/rabbit_channel.erl ``handle_method`` for queue.* and exchange.*,
 ``assert_equivalence``, ``check_exclusive_access``, ``declare_args``, ``delete_with``; rabbit_misc.erl
 ``assert_field_equivalence``, ``rs``). The 1.0 side meets the same rules at attach: another connection's exclusive
 queue and a queue held by an exclusive consumer (link property ``rabbitmq:exclusive``) refuse it with
-``amqp:resource-locked``.
+``amqp:resource-locked``; on a queue with ``x-single-active-consumer`` the first consumer gets every message while
+the others wait (stopped: ``Dispatcher.stop``), the oldest taking over when it goes.
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ class Declaration:
     exclusive_consumer: Consumer | None = None
     """A consumer that holds the queue alone (``rabbitmq:exclusive``)."""
     consumers: set[Consumer] = field(default_factory=set)
+    active: Consumer | None = None
+    """With ``x-single-active-consumer``: the one consumer that gets messages (the others wait, in ``waiting``)."""
+    waiting: list[Consumer] = field(default_factory=list)
     expires: float | None = None
     """Seconds unused after which it is deleted (``x-expires``), or None."""
     used_at: float = 0.0
@@ -344,7 +348,7 @@ class RabbitModel:
         if passive:
             queue = self._queue(namespace, name)
             self._exclusive_access(conn, queue)
-            return name, queue.depth, self.dispatcher.consumer_count(queue)
+            return name, queue.depth, self.consumer_count(queue)
         server_named = not name
         if server_named:
             name = self._server_name(namespace)
@@ -358,7 +362,7 @@ class RabbitModel:
             if declared is not None:
                 self._equivalent(conn, node, declared, durable and not exclusive, auto_delete, arguments, owner)
                 self._used(node, declared)
-            return name, node.depth, self.dispatcher.consumer_count(node)
+            return name, node.depth, self.consumer_count(node)
         if not server_named:
             _check_name("queue", name)
         rs = _rs("queue", name, namespace)
@@ -442,6 +446,13 @@ class RabbitModel:
         if declared is not None and declared.exclusive is not None and declared.exclusive is not conn:
             raise _locked(queue)
 
+    def consumer_count(self, queue: Queue) -> int:
+        """The consumers of ``queue`` as RabbitMQ counts them: those taking messages, and those waiting their turn
+        on a single-active-consumer queue."""
+        declared = self.declared.get(queue)
+        waiting = len(declared.waiting) if declared is not None else 0
+        return self.dispatcher.consumer_count(queue) + waiting
+
     def purge_queue(self, conn: ServerConnection | None, name: str) -> int:
         """queue.purge: its ready messages go; how many (404 missing, 405 another connection's)."""
         queue = self._queue(self._namespace(conn), name)
@@ -460,7 +471,7 @@ class RabbitModel:
             return 0
         self._exclusive_access(conn, queue)
         rs = _rs("queue", name, namespace)
-        if if_unused and self.dispatcher.consumer_count(queue):
+        if if_unused and self.consumer_count(queue):
             raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} in use")
         if if_empty and queue.depth:
             raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} not empty")
@@ -498,7 +509,7 @@ class RabbitModel:
         if declared is not None and declared.exclusive is not None and declared.exclusive is not conn:
             return error(Condition.RESOURCE_LOCKED, _locked(queue).text)
         if (declared is not None and declared.exclusive_consumer is not None) or (
-            _exclusive_consumer(link) and self.dispatcher.consumer_count(queue)
+            _exclusive_consumer(link) and self.consumer_count(queue)
         ):
             # rabbit_amqqueue.erl basic_consume: "~ts in exclusive use" (ACCESS_REFUSED in 0-9-1)
             return error(Condition.RESOURCE_LOCKED, f"{_rs('queue', queue.name, queue.namespace)} in exclusive use")
@@ -517,6 +528,12 @@ class RabbitModel:
         declared.consumers.add(consumer)
         if exclusive:
             declared.exclusive_consumer = consumer
+        if declared.arguments.get("x-single-active-consumer") is True and not consumer.browser:
+            if declared.active is None:
+                declared.active = consumer
+            else:
+                declared.waiting.append(consumer)
+                self.dispatcher.stop(consumer)  # it waits its turn (attached, with its credit)
 
     def consumer_gone(self, consumer: Consumer) -> None:
         """A receiver detached: an exclusive consumer lets the queue go; an auto-delete queue that has had
@@ -528,6 +545,12 @@ class RabbitModel:
         declared.consumers.discard(consumer)
         if declared.exclusive_consumer is consumer:
             declared.exclusive_consumer = None
+        if consumer in declared.waiting:
+            declared.waiting.remove(consumer)
+        elif declared.active is consumer:
+            declared.active = declared.waiting.pop(0) if declared.waiting else None
+            if declared.active is not None:
+                self.dispatcher.restart(declared.active)  # the oldest waiting consumer takes over
         if declared.consumers or queue.deleted:
             return
         if declared.auto_delete and declared.had_consumer:
@@ -566,8 +589,8 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
     if single is not None and not isinstance(single, bool):
         raise _invalid("x-single-active-consumer", rs, '{unacceptable_type,"expected boolean"}')
     return NodePolicy(
-        max_messages=max_length or 0,
-        max_bytes=max_bytes or 0,
+        max_messages=_limit(max_length),
+        max_bytes=_limit(max_bytes),
         overflow=str(overflow),
         max_delivery_attempts=limit or 0,
         dead_letter_address="",
@@ -575,7 +598,15 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
         dead_letter_routing_key=dead_letter_key,
         message_ttl=ttl / 1000 if ttl is not None else None,
         max_priority=levels or 0,
+        limit_ready=True,
     )
+
+
+def _limit(value: int | None) -> int:
+    """A length limit as ``NodePolicy`` holds it: None is none (0), RabbitMQ's 0 is "nothing at all" (-1)."""
+    if value is None:
+        return 0
+    return value if value else -1
 
 
 def _integer(
@@ -632,8 +663,7 @@ def _locked(queue: Queue) -> ProtocolError:
 
 
 def _rs(kind: str, name: str, namespace: Namespace | None) -> str:
-    """A resource as rabbit_misc.erl ``rs`` names it: ``queue 'q' in vhost '/'``."""
-    return f"{kind} '{name}' in vhost '{namespace.vhost if namespace is not None else '/'}'"
+    return ex.resource(kind, name, namespace.vhost if namespace is not None else "/")
 
 
 def _not_default(name: str | None) -> None:
