@@ -57,7 +57,7 @@ from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher, entity_properties, servicebus_entity
 from minibroker.broker.eventhubs import EventHubs, Reader, Writer
-from minibroker.broker.exchanges import DEFAULT, Route, is_v2, missing_exchange, parse_v2, resource
+from minibroker.broker.exchanges import DEFAULT, Route, is_v2, missing_exchange, named_node, parse_v2, resource
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -66,6 +66,7 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.nodes import Nodes, is_servicebus_subscription
 from minibroker.broker.outbox import Outbox
+from minibroker.broker.personality import with_transactions
 from minibroker.broker.queue import Queue
 from minibroker.broker.rabbit import RabbitModel
 from minibroker.broker.services import ServiceLink, Services
@@ -168,6 +169,8 @@ class Endpoints:
         container = str(remote.container_id if remote else "")
         namespace = self.nodes.namespace_of(conn)
         personality = namespace.personality
+        if conn.gateway is not None:  # an AMQP 0-9-1 client: RabbitMQ serves its channel transactions
+            personality = with_transactions(personality)
         if not personality.servicebus:
             return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, vhost=namespace.vhost)
         hubs = self.event_hubs.of(namespace.name)
@@ -805,7 +808,7 @@ class Endpoints:
         node = producer.node
         message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
         address = node.name if node is not None else producer.exchange or message.to
-        rule = self.injection.fire("transfer", conn, address if isinstance(address, str) else None)
+        rule = self.injection.fire("transfer", conn, named_node(address) if isinstance(address, str) else None)
         if rule is None:
             return False
         link, delivery = producer.link, event.delivery

@@ -293,6 +293,21 @@ def parse_v2(address: str, *, source: bool) -> Address | Error:
     return bad_address(address)
 
 
+def named_node(address: str) -> str:
+    """The node a fault rule's ``address`` names for a RabbitMQ 4 ``address``: the queue of ``/queues/NAME``, the
+    queue the default exchange routes ``/exchanges/amq.default/NAME`` to, the exchange of ``/exchanges/NAME/KEY``
+    (so a rule on "orders" meets what a 0-9-1 client publishes to it through the default exchange); any other
+    address as it is."""
+    found = parse_v2(address, source=False) if is_v2(address) else None
+    if not isinstance(found, Address):
+        return address
+    if found.queue is not None:
+        return found.queue
+    if found.exchange == DEFAULT and found.key is not None:
+        return found.key
+    return found.exchange or address
+
+
 def _urldecode(segment: str) -> str | None:
     """A percent-decoded address segment; None when an escape is malformed (RabbitMQ's cow_uri:urldecode fails)."""
     return None if _ESCAPE.search(segment) else unquote(segment)

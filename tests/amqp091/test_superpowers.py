@@ -75,3 +75,18 @@ def test_a_queue_ttl_runs_on_virtual_time() -> None:
             assert channel.basic_get("perishable") == (None, None, None)
         finally:
             conn.close()
+
+
+@pytest.mark.parametrize("minibroker", ["rabbitmq"], indirect=True)
+def test_channel_transactions_work_in_the_rabbitmq_personality(amqp091_url: str, minibroker: ThreadedBroker) -> None:
+    """RabbitMQ refuses AMQP 1.0 coordinators (the personality does too) but serves 0-9-1 channel transactions."""
+    conn = connect(amqp091_url)
+    try:
+        channel = conn.channel()
+        channel.queue_declare("txq")
+        channel.tx_select()
+        channel.basic_publish("", "txq", b"staged")
+        channel.tx_commit()
+        assert minibroker.queue("txq").depth == 1
+    finally:
+        conn.close()
