@@ -13,7 +13,7 @@ delivery limit): RabbitMQ's policy, without minibroker's ``<name>.DLQ`` or deliv
 
 Every operation takes the connection it is done for (its namespace is the virtual host, its identity the owner
 of exclusive queues; None: the default namespace, no owner, as the embedder) and raises
-``amqp091.errors.ProtocolError`` with RabbitMQ's reply code and text (rabbitmq/rabbitmq-server:
+``RabbitError`` with RabbitMQ's reply code and text (rabbitmq/rabbitmq-server:
 deps/rabbit/src/rabbit_channel.erl ``handle_method`` for queue.* and exchange.*, ``check_name``,
 ``check_not_default_exchange``, ``check_exchange_deletion``, ``binding_action``; rabbit_amqqueue.erl
 ``assert_equivalence``, ``check_exclusive_access``, ``declare_args``, ``delete_with``; rabbit_misc.erl
@@ -35,8 +35,6 @@ from typing import Any
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.types import Symbol
-from minibroker.amqp091.definitions import ReplyCode
-from minibroker.amqp091.errors import ProtocolError
 from minibroker.broker import exchanges as ex
 from minibroker.broker.dispatch import Dispatcher
 from minibroker.broker.links import Consumer
@@ -73,9 +71,30 @@ _EQUIVALENT_ARGUMENTS = ("x-queue-type", "x-message-ttl", "x-expires", "x-dead-l
 _MAX_TTL_MS = 315_360_000_000  # rabbit_misc.erl ``check_expiry``: at most ten years in ms
 
 
-def failure(code: ReplyCode, text: str) -> ProtocolError:
+class RabbitError(Exception):
+    """A refusal of the RabbitMQ model: the AMQP 0-9-1 reply code of the channel error RabbitMQ gives (one of the
+    codes below; the gateway closes the channel with it) and RabbitMQ's text. Plain numbers, so the core loads
+    nothing of the 0-9-1 wire definitions."""
+
+    def __init__(self, reply_code: int, text: str) -> None:
+        super().__init__(text)
+        self.reply_code = reply_code
+        self.text = text
+
+
+ACCESS_REFUSED, NOT_FOUND, RESOURCE_LOCKED, PRECONDITION_FAILED = 403, 404, 405, 406
+"""The 0-9-1 reply codes of the model's refusals (0-9-1 §1.3 constants, all soft errors)."""
+_CODE_NAMES = {
+    ACCESS_REFUSED: "ACCESS_REFUSED",
+    NOT_FOUND: "NOT_FOUND",
+    RESOURCE_LOCKED: "RESOURCE_LOCKED",
+    PRECONDITION_FAILED: "PRECONDITION_FAILED",
+}
+
+
+def failure(code: int, text: str) -> RabbitError:
     """A 0-9-1 error as RabbitMQ words it: the reply code's name, then the text (``NOT_FOUND - no queue ...``)."""
-    return ProtocolError(code, f"{code.name} - {text}")
+    return RabbitError(code, f"{_CODE_NAMES[code]} - {text}")
 
 
 def _bool(value: bool) -> str:
@@ -179,10 +198,10 @@ class RabbitModel:
         if passive:
             _not_default(name)
             if name not in namespace.exchanges:
-                raise failure(ReplyCode.NOT_FOUND, f"no {rs}")
+                raise failure(NOT_FOUND, f"no {rs}")
             return
         if kind not in ex.KINDS:
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"unknown exchange type '{kind}'")
+            raise failure(PRECONDITION_FAILED, f"unknown exchange type '{kind}'")
         _not_default(name)
         existing = namespace.exchanges.get(name)
         if existing is None:
@@ -211,12 +230,12 @@ class RabbitModel:
         _not_default(name)
         rs = _rs("exchange", name, namespace)
         if name.startswith("amq."):
-            raise failure(ReplyCode.ACCESS_REFUSED, f"deletion of system {rs} not allowed")
+            raise failure(ACCESS_REFUSED, f"deletion of system {rs} not allowed")
         exchange = namespace.exchanges.get(name)
         if exchange is None:
             return
         if if_unused and exchange.bindings:
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} in use")
+            raise failure(PRECONDITION_FAILED, f"{rs} in use")
         self._drop_exchange(namespace, exchange)
 
     def _drop_exchange(self, namespace: Namespace, exchange: ex.Exchange) -> None:
@@ -292,11 +311,11 @@ class RabbitModel:
         if kind == ex.QUEUE_DESTINATION:
             queue = namespace.queues.get(destination)
             if queue is None:
-                raise failure(ReplyCode.NOT_FOUND, f"no {_rs('queue', destination, namespace)}")
+                raise failure(NOT_FOUND, f"no {_rs('queue', destination, namespace)}")
         elif destination not in namespace.exchanges:
-            raise failure(ReplyCode.NOT_FOUND, f"no {_rs('exchange', destination, namespace)}")
+            raise failure(NOT_FOUND, f"no {_rs('exchange', destination, namespace)}")
         if exchange is None:
-            raise failure(ReplyCode.NOT_FOUND, f"no {_rs('exchange', source, namespace)}")
+            raise failure(NOT_FOUND, f"no {_rs('exchange', source, namespace)}")
         if kind == ex.QUEUE_DESTINATION:
             self._exclusive_access(conn, namespace.queues[destination])
         table = dict(arguments or {})
@@ -305,7 +324,7 @@ class RabbitModel:
             if exchange.kind == ex.HEADERS:
                 invalid = ex.x_match_error(table)
                 if invalid is not None:
-                    raise failure(ReplyCode.PRECONDITION_FAILED, invalid)
+                    raise failure(PRECONDITION_FAILED, invalid)
             exchange.bindings[found] = table
             return
         if exchange.bindings.pop(found, ...) is not ... and exchange.auto_delete and not exchange.bindings:
@@ -357,7 +376,7 @@ class RabbitModel:
         if node is not None:
             rs = _rs("queue", name, namespace)
             if not isinstance(node, Queue):
-                raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} is a topic (an AMQP 1.0 multicast node)")
+                raise failure(PRECONDITION_FAILED, f"{rs} is a topic (an AMQP 1.0 multicast node)")
             declared = self.declared.get(node)
             if declared is not None:
                 self._equivalent(conn, node, declared, durable and not exclusive, auto_delete, arguments, owner)
@@ -369,11 +388,11 @@ class RabbitModel:
         policy = queue_policy(arguments, rs)
         refused = self.nodes.refuse_new_node()
         if refused is not None:
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"cannot declare {rs}: {refused.description}")
+            raise failure(PRECONDITION_FAILED, f"cannot declare {rs}: {refused.description}")
         created = self.nodes.create(namespace, name, QUEUE)
         if not isinstance(created, Queue):  # configured as a topic
             self.nodes.delete(created)
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} is configured as a topic")
+            raise failure(PRECONDITION_FAILED, f"{rs} is configured as a topic")
         created.policy = policy
         self.dispatcher.own_copies = True  # its priorities are RabbitMQ's (and maybe its message ttl)
         declared = self.declared[created] = Declaration(durable and not exclusive, owner, auto_delete, arguments)
@@ -437,7 +456,7 @@ class RabbitModel:
     def _queue(self, namespace: Namespace, name: str) -> Queue:
         queue = namespace.queues.get(name)
         if queue is None:
-            raise failure(ReplyCode.NOT_FOUND, f"no {_rs('queue', name, namespace)}")
+            raise failure(NOT_FOUND, f"no {_rs('queue', name, namespace)}")
         return queue
 
     def _exclusive_access(self, conn: ServerConnection | None, queue: Queue) -> None:
@@ -472,9 +491,9 @@ class RabbitModel:
         self._exclusive_access(conn, queue)
         rs = _rs("queue", name, namespace)
         if if_unused and self.consumer_count(queue):
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} in use")
+            raise failure(PRECONDITION_FAILED, f"{rs} in use")
         if if_empty and queue.depth:
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} not empty")
+            raise failure(PRECONDITION_FAILED, f"{rs} not empty")
         count = queue.depth
         self.delete_node(queue)
         return count
@@ -571,7 +590,7 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
     for key in arguments:
         if key in _KNOWN_ARGUMENTS and key not in allowed:
             module = f"rabbit_{queue_type}_queue"
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{key}' for {rs} of queue type {module}")
+            raise failure(PRECONDITION_FAILED, f"invalid arg '{key}' for {rs} of queue type {module}")
     ttl = _integer(arguments, "x-message-ttl", rs, least=0, most=_MAX_TTL_MS)
     _integer(arguments, "x-expires", rs, least=1, most=_MAX_TTL_MS)
     max_length = _integer(arguments, "x-max-length", rs, least=0)
@@ -644,19 +663,19 @@ def _text(arguments: Mapping[str, Any], key: str, rs: str) -> str | None:
     return value
 
 
-def _invalid(key: str, rs: str, reason: str) -> ProtocolError:
-    return failure(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{key}' for {rs}: {reason}")
+def _invalid(key: str, rs: str, reason: str) -> RabbitError:
+    return failure(PRECONDITION_FAILED, f"invalid arg '{key}' for {rs}: {reason}")
 
 
-def _inequivalent(key: str, rs: str, received: str, current: str) -> ProtocolError:
+def _inequivalent(key: str, rs: str, received: str, current: str) -> RabbitError:
     text = f"inequivalent arg '{key}' for {rs}: received {received} but current is {current}"
-    return failure(ReplyCode.PRECONDITION_FAILED, text)
+    return failure(PRECONDITION_FAILED, text)
 
 
-def _locked(queue: Queue) -> ProtocolError:
+def _locked(queue: Queue) -> RabbitError:
     rs = _rs("queue", queue.name, queue.namespace)
     return failure(
-        ReplyCode.RESOURCE_LOCKED,
+        RESOURCE_LOCKED,
         f"cannot obtain exclusive access to locked {rs}. It could be originally declared on another connection or "
         "the exclusive property value does not match that of the original declaration.",
     )
@@ -669,13 +688,13 @@ def _rs(kind: str, name: str, namespace: Namespace | None) -> str:
 def _not_default(name: str | None) -> None:
     """rabbit_channel.erl ``check_not_default_exchange``."""
     if name == ex.DEFAULT:
-        raise failure(ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange")
+        raise failure(ACCESS_REFUSED, "operation not permitted on the default exchange")
 
 
 def _check_name(kind: str, name: str) -> None:
     """rabbit_channel.erl ``check_name``: a new queue's or exchange's name may not start with ``amq.``."""
     if name.startswith("amq."):
-        raise failure(ReplyCode.ACCESS_REFUSED, f"{kind} name '{name}' contains reserved prefix 'amq.*'")
+        raise failure(ACCESS_REFUSED, f"{kind} name '{name}' contains reserved prefix 'amq.*'")
 
 
 def _exclusive_consumer(link: Link) -> bool:
