@@ -22,7 +22,7 @@ from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome
 from minibroker.amqp.types import Described, Symbol
 from minibroker.broker.checkback import CHECK_ADDRESS, CHECK_BACK
-from minibroker.broker.exchanges import DEFAULT, Address, is_v2, parse_v2
+from minibroker.broker.exchanges import DEFAULT, Address, is_v2, missing_queue, parse_v2
 from minibroker.broker.links import RELEASED
 from minibroker.broker.namespace import QUEUE, TOPIC, parse_address
 from minibroker.broker.nodes import SubscriptionSpec
@@ -107,17 +107,6 @@ def _resolve(
         return address, None, None
     name, kind = parse_address(address, capabilities)
     return name, kind, None
-
-
-def missing_queue(name: str, vhost: str) -> Error:
-    """RabbitMQ's refusal of an address naming a queue that does not exist (rabbit_amqp_session.erl
-    ``link_error_not_found``; the same text as rabbit_misc.erl ``not_found``)."""
-    return error(Condition.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
-
-
-def missing_exchange(name: str, vhost: str) -> Error:
-    """RabbitMQ's refusal of an address naming an exchange that does not exist."""
-    return error(Condition.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
 
 
 def _missing(context: AttachContext, name: str, v2: Address | None) -> Error | None:

@@ -140,6 +140,10 @@ class Broker:
             self.settings, self.nodes, self.dispatcher, self.coordinator, self.outbox, clock=self.clock
         )
         self.nodes.first_auto_node = self._deadline_moved  # the idle sweep has something to look at
+        settings = self.settings
+        policies = [settings.node_defaults, *settings.queues.values(), *settings.topics.values()]
+        if any(p.message_ttl is not None or p.max_priority is not None for p in policies):
+            self.dispatcher.own_copies = True  # configured nodes with RabbitMQ's ttl or priorities
         self.rabbit = self.endpoints.rabbit
         """RabbitMQ's model: exchanges, bindings, queue declarations (``rabbit.py``, issue 18)."""
         timers_forget = self.nodes.queue_gone

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 *In.* ``post`` puts a message on a node. A queue takes it if its limits allow (or drops its head, by
-policy); a topic gives a copy to every subscription whose selector and no-local filter let it through. A
+policy); a topic gives a copy to every subscription whose selector and no-local filter let it through; an
+exchange (a ``Route``, ``exchanges.py``) gives one to each queue its bindings reach, and a message it routes
+nowhere is released (RabbitMQ 4). A
 message may not be visible at once: a delivery time (``x-opt-delivery-time``, ``x-opt-delivery-delay``,
 ``x-opt-scheduled-enqueue-time``) or a redelivery delay holds it on a timer first. A message whose ttl
 or absolute-expiry-time has passed is never delivered: it goes to the node's expiry address or is dropped.
@@ -135,6 +137,10 @@ def _refusal(targets: list[Queue], message: Message) -> Error | None:
     """Why one of ``targets`` cannot take ``message`` now (reject-publish at a limit), or None."""
     for queue in targets:
         if queue.policy.overflow != DROP_HEAD and not queue.has_room(message):
+            if queue.policy.limit_ready:  # a RabbitMQ queue: its words (rabbit_amqp_session.erl ``rejected``)
+                refusal = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"queue '{queue.name}' exceeded maximum length")
+                refusal.info = {Symbol("queue"): queue.name, Symbol("reason"): Symbol("maxlen")}
+                return refusal
             return error(
                 Condition.RESOURCE_LIMIT_EXCEEDED,
                 f"node {queue.node_name!r} is full ({queue.held} messages, {queue.held_bytes} bytes)",
@@ -535,11 +541,19 @@ class Dispatcher:
     def publish(self, conn: ServerConnection, delivery: IncomingDelivery, node: Node | Route, message: Message) -> None:
         """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch. A message an
         exchange routes to no queue is released (RabbitMQ 4: rabbit_amqp_session.erl, ``released`` when
-        unroutable)."""
+        unroutable); one it routes to some full queues goes to the others, and is answered with the refusal
+        (rabbitmq.com/docs/maxlength: "The message will still be published to all other queues")."""
         targets = self.targets(node, message, conn)
-        if not targets and isinstance(node, Route):
-            self.outbox.answer_now(conn, delivery, RELEASED)
-            return
+        outcome: Accepted | Rejected = ACCEPTED
+        if isinstance(node, Route):
+            if not targets:
+                self.outbox.answer_now(conn, delivery, RELEASED)
+                return
+            full = [queue for queue in targets if _refusal([queue], message) is not None]
+            if full and len(full) < len(targets):
+                self._dead_letter_refused(full, message)
+                outcome = Rejected(error=_refusal(full, message))
+                targets = [queue for queue in targets if queue not in full]
         refused = _refusal(targets, message) or self.recorder.refusal(targets, message)
         if refused is not None:
             self._dead_letter_refused(targets, message)
@@ -558,9 +572,9 @@ class Dispatcher:
             journaled = message.durable
         if journaled and not delivery.settled:
             # journaled: ``accepted`` only once its journal record is on disk (group commit)
-            self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+            self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, outcome))
         else:
-            self.outbox.answer(conn, delivery, ACCEPTED)
+            self.outbox.answer(conn, delivery, outcome)
         for queue in targets:
             self.dispatch(queue)
 

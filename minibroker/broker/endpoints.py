@@ -8,8 +8,10 @@ of the anonymous relay; a coordinator target a ``Controller``. The broker's obje
 link as ``link.context``, given with ``accept_attach``.
 
 A transfer on a controller link goes to the coordinator; on a producer link it is routed (the anonymous
-relay looks up ``properties.to``) and either posted at once (``Dispatcher.publish``) or, when its state
-names a transaction, staged (``Coordinator.post``). A transactional relay post to an address with no node
+relay looks up ``properties.to``; a link or ``to`` naming an exchange with a RabbitMQ 4 address gives the
+message a ``Route`` into that exchange, with the address's routing key or the message's: ``routing_key``) and
+either posted at once (``Dispatcher.publish``) or, when its state names a transaction, staged
+(``Coordinator.post``; an exchange routes it at commit). A transactional relay post to an address with no node
 does not create one: the node is created by the commit, so a rollback leaves nothing behind.
 
 A link that detaches hands its unsettled deliveries to the coordinator (a transaction may hold them) and
@@ -49,14 +51,13 @@ from minibroker.broker.attach import (
     decide,
     denied,
     fields_error,
-    missing_exchange,
 )
 from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher, entity_properties, servicebus_entity
 from minibroker.broker.eventhubs import EventHubs, Reader, Writer
-from minibroker.broker.exchanges import DEFAULT, Route, is_v2, parse_v2
+from minibroker.broker.exchanges import DEFAULT, Route, is_v2, missing_exchange, named_node, parse_v2, resource
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -65,6 +66,7 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.nodes import Nodes, is_servicebus_subscription
 from minibroker.broker.outbox import Outbox
+from minibroker.broker.personality import with_transactions
 from minibroker.broker.queue import Queue
 from minibroker.broker.rabbit import RabbitModel
 from minibroker.broker.services import ServiceLink, Services
@@ -167,6 +169,8 @@ class Endpoints:
         container = str(remote.container_id if remote else "")
         namespace = self.nodes.namespace_of(conn)
         personality = namespace.personality
+        if conn.gateway is not None:  # an AMQP 0-9-1 client: RabbitMQ serves its channel transactions
+            personality = with_transactions(personality)
         if not personality.servicebus:
             return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, vhost=namespace.vhost)
         hubs = self.event_hubs.of(namespace.name)
@@ -498,9 +502,9 @@ class Endpoints:
                 return
             node = found
         if decision.exchange is not None:
-            namespace = self.nodes.namespace_of(conn)
-            if decision.exchange not in namespace.exchanges:
-                conn.refuse_attach(link, missing_exchange(decision.exchange, namespace.vhost))
+            refused = self._exchange_route(conn, decision.exchange, "", None)
+            if isinstance(refused, Error):
+                conn.refuse_attach(link, refused)
                 return
         producer = Producer(conn, link, node, decision.exchange, decision.route)
         if self.nodes.personality_of(conn).servicebus:
@@ -804,7 +808,7 @@ class Endpoints:
         node = producer.node
         message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
         address = node.name if node is not None else producer.exchange or message.to
-        rule = self.injection.fire("transfer", conn, address if isinstance(address, str) else None)
+        rule = self.injection.fire("transfer", conn, named_node(address) if isinstance(address, str) else None)
         if rule is None:
             return False
         link, delivery = producer.link, event.delivery
@@ -887,14 +891,22 @@ class Endpoints:
             return self.nodes.refuse_new_node() or Deferred(self.nodes.namespace_of(conn), name, kind)
         return node
 
-    def _exchange_route(self, conn: ServerConnection, name: str, key: str | None, message: Message) -> Route | Error:
+    def _exchange_route(
+        self, conn: ServerConnection, name: str, key: str | None, message: Message | None
+    ) -> Route | Error:
         """The way of ``message`` into exchange ``name`` of ``conn``'s namespace with routing key ``key`` (None: the
-        message's own, ``routing_key``); ``amqp:not-found`` when there is no such exchange."""
+        message's own, ``routing_key``); ``amqp:not-found`` when there is no such exchange, and
+        ``amqp:unauthorized-access`` for an internal one (rabbit_amqp_session.erl ``check_internal_exchange``)."""
         namespace = self.nodes.namespace_of(conn)
         exchange = namespace.exchanges.get(name)
         if exchange is None:
             return missing_exchange(name if name != DEFAULT else "amq.default", namespace.vhost)
-        return Route(namespace, exchange, routing_key(message) if key is None else key)
+        if exchange.internal:
+            text = f"forbidden to publish to internal {resource('exchange', name, namespace.vhost)}"
+            return error(Condition.UNAUTHORIZED_ACCESS, text)
+        if key is None:
+            key = routing_key(message) if message is not None else ""
+        return Route(namespace, exchange, key)
 
     # -- idle nodes created on demand ----------------------------------------------------------------------
     def next_deadline(self) -> float | None:

@@ -249,6 +249,22 @@ def is_v2(address: str) -> bool:
     return address.startswith(QUEUES_PREFIX) or address.startswith(EXCHANGES_PREFIX)
 
 
+def resource(kind: str, name: str, vhost: str) -> str:
+    """A queue or exchange as RabbitMQ names one in its errors (rabbit_misc.erl ``rs``): ``queue 'q' in vhost '/'``."""
+    return f"{kind} '{name}' in vhost '{vhost}'"
+
+
+def missing_queue(name: str, vhost: str) -> Error:
+    """RabbitMQ's refusal of an address naming a queue that does not exist (rabbit_amqp_session.erl
+    ``link_error_not_found``; the text of rabbit_amqqueue.erl ``not_found``)."""
+    return error(Condition.NOT_FOUND, f"no {resource('queue', name, vhost)}")
+
+
+def missing_exchange(name: str, vhost: str) -> Error:
+    """RabbitMQ's refusal of an address naming an exchange that does not exist."""
+    return error(Condition.NOT_FOUND, f"no {resource('exchange', name, vhost)}")
+
+
 def bad_address(address: str) -> Error:
     return error(Condition.INVALID_FIELD, f"Attach refused: bad address {address!r} (RabbitMQ 4 address v2)")
 
@@ -275,6 +291,21 @@ def parse_v2(address: str, *, source: bool) -> Address | Error:
             return bad_address(address)
         return Address(None, DEFAULT if exchange == DEFAULT_ALIAS else exchange, key)
     return bad_address(address)
+
+
+def named_node(address: str) -> str:
+    """The node a fault rule's ``address`` names for a RabbitMQ 4 ``address``: the queue of ``/queues/NAME``, the
+    queue the default exchange routes ``/exchanges/amq.default/NAME`` to, the exchange of ``/exchanges/NAME/KEY``
+    (so a rule on "orders" meets what a 0-9-1 client publishes to it through the default exchange); any other
+    address as it is."""
+    found = parse_v2(address, source=False) if is_v2(address) else None
+    if not isinstance(found, Address):
+        return address
+    if found.queue is not None:
+        return found.queue
+    if found.exchange == DEFAULT and found.key is not None:
+        return found.key
+    return found.exchange or address
 
 
 def _urldecode(segment: str) -> str | None:

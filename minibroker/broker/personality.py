@@ -15,7 +15,8 @@ each meet the behaviour of theirs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import Literal
 
 from minibroker.amqp.definitions import Error
@@ -638,3 +639,10 @@ def get(name: str) -> Personality:
     if found is None:
         raise ValueError(f"unknown personality {name!r}; known: {', '.join(names())}")
     return found
+
+
+@cache
+def with_transactions(personality: Personality) -> Personality:
+    """``personality``, coordinators allowed: what an AMQP 0-9-1 client of it gets (RabbitMQ refuses AMQP 1.0
+    transactions but serves 0-9-1 channel transactions, ``rabbit_channel.erl`` tx.select)."""
+    return personality if personality.transactions else replace(personality, transactions=True)

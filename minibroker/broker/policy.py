@@ -18,9 +18,10 @@ class NodePolicy:
     """How one node (a queue, or each subscription of a topic) treats its messages."""
 
     max_messages: int = 0
-    """Most messages held (ready, acquired and scheduled); 0 means no limit."""
+    """Most messages held (ready, acquired and scheduled); 0 means no limit (a negative one, none at all: RabbitMQ's
+    ``x-max-length`` 0)."""
     max_bytes: int = 0
-    """Most bytes of messages held; 0 means no limit."""
+    """Most bytes of messages held; 0 means no limit (a negative one, none at all)."""
     overflow: str = REJECT_PUBLISH
     """At a limit: "reject-publish" refuses the new message (amqp:resource-limit-exceeded), "drop-head" drops
     the oldest ready one."""
@@ -35,6 +36,9 @@ class NodePolicy:
     message_ttl: float | None = None
     """Seconds a message lives on this queue at most (RabbitMQ ``x-message-ttl``; the least of it and the message's
     own ttl); None: no limit."""
+    limit_ready: bool = False
+    """The limits count ready (and scheduled) messages only, not delivered unsettled ones, as RabbitMQ's length limits
+    do (a queue declared through the model)."""
     max_priority: int | None = None
     """RabbitMQ's priorities (a queue declared through the model): 0 means none, FIFO whatever the messages say (a
     classic queue without ``x-max-priority``); N means priorities 0..N, a message without one being 0

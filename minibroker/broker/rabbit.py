@@ -13,13 +13,14 @@ delivery limit): RabbitMQ's policy, without minibroker's ``<name>.DLQ`` or deliv
 
 Every operation takes the connection it is done for (its namespace is the virtual host, its identity the owner
 of exclusive queues; None: the default namespace, no owner, as the embedder) and raises
-``amqp091.errors.ProtocolError`` with RabbitMQ's reply code and text (rabbitmq/rabbitmq-server:
+``RabbitError`` with RabbitMQ's reply code and text (rabbitmq/rabbitmq-server:
 deps/rabbit/src/rabbit_channel.erl ``handle_method`` for queue.* and exchange.*, ``check_name``,
 ``check_not_default_exchange``, ``check_exchange_deletion``, ``binding_action``; rabbit_amqqueue.erl
 ``assert_equivalence``, ``check_exclusive_access``, ``declare_args``, ``delete_with``; rabbit_misc.erl
 ``assert_field_equivalence``, ``rs``). The 1.0 side meets the same rules at attach: another connection's exclusive
 queue and a queue held by an exclusive consumer (link property ``rabbitmq:exclusive``) refuse it with
-``amqp:resource-locked``.
+``amqp:resource-locked``; on a queue with ``x-single-active-consumer`` the first consumer gets every message while
+the others wait (stopped: ``Dispatcher.stop``), the oldest taking over when it goes.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from typing import Any
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.types import Symbol
-from minibroker.amqp091.definitions import ReplyCode
-from minibroker.amqp091.errors import ProtocolError
 from minibroker.broker import exchanges as ex
 from minibroker.broker.dispatch import Dispatcher
 from minibroker.broker.links import Consumer
@@ -74,9 +73,30 @@ _EQUIVALENT_ARGUMENTS = ("x-queue-type", "x-message-ttl", "x-expires", "x-dead-l
 _MAX_TTL_MS = 315_360_000_000  # rabbit_misc.erl ``check_expiry``: at most ten years in ms
 
 
-def failure(code: ReplyCode, text: str) -> ProtocolError:
+class RabbitError(Exception):
+    """A refusal of the RabbitMQ model: the AMQP 0-9-1 reply code of the channel error RabbitMQ gives (one of the
+    codes below; the gateway closes the channel with it) and RabbitMQ's text. Plain numbers, so the core loads
+    nothing of the 0-9-1 wire definitions."""
+
+    def __init__(self, reply_code: int, text: str) -> None:
+        super().__init__(text)
+        self.reply_code = reply_code
+        self.text = text
+
+
+ACCESS_REFUSED, NOT_FOUND, RESOURCE_LOCKED, PRECONDITION_FAILED = 403, 404, 405, 406
+"""The 0-9-1 reply codes of the model's refusals (0-9-1 §1.3 constants, all soft errors)."""
+_CODE_NAMES = {
+    ACCESS_REFUSED: "ACCESS_REFUSED",
+    NOT_FOUND: "NOT_FOUND",
+    RESOURCE_LOCKED: "RESOURCE_LOCKED",
+    PRECONDITION_FAILED: "PRECONDITION_FAILED",
+}
+
+
+def failure(code: int, text: str) -> RabbitError:
     """A 0-9-1 error as RabbitMQ words it: the reply code's name, then the text (``NOT_FOUND - no queue ...``)."""
-    return ProtocolError(code, f"{code.name} - {text}")
+    return RabbitError(code, f"{_CODE_NAMES[code]} - {text}")
 
 
 def _bool(value: bool) -> str:
@@ -119,6 +139,9 @@ class Declaration:
     exclusive_consumer: Consumer | None = None
     """A consumer that holds the queue alone (``rabbitmq:exclusive``)."""
     consumers: set[Consumer] = field(default_factory=set)
+    active: Consumer | None = None
+    """With ``x-single-active-consumer``: the one consumer that gets messages (the others wait, in ``waiting``)."""
+    waiting: list[Consumer] = field(default_factory=list)
     expires: float | None = None
     """Seconds unused after which it is deleted (``x-expires``), or None."""
     used_at: float = 0.0
@@ -177,10 +200,10 @@ class RabbitModel:
         if passive:
             _not_default(name)
             if name not in namespace.exchanges:
-                raise failure(ReplyCode.NOT_FOUND, f"no {rs}")
+                raise failure(NOT_FOUND, f"no {rs}")
             return
         if kind not in ex.KINDS:
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"unknown exchange type '{kind}'")
+            raise failure(PRECONDITION_FAILED, f"unknown exchange type '{kind}'")
         _not_default(name)
         existing = namespace.exchanges.get(name)
         if existing is None:
@@ -209,12 +232,12 @@ class RabbitModel:
         _not_default(name)
         rs = _rs("exchange", name, namespace)
         if name.startswith("amq."):
-            raise failure(ReplyCode.ACCESS_REFUSED, f"deletion of system {rs} not allowed")
+            raise failure(ACCESS_REFUSED, f"deletion of system {rs} not allowed")
         exchange = namespace.exchanges.get(name)
         if exchange is None:
             return
         if if_unused and exchange.bindings:
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} in use")
+            raise failure(PRECONDITION_FAILED, f"{rs} in use")
         self._drop_exchange(namespace, exchange)
 
     def _drop_exchange(self, namespace: Namespace, exchange: ex.Exchange) -> None:
@@ -290,11 +313,11 @@ class RabbitModel:
         if kind == ex.QUEUE_DESTINATION:
             queue = namespace.queues.get(destination)
             if queue is None:
-                raise failure(ReplyCode.NOT_FOUND, f"no {_rs('queue', destination, namespace)}")
+                raise failure(NOT_FOUND, f"no {_rs('queue', destination, namespace)}")
         elif destination not in namespace.exchanges:
-            raise failure(ReplyCode.NOT_FOUND, f"no {_rs('exchange', destination, namespace)}")
+            raise failure(NOT_FOUND, f"no {_rs('exchange', destination, namespace)}")
         if exchange is None:
-            raise failure(ReplyCode.NOT_FOUND, f"no {_rs('exchange', source, namespace)}")
+            raise failure(NOT_FOUND, f"no {_rs('exchange', source, namespace)}")
         if kind == ex.QUEUE_DESTINATION:
             self._exclusive_access(conn, namespace.queues[destination])
         table = dict(arguments or {})
@@ -303,7 +326,7 @@ class RabbitModel:
             if exchange.kind == ex.HEADERS:
                 invalid = ex.x_match_error(table)
                 if invalid is not None:
-                    raise failure(ReplyCode.PRECONDITION_FAILED, invalid)
+                    raise failure(PRECONDITION_FAILED, invalid)
             exchange.bindings[found] = table
             return
         if exchange.bindings.pop(found, ...) is not ... and exchange.auto_delete and not exchange.bindings:
@@ -346,7 +369,7 @@ class RabbitModel:
         if passive:
             queue = self._queue(namespace, name)
             self._exclusive_access(conn, queue)
-            return name, queue.depth, self.dispatcher.consumer_count(queue)
+            return name, queue.depth, self.consumer_count(queue)
         server_named = not name
         if server_named:
             name = self._server_name(namespace)
@@ -355,23 +378,23 @@ class RabbitModel:
         if node is not None:
             rs = _rs("queue", name, namespace)
             if not isinstance(node, Queue):
-                raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} is a topic (an AMQP 1.0 multicast node)")
+                raise failure(PRECONDITION_FAILED, f"{rs} is a topic (an AMQP 1.0 multicast node)")
             declared = self.declared.get(node)
             if declared is not None:
                 self._equivalent(conn, node, declared, durable and not exclusive, auto_delete, arguments, owner)
                 self._used(node, declared)
-            return name, node.depth, self.dispatcher.consumer_count(node)
+            return name, node.depth, self.consumer_count(node)
         if not server_named:
             _check_name("queue", name)
         rs = _rs("queue", name, namespace)
         policy = queue_policy(arguments, rs)
         refused = self.nodes.refuse_new_node()
         if refused is not None:
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"cannot declare {rs}: {refused.description}")
+            raise failure(PRECONDITION_FAILED, f"cannot declare {rs}: {refused.description}")
         created = self.nodes.create(namespace, name, QUEUE)
         if not isinstance(created, Queue):  # configured as a topic
             self.nodes.delete(created)
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} is configured as a topic")
+            raise failure(PRECONDITION_FAILED, f"{rs} is configured as a topic")
         created.policy = policy
         self.dispatcher.own_copies = True  # its priorities are RabbitMQ's (and maybe its message ttl)
         declared = self.declared[created] = Declaration(durable and not exclusive, owner, auto_delete, arguments)
@@ -435,7 +458,7 @@ class RabbitModel:
     def _queue(self, namespace: Namespace, name: str) -> Queue:
         queue = namespace.queues.get(name)
         if queue is None:
-            raise failure(ReplyCode.NOT_FOUND, f"no {_rs('queue', name, namespace)}")
+            raise failure(NOT_FOUND, f"no {_rs('queue', name, namespace)}")
         return queue
 
     def _exclusive_access(self, conn: ServerConnection | None, queue: Queue) -> None:
@@ -443,6 +466,13 @@ class RabbitModel:
         declared = self.declared.get(queue)
         if declared is not None and declared.exclusive is not None and declared.exclusive is not conn:
             raise _locked(queue)
+
+    def consumer_count(self, queue: Queue) -> int:
+        """The consumers of ``queue`` as RabbitMQ counts them: those taking messages, and those waiting their turn
+        on a single-active-consumer queue."""
+        declared = self.declared.get(queue)
+        waiting = len(declared.waiting) if declared is not None else 0
+        return self.dispatcher.consumer_count(queue) + waiting
 
     def purge_queue(self, conn: ServerConnection | None, name: str) -> int:
         """queue.purge: its ready messages go; how many (404 missing, 405 another connection's)."""
@@ -462,10 +492,10 @@ class RabbitModel:
             return 0
         self._exclusive_access(conn, queue)
         rs = _rs("queue", name, namespace)
-        if if_unused and self.dispatcher.consumer_count(queue):
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} in use")
+        if if_unused and self.consumer_count(queue):
+            raise failure(PRECONDITION_FAILED, f"{rs} in use")
         if if_empty and queue.depth:
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"{rs} not empty")
+            raise failure(PRECONDITION_FAILED, f"{rs} not empty")
         count = queue.depth
         self.delete_node(queue)
         return count
@@ -500,7 +530,7 @@ class RabbitModel:
         if declared is not None and declared.exclusive is not None and declared.exclusive is not conn:
             return error(Condition.RESOURCE_LOCKED, _locked(queue).text)
         if (declared is not None and declared.exclusive_consumer is not None) or (
-            _exclusive_consumer(link) and self.dispatcher.consumer_count(queue)
+            _exclusive_consumer(link) and self.consumer_count(queue)
         ):
             # rabbit_amqqueue.erl basic_consume: "~ts in exclusive use" (ACCESS_REFUSED in 0-9-1: the reply code
             # rides in the error's info, where the gateway looks for it)
@@ -524,6 +554,12 @@ class RabbitModel:
         declared.consumers.add(consumer)
         if exclusive:
             declared.exclusive_consumer = consumer
+        if declared.arguments.get("x-single-active-consumer") is True and not consumer.browser:
+            if declared.active is None:
+                declared.active = consumer
+            else:
+                declared.waiting.append(consumer)
+                self.dispatcher.stop(consumer)  # it waits its turn (attached, with its credit)
 
     def consumer_gone(self, consumer: Consumer) -> None:
         """A receiver detached: an exclusive consumer lets the queue go; an auto-delete queue that has had
@@ -535,6 +571,12 @@ class RabbitModel:
         declared.consumers.discard(consumer)
         if declared.exclusive_consumer is consumer:
             declared.exclusive_consumer = None
+        if consumer in declared.waiting:
+            declared.waiting.remove(consumer)
+        elif declared.active is consumer:
+            declared.active = declared.waiting.pop(0) if declared.waiting else None
+            if declared.active is not None:
+                self.dispatcher.restart(declared.active)  # the oldest waiting consumer takes over
         if declared.consumers or queue.deleted:
             return
         if declared.auto_delete and declared.had_consumer:
@@ -555,7 +597,7 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
     for key in arguments:
         if key in _KNOWN_ARGUMENTS and key not in allowed:
             module = f"rabbit_{queue_type}_queue"
-            raise failure(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{key}' for {rs} of queue type {module}")
+            raise failure(PRECONDITION_FAILED, f"invalid arg '{key}' for {rs} of queue type {module}")
     ttl = _integer(arguments, "x-message-ttl", rs, least=0, most=_MAX_TTL_MS)
     _integer(arguments, "x-expires", rs, least=1, most=_MAX_TTL_MS)
     max_length = _integer(arguments, "x-max-length", rs, least=0)
@@ -573,8 +615,8 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
     if single is not None and not isinstance(single, bool):
         raise _invalid("x-single-active-consumer", rs, '{unacceptable_type,"expected boolean"}')
     return NodePolicy(
-        max_messages=max_length or 0,
-        max_bytes=max_bytes or 0,
+        max_messages=_limit(max_length),
+        max_bytes=_limit(max_bytes),
         overflow=str(overflow),
         max_delivery_attempts=limit or 0,
         dead_letter_address="",
@@ -582,7 +624,15 @@ def queue_policy(arguments: Mapping[str, Any], rs: str) -> NodePolicy:
         dead_letter_routing_key=dead_letter_key,
         message_ttl=ttl / 1000 if ttl is not None else None,
         max_priority=levels or 0,
+        limit_ready=True,
     )
+
+
+def _limit(value: int | None) -> int:
+    """A length limit as ``NodePolicy`` holds it: None is none (0), RabbitMQ's 0 is "nothing at all" (-1)."""
+    if value is None:
+        return 0
+    return value if value else -1
 
 
 def _integer(
@@ -620,39 +670,38 @@ def _text(arguments: Mapping[str, Any], key: str, rs: str) -> str | None:
     return value
 
 
-def _invalid(key: str, rs: str, reason: str) -> ProtocolError:
-    return failure(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{key}' for {rs}: {reason}")
+def _invalid(key: str, rs: str, reason: str) -> RabbitError:
+    return failure(PRECONDITION_FAILED, f"invalid arg '{key}' for {rs}: {reason}")
 
 
-def _inequivalent(key: str, rs: str, received: str, current: str) -> ProtocolError:
+def _inequivalent(key: str, rs: str, received: str, current: str) -> RabbitError:
     text = f"inequivalent arg '{key}' for {rs}: received {received} but current is {current}"
-    return failure(ReplyCode.PRECONDITION_FAILED, text)
+    return failure(PRECONDITION_FAILED, text)
 
 
-def _locked(queue: Queue) -> ProtocolError:
+def _locked(queue: Queue) -> RabbitError:
     rs = _rs("queue", queue.name, queue.namespace)
     return failure(
-        ReplyCode.RESOURCE_LOCKED,
+        RESOURCE_LOCKED,
         f"cannot obtain exclusive access to locked {rs}. It could be originally declared on another connection or "
         "the exclusive property value does not match that of the original declaration.",
     )
 
 
 def _rs(kind: str, name: str, namespace: Namespace | None) -> str:
-    """A resource as rabbit_misc.erl ``rs`` names it: ``queue 'q' in vhost '/'``."""
-    return f"{kind} '{name}' in vhost '{namespace.vhost if namespace is not None else '/'}'"
+    return ex.resource(kind, name, namespace.vhost if namespace is not None else "/")
 
 
 def _not_default(name: str | None) -> None:
     """rabbit_channel.erl ``check_not_default_exchange``."""
     if name == ex.DEFAULT:
-        raise failure(ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange")
+        raise failure(ACCESS_REFUSED, "operation not permitted on the default exchange")
 
 
 def _check_name(kind: str, name: str) -> None:
     """rabbit_channel.erl ``check_name``: a new queue's or exchange's name may not start with ``amq.``."""
     if name.startswith("amq."):
-        raise failure(ReplyCode.ACCESS_REFUSED, f"{kind} name '{name}' contains reserved prefix 'amq.*'")
+        raise failure(ACCESS_REFUSED, f"{kind} name '{name}' contains reserved prefix 'amq.*'")
 
 
 def _exclusive_consumer(link: Link) -> bool:

@@ -27,22 +27,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from minibroker.amqp.definitions import Error
 from minibroker.amqp091 import events as e091
 from minibroker.amqp091.definitions import ReplyCode
 from minibroker.amqp091.engine import Connection091
 from minibroker.amqp091.errors import ProtocolError
+from minibroker.broker.rabbit import RabbitError, RabbitModel
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import Event
 from minibroker.engine.sasl import SaslPolicy
 from minibroker.gateway091 import consume, declare, publish
 from minibroker.gateway091 import inner as i10
 from minibroker.gateway091.channel import Channel, Command
-
-if TYPE_CHECKING:
-    from minibroker.broker.rabbit import RabbitModel
 
 log = logging.getLogger("minibroker.amqp091")
 _HOLD = 1 << 20
@@ -233,8 +231,8 @@ class Gateway:
         """True when the publishes sent on the channel before ``command`` have reached the broker; else hold
         ``command`` until they have (its answer must see them, as RabbitMQ's channel routes a publish before it
         reads the next method)."""
+        self._flush(self.clock())  # what the client wrote is not the broker's yet
         if not self.client.holding(channel.number):
-            self._flush(self.clock())  # the publishes the client has written but not yet handed over
             return True
         channel.wait("sent", 0, _nothing, command)
         return False
@@ -251,9 +249,9 @@ class Gateway:
                         f"COMMAND_INVALID - {command.method.NAME} is not a method a client sends",
                     )
                 handler(self, channel, command)
-            except ProtocolError as exc:
+            except (ProtocolError, RabbitError) as exc:
                 method = command.method
-                self.fail(channel, exc.reply_code, exc.text, method.CLASS_ID, method.METHOD_ID)
+                self.fail(channel, ReplyCode(exc.reply_code), exc.text, method.CLASS_ID, method.METHOD_ID)
 
     def fail(self, channel: Channel, code: ReplyCode, text: str, class_id: int = 0, method_id: int = 0) -> None:
         """A channel error closes the channel, a hard error the connection (0-9-1 §1.3)."""

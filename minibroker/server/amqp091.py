@@ -34,4 +34,5 @@ def make_gateway(config: Config, broker: Broker, inner: ServerConnection, starte
         max_message_size=server.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
     )
     inner.idle_time_out = None  # the gateway sends the inner connection no heartbeats: the client's are checked
+    inner.gateway = "amqp-0-9-1"
     return Gateway(engine, inner, broker.rabbit, trio.current_time)

@@ -10,7 +10,7 @@ import pytest
 from minibroker.amqp.definitions import ApplicationProperties, MessageAnnotations, Properties
 from minibroker.amqp.types import Symbol
 from minibroker.amqp091.definitions import ReplyCode
-from minibroker.amqp091.errors import ProtocolError
+from minibroker.broker.rabbit import RabbitError
 from minibroker.testing import frames
 from tests.broker.txn_driver import World, name_in
 from tests.personalities.harness import peer, world
@@ -54,11 +54,11 @@ def names_in(payloads: list[bytes]) -> list[str | None]:
 
 
 def fails(code: ReplyCode, text: str | None = None) -> Any:
-    """``pytest.raises`` for a ``ProtocolError`` with ``code`` (and exactly ``text`` when given)."""
+    """``pytest.raises`` for a ``RabbitError`` with ``code`` (and exactly ``text`` when given)."""
 
     class _Check:
         def __enter__(self) -> None:
-            self.raises = pytest.raises(ProtocolError)
+            self.raises = pytest.raises(RabbitError)
             self.info = self.raises.__enter__()
 
         def __exit__(self, *exc: Any) -> bool:

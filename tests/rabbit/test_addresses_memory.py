@@ -171,3 +171,51 @@ def test_exchange_addresses_in_the_rabbitmq_personality_route_by_bindings() -> N
     w.settle()
     assert isinstance(send(w, p, "out", message("m")), Accepted)
     assert ready(w, "q") == ["m"]
+
+
+def test_an_internal_exchange_takes_no_posts() -> None:
+    """rabbit_amqp_session.erl ``check_internal_exchange``: an internal exchange refuses a producer's attach and a
+    relay post (amqp:unauthorized-access); it still routes what another exchange passes to it."""
+    w = rabbit_world()
+    rabbit = w.broker.rabbit
+    rabbit.declare_exchange(None, "inner", "fanout", internal=True)
+    rabbit.bind_exchange(None, "inner", "amq.fanout", "")
+    bound(w, "q", "inner", "")
+    p = peer(w)
+    p.attach_producer("direct", "/exchanges/inner")
+    p.attach_producer("relay", None)
+    p.attach_producer("outer", "/exchanges/amq.fanout")
+    seen = w.settle()[p]
+    text = "forbidden to publish to internal exchange 'inner' in vhost '/'"
+    unauthorized = Symbol("amqp:unauthorized-access")
+    assert [(link, err.condition, err.description) for link, err in seen.detached if err] == [
+        ("direct", unauthorized, text)
+    ]
+    state = send(w, p, "relay", message("m1", to="/exchanges/inner"))
+    assert isinstance(state, Rejected)
+    assert state.error.condition == unauthorized
+    assert isinstance(send(w, p, "outer", message("m2")), Accepted)
+    assert ready(w, "q") == ["m2"]
+
+
+def test_an_exchange_post_reaches_the_queues_with_room_and_is_rejected_for_a_full_one() -> None:
+    """rabbitmq.com/docs/maxlength: a message routed to several queues and refused by one (reject-publish) is still
+    enqueued on the others; the publisher hears the refusal (rabbit_amqp_session.erl ``rejected(_, maxlen)``:
+    amqp:resource-limit-exceeded "queue 'full' exceeded maximum length")."""
+    w = rabbit_world()
+    rabbit = w.broker.rabbit
+    rabbit.declare_queue(None, "full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    rabbit.declare_queue(None, "roomy")
+    rabbit.bind_queue(None, "full", "amq.fanout", "")
+    rabbit.bind_queue(None, "roomy", "amq.fanout", "")
+    p = peer(w)
+    p.attach_producer("out", "/exchanges/amq.fanout")
+    w.settle()
+    state = send(w, p, "out", message("m1"))
+    assert isinstance(state, Rejected)
+    assert (str(state.error.condition), state.error.description) == (
+        "amqp:resource-limit-exceeded",
+        "queue 'full' exceeded maximum length",
+    )
+    assert {str(k): v for k, v in state.error.info.items()} == {"queue": "full", "reason": "maxlen"}
+    assert (ready(w, "full"), ready(w, "roomy")) == ([], ["m1"])

@@ -301,3 +301,53 @@ def test_exclusive_queue_goes_when_its_connection_is_lost() -> None:
     assert [(link, str(err.condition)) for link, err in seen.detached if err] == [("out", "amqp:resource-deleted")]
     assert w.broker.rabbit.declared == {}
     assert w.broker.internal_errors == 0
+
+
+def test_single_active_consumer_takes_everything_until_it_goes() -> None:
+    """x-single-active-consumer: one consumer gets the messages, the others wait; when it goes the oldest waiting
+    one takes over (RabbitMQ's single active consumer)."""
+    w = rabbit_world()
+    queue(w, "q", arguments={"x-single-active-consumer": True})
+    sender, c = peer(w, "sender"), peer(w, "consumers")
+    sender.attach_producer("out", "/queues/q")
+    for name in ("c1", "c2", "c3"):
+        c.attach_consumer(name, "/queues/q", presettled=True, default_outcome=None)
+        c.flow(name, 10)
+    w.settle()
+    assert w.broker.rabbit.declare_queue(None, "q", arguments={"x-single-active-consumer": True}) == ("q", 0, 3)
+
+    def send(*names: str) -> list[tuple[str, str | None]]:
+        got: list[tuple[str, str | None]] = []
+        for name in names:
+            sender.transfer("out", message(name), settled=True)
+            got += [(done.link, done.name) for done in w.settle()[c].completed]
+        return got
+
+    assert send("m1", "m2") == [("c1", "m1"), ("c1", "m2")]
+    c.detach("c1")
+    w.settle()
+    assert send("m3") == [("c2", "m3")]
+    c.attach_consumer("c4", "/queues/q", presettled=True, default_outcome=None)
+    c.flow("c4", 10)
+    c.detach("c2")
+    w.settle()
+    assert send("m4") == [("c3", "m4")]
+    c.detach("c3")
+    w.settle()
+    assert send("m5") == [("c4", "m5")]
+
+
+def test_length_limits_count_ready_messages_only() -> None:
+    """rabbitmq.com/docs/maxlength: "the number of messages in the ready state are used. Messages unacknowledged by
+    consumers do not count towards the limit"."""
+    w = rabbit_world()
+    queue(w, "q", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    p = peer(w)
+    publish(w, p, "/queues/q", "m1")
+    p.attach_consumer("in", "/queues/q", presettled=False, default_outcome=None)
+    p.flow("in", 1)
+    assert len(w.settle()[p].started) == 1  # m1 is out, unacknowledged
+    accepted, refused = publish(w, p, "/queues/q", "m2", "m3")
+    assert isinstance(accepted, Accepted)
+    assert isinstance(refused, Rejected)
+    assert ready(w, "q") == ["m2"]
