@@ -46,9 +46,9 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import Link
 
 EXCLUSIVE_CONSUMER = Symbol("rabbitmq:exclusive")
+"""The attach property that asks for an exclusive consumer (what the gateway sends for basic.consume exclusive)."""
 REPLY_CODE = Symbol("rabbitmq:reply-code")
 """The info key of a refusal carrying the AMQP 0-9-1 reply code RabbitMQ gives for it (``gateway091.consume``)."""
-"""The attach property that asks for an exclusive consumer (what the gateway sends for basic.consume exclusive)."""
 SERVER_NAMED = "amq.gen-"
 OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
 QUEUE_TYPES = ("classic", "quorum")
@@ -537,7 +537,7 @@ class RabbitModel:
             return Error(
                 condition=Symbol(Condition.RESOURCE_LOCKED.value),
                 description=f"{_rs('queue', queue.name, queue.namespace)} in exclusive use",
-                info={REPLY_CODE: int(ReplyCode.ACCESS_REFUSED)},
+                info={REPLY_CODE: ACCESS_REFUSED},
             )
         return None
 
