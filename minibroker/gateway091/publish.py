@@ -10,7 +10,8 @@ it, as RabbitMQ's routing does for a 0-9-1 publish (rabbit_channel.erl, ``handle
 - ``released``: routed nowhere: dropped, after a ``basic.return`` (312 NO_ROUTE) when it was ``mandatory``, then
   confirmed with ``basic.ack`` (RabbitMQ's publisher confirms documentation: an unroutable message is confirmed
   once the exchange found no queue);
-- ``rejected`` ``amqp:not-found``: no such exchange: the channel is closed with 404, as RabbitMQ closes it;
+- ``rejected`` ``amqp:not-found``: no such exchange: the channel is closed with 404, as RabbitMQ closes it (and
+  with 403 for ``amqp:unauthorized-access``: an internal exchange, or no permission);
 - any other ``rejected`` (a queue at its limit with ``x-overflow = reject-publish``): ``basic.nack``.
 
 Confirms are numbered per channel from 1 (the confirm.select documentation of RabbitMQ's extensions) and acked in
@@ -118,6 +119,11 @@ def check_expiration(expiration: str) -> None:
     )
 
 
+_CHANNEL_ERRORS = {"amqp:not-found": ReplyCode.NOT_FOUND, "amqp:unauthorized-access": ReplyCode.ACCESS_REFUSED}
+"""Refusals of a publish that close the channel (rabbit_channel.erl: a missing exchange is 404; an internal exchange,
+or one the user may not write to, 403), whatever the confirm mode; other refusals are nacks."""
+
+
 def outcome(gateway: Gateway, channel: Channel, event: Outcome) -> None:
     """The broker's answer to a publish, or to a declare or discharge on the coordinator link."""
     if event.handle == channel.coordinator:
@@ -141,11 +147,10 @@ def outcome(gateway: Gateway, channel: Channel, event: Outcome) -> None:
         _confirmed(channel, published.seq)
     elif isinstance(state, Rejected):
         err = state.error
-        if err is not None and str(err.condition) == "amqp:not-found":
-            text = err.description or "no such exchange"
-            gateway.fail(
-                channel, ReplyCode.NOT_FOUND, f"NOT_FOUND - {text}", BasicPublish.CLASS_ID, BasicPublish.METHOD_ID
-            )
+        code = _CHANNEL_ERRORS.get(str(err.condition)) if err is not None else None
+        if err is not None and code is not None:
+            text = err.description or str(err.condition)
+            gateway.fail(channel, code, f"{code.name} - {text}", BasicPublish.CLASS_ID, BasicPublish.METHOD_ID)
             return
         if published.seq:
             channel.unconfirmed.pop(published.seq, None)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from minibroker.amqp091 import definitions as d
+from minibroker.amqp091.frames import MethodFrame
 from minibroker.testing.thread import ThreadedBroker
 from tests.amqp091.peer import SocketPeer
 
@@ -251,3 +252,58 @@ def test_a_connection_error_leaves_other_connections_alone(minibroker: ThreadedB
         peer.closed(540, "NOT_IMPLEMENTED - immediate=true", *PUBLISH)
         other.publish(1, b"m", routing_key="q")
         assert declare(other, "q").message_count == 1
+
+
+# -- more of RabbitMQ's refusals ------------------------------------------------------------------------------------
+def test_publish_to_an_internal_exchange_is_403(peer: SocketPeer, vhost: str) -> None:
+    """rabbit_channel.erl ``check_internal_exchange``: 403 (worded here as the broker's AMQP 1.0 side words it,
+    rabbit_amqp_session.erl's "forbidden to publish to internal ...")."""
+    peer.call(1, d.ExchangeDeclare(exchange="inside", type="fanout", internal=True), d.ExchangeDeclareOk)
+    peer.publish(1, b"m", exchange="inside")
+    peer.channel_closed(
+        1, 403, f"ACCESS_REFUSED - forbidden to publish to internal exchange 'inside' in vhost '{vhost}'", *PUBLISH
+    )
+
+
+def test_binding_to_the_default_exchange_is_403(peer: SocketPeer) -> None:
+    declare(peer, "q")
+    peer.method(1, d.QueueBind(queue="q", exchange="", routing_key="k"))
+    peer.channel_closed(1, 403, "ACCESS_REFUSED - operation not permitted on the default exchange", 50, 20)
+
+
+def test_deleting_the_default_exchange_is_403(peer: SocketPeer) -> None:
+    peer.method(1, d.ExchangeDelete(exchange=""))
+    peer.channel_closed(1, 403, "ACCESS_REFUSED - operation not permitted on the default exchange", 40, 20)
+
+
+def test_deleting_a_queue_cancels_its_consumers_elsewhere(peer: SocketPeer) -> None:
+    declare(peer, "q")
+    peer.channel(2)
+    peer.call(2, d.BasicConsume(queue="q", consumer_tag="c"), d.BasicConsumeOk)
+    assert peer.call(1, d.QueueDelete(queue="q"), d.QueueDeleteOk).message_count == 0
+    cancel = peer.expect(2, d.BasicCancel)
+    assert cancel.consumer_tag == "c"
+    still_serves(peer, 2)
+
+
+def test_many_transactional_channels_on_one_connection(peer: SocketPeer) -> None:
+    """Every channel may be transactional (RabbitMQ has no per-connection limit); where the broker's limit on a
+    connection's open transactions stops one, that channel fails, not the connection."""
+    declare(peer, "q")
+    failed = 0
+    for number in range(2, 112):
+        peer.channel(number)
+        peer.call(number, d.TxSelect(), d.TxSelectOk)
+        peer.publish(number, b"m", routing_key="q")
+        peer.method(number, d.QueueDeclare(queue="q", passive=True))
+        frame = peer.frame()
+        assert isinstance(frame, MethodFrame), frame
+        assert frame.channel == number, frame
+        if isinstance(frame.method, d.ChannelClose):
+            assert frame.method.reply_code == 406, frame
+            peer.method(number, d.ChannelCloseOk())
+            failed += 1
+        else:
+            assert isinstance(frame.method, d.QueueDeclareOk), frame
+    assert failed <= 10
+    still_serves(peer)
