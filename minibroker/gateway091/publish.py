@@ -234,8 +234,17 @@ def ensure_transaction(gateway: Gateway, channel: Channel, command: Command) -> 
         if isinstance(state, Declared):
             channel.txn = bytes(state.txn_id)
             return
+        # the broker declined (its limit on a connection's open transactions, say): this channel fails, not the
+        # connection (RabbitMQ has no such limit; nothing here is the client's or the gateway's fault)
         text = _refusal_text(state)
-        gateway.fail(channel, ReplyCode.INTERNAL_ERROR, f"INTERNAL_ERROR - no transaction: {text}")
+        method = command.method
+        gateway.fail(
+            channel,
+            ReplyCode.PRECONDITION_FAILED,
+            f"PRECONDITION_FAILED - no transaction: {text}",
+            method.CLASS_ID,
+            method.METHOD_ID,
+        )
 
     channel.wait("outcome", delivery_id, declared, command)
     return False
