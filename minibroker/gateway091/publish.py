@@ -46,7 +46,7 @@ from minibroker.amqp091.definitions import (
 )
 from minibroker.amqp091.errors import ProtocolError
 from minibroker.gateway091 import convert
-from minibroker.gateway091.channel import Channel, Command, Published
+from minibroker.gateway091.channel import Channel, Command, Published, Returned
 
 if TYPE_CHECKING:
     from minibroker.gateway091.connection import Gateway
@@ -84,6 +84,9 @@ def basic_publish(gateway: Gateway, channel: Channel, command: Command) -> None:
         channel.next_seq += 1
         channel.unconfirmed[seq] = None
     returned = (method.exchange, method.routing_key, properties, body) if method.mandatory else None
+    if returned is not None and channel.transactional:  # routed at the commit: checked then (``_discharge``)
+        channel.txn_returns.append(returned)
+        returned = None
     if channel.relay is None:
         channel.relay = gateway.client.attach_sender(channel.number, target=None)
     # (the inner client holds the transfer until the relay link has credit, and what follows it in the session)
@@ -137,13 +140,7 @@ def outcome(gateway: Gateway, channel: Channel, event: Outcome) -> None:
         state = state.outcome
     if isinstance(state, Released):
         if published.returned is not None:
-            exchange, routing_key, properties, body = published.returned
-            gateway.engine.send_content(
-                channel.number,
-                BasicReturn(reply_code=NO_ROUTE, reply_text="NO_ROUTE", exchange=exchange, routing_key=routing_key),
-                properties,
-                body,
-            )
+            send_return(gateway, channel, published.returned)
         _confirmed(channel, published.seq)
     elif isinstance(state, Rejected):
         err = state.error
@@ -157,6 +154,17 @@ def outcome(gateway: Gateway, channel: Channel, event: Outcome) -> None:
             gateway.engine.send_method(channel.number, BasicNack(delivery_tag=published.seq))
     else:  # accepted (or no outcome: settled by the broker)
         _confirmed(channel, published.seq)
+
+
+def send_return(gateway: Gateway, channel: Channel, returned: Returned) -> None:
+    """``basic.return`` of an unroutable mandatory publish (312 NO_ROUTE)."""
+    exchange, routing_key, properties, body = returned
+    gateway.engine.send_content(
+        channel.number,
+        BasicReturn(reply_code=NO_ROUTE, reply_text="NO_ROUTE", exchange=exchange, routing_key=routing_key),
+        properties,
+        body,
+    )
 
 
 def _confirmed(channel: Channel, seq: int) -> None:
@@ -265,8 +273,13 @@ def _discharge(gateway: Gateway, channel: Channel, command: Command, *, fail: bo
     if not channel.transactional:
         raise ProtocolError(ReplyCode.PRECONDITION_FAILED, "PRECONDITION_FAILED - channel is not transactional")
     answer = TxRollbackOk() if fail else TxCommitOk()
-    txn, acks = channel.txn, channel.txn_acks
-    channel.txn, channel.txn_acks = None, []
+    txn, acks, returns = channel.txn, channel.txn_acks, channel.txn_returns
+    channel.txn, channel.txn_acks, channel.txn_returns = None, [], []
+    if not fail:  # the commit routes the transaction's publishes: the unroutable mandatory ones come back first
+        for returned in returns:
+            exchange, routing_key, properties, _ = returned
+            if not gateway.model.routable(gateway.inner, exchange, routing_key, properties.headers or {}):
+                send_return(gateway, channel, returned)
     if txn is None:
         gateway.engine.send_method(channel.number, answer)
         return

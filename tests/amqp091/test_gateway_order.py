@@ -158,3 +158,25 @@ def test_an_unroutable_mandatory_publish_is_returned_then_acked(peer: SocketPeer
     )
     ack = peer.expect(1, d.BasicAck)
     assert (ack.delivery_tag, ack.multiple) == (1, False)
+
+
+def test_an_unroutable_mandatory_publish_in_a_transaction_is_returned_at_commit(peer: SocketPeer) -> None:
+    """rabbit_channel.erl routes a channel transaction's publishes at tx.commit, returning the unroutable mandatory
+    ones (basic.return) before commit-ok; a rolled back one is never returned."""
+    peer.call(1, d.QueueDeclare(queue="q"), d.QueueDeclareOk)
+    peer.call(1, d.TxSelect(), d.TxSelectOk)
+    peer.publish(1, b"dropped", routing_key="nowhere", mandatory=True)
+    peer.call(1, d.TxRollback(), d.TxRollbackOk)
+    peer.publish(1, b"kept", routing_key="q", mandatory=True)
+    peer.publish(1, b"lost", routing_key="nowhere", mandatory=True)
+    peer.publish(1, b"quiet", routing_key="nowhere")
+    peer.method(1, d.TxCommit())
+    returned, _, body = peer.content(1, d.BasicReturn)
+    assert (returned.reply_code, returned.reply_text, returned.routing_key, body) == (
+        312,
+        "NO_ROUTE",
+        "nowhere",
+        b"lost",
+    )
+    peer.expect(1, d.TxCommitOk)
+    assert count(peer, "q") == 1
