@@ -180,3 +180,49 @@ def test_an_unroutable_mandatory_publish_in_a_transaction_is_returned_at_commit(
     )
     peer.expect(1, d.TxCommitOk)
     assert count(peer, "q") == 1
+
+
+def test_requeued_deliveries_come_back_redelivered_in_queue_order(peer: SocketPeer) -> None:
+    peer.call(1, d.QueueDeclare(queue="q"), d.QueueDeclareOk)
+    for n in range(3):
+        peer.publish(1, b"m%d" % n, routing_key="q")
+    peer.call(1, d.BasicQos(prefetch_count=3), d.BasicQosOk)
+    peer.call(1, d.BasicConsume(queue="q", consumer_tag="c"), d.BasicConsumeOk)
+    first = [peer.content(1, d.BasicDeliver) for _ in range(3)]
+    assert [(m.delivery_tag, m.redelivered, body) for m, _, body in first] == [
+        (1, False, b"m0"),
+        (2, False, b"m1"),
+        (3, False, b"m2"),
+    ]
+    peer.method(1, d.BasicNack(delivery_tag=3, multiple=True, requeue=True))
+    again = [peer.content(1, d.BasicDeliver) for _ in range(3)]
+    assert [(m.delivery_tag, m.redelivered, body) for m, _, body in again] == [
+        (4, True, b"m0"),
+        (5, True, b"m1"),
+        (6, True, b"m2"),
+    ]
+    peer.call(1, d.BasicRecover(requeue=True), d.BasicRecoverOk)
+    third = [peer.content(1, d.BasicDeliver) for _ in range(3)]
+    assert [(m.redelivered, body) for m, _, body in third] == [(True, b"m0"), (True, b"m1"), (True, b"m2")]
+    assert [m.delivery_tag for m, _, _ in third] == [7, 8, 9]
+    peer.call(1, d.BasicCancel(consumer_tag="c"), d.BasicCancelOk)
+    peer.method(1, d.BasicAck(delivery_tag=9, multiple=True))  # acks after the cancel still count
+    peer.method(1, d.BasicAck(delivery_tag=4))  # acked above already: 406
+    peer.channel_closed(1, 406, "PRECONDITION_FAILED - unknown delivery tag 4", 60, 80)
+    peer.channel(1)
+    assert count(peer, "q") == 0
+
+
+def test_prefetch_limits_what_a_consumer_holds(peer: SocketPeer) -> None:
+    peer.call(1, d.QueueDeclare(queue="q"), d.QueueDeclareOk)
+    for n in range(5):
+        peer.publish(1, b"m%d" % n, routing_key="q")
+    peer.call(1, d.BasicQos(prefetch_count=2), d.BasicQosOk)
+    peer.call(1, d.BasicConsume(queue="q", consumer_tag="c"), d.BasicConsumeOk)
+    assert [peer.content(1, d.BasicDeliver)[2] for _ in range(2)] == [b"m0", b"m1"]
+    with pytest.raises(TimeoutError):
+        peer.frame(timeout=0.3)  # nothing more until an ack
+    peer.method(1, d.BasicAck(delivery_tag=1))
+    assert peer.content(1, d.BasicDeliver)[2] == b"m2"
+    with pytest.raises(TimeoutError):
+        peer.frame(timeout=0.3)
