@@ -96,7 +96,14 @@ class Gateway:
 
     @property
     def output_size(self) -> int:
-        return self.engine.output_size
+        """The 0-9-1 output waiting for the client and, once that is past ``_HOLD`` (so the broker's output, and its
+        credit, are no longer taken), the client's publishes held for credit meanwhile: the I/O layer stops reading
+        a client past a point, so a publisher that reads nothing (its returns, say) cannot make us buffer without
+        bound (RabbitMQ's TCP back-pressure)."""
+        size = self.engine.output_size
+        if size >= _HOLD:
+            size += self.client.held_size()
+        return size
 
     @property
     def awaiting_verdict(self) -> bool:

@@ -19,7 +19,7 @@ from proton.utils import BlockingConnection
 
 from minibroker.amqp091 import definitions as d
 from minibroker.amqp091.codec import encode_table
-from minibroker.amqp091.frames import HEARTBEAT_BYTES, PROTOCOL_HEADER, encode_content
+from minibroker.amqp091.frames import HEARTBEAT_BYTES, PROTOCOL_HEADER, MethodFrame, encode_content
 from minibroker.gateway091.connection import Gateway
 from minibroker.server.app import RunningBroker
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
@@ -72,18 +72,25 @@ def publishes(queue: str, bodies: Iterator[bytes], channel: int = 1) -> bytes:
 
 
 # -- clients that do not read -------------------------------------------------------------------------------------
-def test_a_publisher_that_does_not_read_its_confirms(minibroker: ThreadedBroker) -> None:
-    """50 MB published in confirm mode by a client that reads nothing until the end: the gateway's buffers stay
-    bounded all along, and once the client reads, every publish is confirmed."""
+@pytest.mark.parametrize("mandatory", [False, True], ids=["confirms", "returns"])
+def test_a_publisher_that_does_not_read(minibroker: ThreadedBroker, mandatory: bool) -> None:
+    """50 MB published by a client that reads nothing: in confirm mode (small acks), or mandatory to no queue (each
+    publish comes back whole as a basic.return). The gateway's buffers stay bounded all along (once they are full
+    the broker stops reading the client, as RabbitMQ's TCP back-pressure does), and once the client reads, every
+    publish is answered."""
     body = b"x" * 4096
     batches = (50 << 20) // (len(body) * 500)
     total = batches * 500
+    key = "nowhere" if mandatory else "q"
     with SocketPeer(minibroker.host, minibroker.port, sock=small_buffer_socket(minibroker), timeout=20) as peer:
         peer.handshake()
         peer.channel(1)
         peer.call(1, d.QueueDeclare(queue="q"), d.QueueDeclareOk)
         peer.call(1, d.ConfirmSelect(), d.ConfirmSelectOk)
-        batch = publishes("q", iter([body] * 500))
+        batch = b"".join(
+            encode_content(1, d.BasicPublish(routing_key=key, mandatory=mandatory), d.BasicProperties(), body, 131072)
+            for _ in range(500)
+        )
         errors: list[BaseException] = []
 
         def write() -> None:
@@ -93,22 +100,33 @@ def test_a_publisher_that_does_not_read_its_confirms(minibroker: ThreadedBroker)
             except BaseException as exc:
                 errors.append(exc)
 
-        writer = threading.Thread(target=write)
+        writer = threading.Thread(target=write, daemon=True)
         writer.start()
         peak = 0
-        while writer.is_alive():
+        deadline = time.monotonic() + 5  # (with returns to read the writer blocks: the broker stopped reading)
+        while writer.is_alive() and time.monotonic() < deadline:
             peak = max(peak, buffered(minibroker))
             writer.join(0.05)
-        assert not errors
         assert peak < BOUND
-        seen = 0
+        seen = returned = 0
         while seen < total:
-            ack = peer.expect(1, d.BasicAck, timeout=20)
+            frame = peer.frame(timeout=20)
+            assert isinstance(frame, MethodFrame), frame
+            if isinstance(frame.method, d.BasicReturn):
+                assert peer.frame().body_size == len(body)  # type: ignore[union-attr]
+                assert len(peer.frame().payload) == len(body)  # type: ignore[union-attr]
+                returned += 1
+                continue
+            ack = frame.method
+            assert isinstance(ack, d.BasicAck), frame
             assert ack.delivery_tag > seen
             assert ack.multiple or ack.delivery_tag == seen + 1
             seen = ack.delivery_tag
-        assert seen == total
-        assert peer.call(1, d.QueueDeclare(queue="q", passive=True), d.QueueDeclareOk).message_count == total
+        writer.join(20)
+        assert not errors
+        assert (seen, returned) == (total, total if mandatory else 0)
+        expected = 0 if mandatory else total
+        assert peer.call(1, d.QueueDeclare(queue="q", passive=True), d.QueueDeclareOk).message_count == expected
 
 
 @pytest.mark.timeout(120)
