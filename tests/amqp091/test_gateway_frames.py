@@ -309,3 +309,60 @@ def test_many_transactional_channels_on_one_connection(peer: SocketPeer) -> None
             assert isinstance(frame.method, d.QueueDeclareOk), frame
     assert failed == 10  # 110 transactional channels, 100 transactions
     still_serves(peer)
+
+
+def test_anyone_may_publish_to_an_exclusive_queue(minibroker: ThreadedBroker, peer: SocketPeer) -> None:
+    """Exclusivity is about consuming and declaring: RabbitMQ routes other connections' publishes to the queue."""
+    declare(peer, "mine", exclusive=True)
+    with SocketPeer(minibroker.host, minibroker.port) as other:
+        other.handshake()
+        other.channel(1)
+        other.call(1, d.ConfirmSelect(), d.ConfirmSelectOk)
+        other.publish(1, b"m", routing_key="mine")
+        assert other.expect(1, d.BasicAck).delivery_tag == 1
+    assert declare(peer, "mine", passive=True).message_count == 1
+
+
+def test_an_exclusive_queue_goes_with_its_connection(minibroker: ThreadedBroker) -> None:
+    with SocketPeer(minibroker.host, minibroker.port) as owner:
+        owner.handshake()
+        owner.channel(1)
+        name = owner.call(1, d.QueueDeclare(queue="", exclusive=True), d.QueueDeclareOk).queue
+        assert name.startswith("amq.gen-")
+        owner.publish(1, b"m", routing_key="")  # "" in basic.publish is the default exchange's key, not the queue
+    minibroker.wait_for(lambda: not minibroker.queue(name).exists)
+    with SocketPeer(minibroker.host, minibroker.port) as other:
+        other.handshake()
+        other.channel(1)
+        other.method(1, d.QueueDeclare(queue=name, passive=True))
+        other.channel_closed(1, 404, f"NOT_FOUND - no queue '{name}' in vhost '{minibroker.namespace_name}'", 50, 10)
+
+
+@pytest.mark.parametrize("how", ["socket dropped", "channel closed", "channel error"])
+def test_what_a_closed_channel_held_comes_back_redelivered(minibroker: ThreadedBroker, how: str) -> None:
+    """RabbitMQ requeues the unacked deliveries of a channel that closes (however it closes) with the redelivered
+    flag set; an acked one is gone."""
+    with SocketPeer(minibroker.host, minibroker.port) as client:
+        client.handshake()
+        client.channel(1)
+        declare(client, "q")
+        for n in range(4):
+            client.publish(1, b"m%d" % n, routing_key="q")
+        client.call(1, d.BasicConsume(queue="q", consumer_tag="c"), d.BasicConsumeOk)
+        tags = [client.content(1, d.BasicDeliver)[0].delivery_tag for _ in range(4)]
+        client.method(1, d.BasicAck(delivery_tag=tags[0]))
+        if how == "socket dropped":
+            client.sock.close()
+        elif how == "channel closed":
+            client.call(1, d.ChannelClose(200, "bye", 0, 0), d.ChannelCloseOk)
+        else:
+            client.method(1, d.BasicAck(delivery_tag=99))
+            client.channel_closed(1, 406, "PRECONDITION_FAILED - unknown delivery tag 99", 60, 80)
+        minibroker.wait_for(lambda: minibroker.queue("q").stats().ready == 3)
+    with SocketPeer(minibroker.host, minibroker.port) as again:
+        again.handshake()
+        again.channel(1)
+        for n in range(1, 4):
+            again.method(1, d.BasicGet(queue="q", no_ack=True))
+            get_ok, _, body = again.content(1, d.BasicGetOk)
+            assert (body, get_ok.redelivered) == (b"m%d" % n, True)
