@@ -151,19 +151,27 @@ def proton_client(shared: ThreadedBroker) -> Iterator[Proton]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(script=st.lists(pieces, min_size=1, max_size=20), opened=st.sets(st.integers(1, 4)))
+@given(script=st.lists(pieces, min_size=1, max_size=20), opened=st.sets(st.integers(1, 4)), consuming=st.integers(0, 4))
 def test_any_frames_after_a_good_handshake(
     shared: ThreadedBroker,
     witness: SocketPeer,
     proton_client: Proton,
     script: list[object],
     opened: set[int],
+    consuming: int,
 ) -> None:
     with SocketPeer(shared.host, shared.port) as peer:
         peer.handshake()
         for number in sorted(opened):
             peer.channel(number)
             peer.call(number, d.QueueDeclare(queue="fuzz"), d.QueueDeclareOk)
+            if number == consuming:  # deliveries held, so random acks and nacks meet real ones
+                held = peer.call(number, d.QueueDeclare(queue="", exclusive=True), d.QueueDeclareOk).queue
+                peer.publish(number, b"held", routing_key=held)
+                peer.publish(number, b"held", routing_key=held)
+                peer.call(number, d.BasicConsume(queue=held, consumer_tag="a"), d.BasicConsumeOk)
+                peer.content(number, d.BasicDeliver)
+                peer.content(number, d.BasicDeliver)
         data = b"".join(encode(piece) for piece in script)
         with contextlib.suppress(OSError):
             peer.send(data)
