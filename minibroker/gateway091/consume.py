@@ -63,6 +63,9 @@ WINDOW = 1000
 EXCLUSIVE = "rabbitmq:exclusive"
 """The inner attach's link property asking for an exclusive consumer (``broker/rabbit.py`` honours it)."""
 REQUEUE = Modified(delivery_failed=True)
+"""A nack or reject with requeue, and the inner consumers' default outcome: what the client held when its channel
+closed or its connection went is requeued redelivered (rabbit_channel.erl requeues a closing channel's unacked
+messages; the 0-9-1 redelivered flag: "previously delivered to this or another client")."""
 _CONDITION_CODES = {
     "amqp:not-found": ReplyCode.NOT_FOUND,
     "amqp:resource-locked": ReplyCode.RESOURCE_LOCKED,
@@ -139,6 +142,7 @@ def basic_consume(gateway: Gateway, channel: Channel, command: Command) -> None:
         source=f"/queues/{quote(queue, safe='')}",
         settled=method.no_ack,
         properties={EXCLUSIVE: True} if method.exclusive else None,
+        default_outcome=REQUEUE,
     )
     consumer = Consumer(handle, queue, tag, method.no_ack, limit=channel.prefetch_count)
     channel.links[handle] = consumer
@@ -289,7 +293,7 @@ def basic_get(gateway: Gateway, channel: Channel, command: Command) -> None:
         drain()
         return
     handle = gateway.client.attach_receiver(
-        channel.number, source=f"/queues/{quote(queue, safe='')}", settled=method.no_ack, properties=None
+        channel.number, source=f"/queues/{quote(queue, safe='')}", settled=method.no_ack, default_outcome=REQUEUE
     )
     getter = channel.getters[(queue, method.no_ack)] = Consumer(handle, queue, None, method.no_ack)
     channel.links[handle] = getter
