@@ -225,13 +225,14 @@ def delivered(gateway: Gateway, channel: Channel, event: Delivered) -> None:
         channel.unacked[tag] = Unacked(consumer, event.delivery_id)
         consumer.unacked += 1
     redelivered = message.delivery_count > 0
+    routing_key = message.routing_key or _default_routing_key(message.exchange, consumer.queue)
     if consumer.tag is None:
         count = gateway.model.message_count(gateway.inner, consumer.queue)
         get_ok = BasicGetOk(
             delivery_tag=tag,
             redelivered=redelivered,
             exchange=message.exchange,
-            routing_key=message.routing_key,
+            routing_key=routing_key,
             message_count=count,
         )
         gateway.engine.send_content(channel.number, get_ok, message.properties, message.body)
@@ -242,11 +243,18 @@ def delivered(gateway: Gateway, channel: Channel, event: Delivered) -> None:
         delivery_tag=tag,
         redelivered=redelivered,
         exchange=message.exchange,
-        routing_key=message.routing_key,
+        routing_key=routing_key,
     )
     gateway.engine.send_content(channel.number, deliver, message.properties, message.body)
     if consumer.no_ack or not consumer.limit:
         grant(gateway, channel)
+
+
+def _default_routing_key(exchange: str, queue: str) -> str:
+    """The routing key of a message that names none (a 1.0 message sent to the queue, with no ``x-routing-key``
+    annotation and no subject): through the default exchange, the queue's name, as RabbitMQ 4 routes a 1.0
+    transfer to ``/queues/Q`` (rabbit_amqp_session.erl: the default exchange, routing key Q)."""
+    return queue if not exchange else ""
 
 
 def credit(gateway: Gateway, channel: Channel, event: Credit) -> None:
