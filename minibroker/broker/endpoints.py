@@ -889,12 +889,19 @@ class Endpoints:
 
     def _exchange_route(self, conn: ServerConnection, name: str, key: str | None, message: Message) -> Route | Error:
         """The way of ``message`` into exchange ``name`` of ``conn``'s namespace with routing key ``key`` (None: the
-        message's own, ``routing_key``); ``amqp:not-found`` when there is no such exchange."""
+        message's own, ``routing_key``); ``amqp:not-found`` when there is no such exchange. A message that does not
+        name its exchange (a 1.0 publish; the 0-9-1 gateway's do) is annotated with ``x-exchange`` and
+        ``x-routing-key``, as RabbitMQ 4 annotates what it routes (mc_amqp.erl
+        ``protocol_state_message_annotations``), so a 0-9-1 consumer sees where it was published (an empty key is
+        left out: dead-lettering then takes the queue's name, ``dispatch.dead_letter_exchange``)."""
         namespace = self.nodes.namespace_of(conn)
         exchange = namespace.exchanges.get(name)
         if exchange is None:
             return missing_exchange(name if name != DEFAULT else "amq.default", namespace.vhost)
-        return Route(namespace, exchange, routing_key(message) if key is None else key)
+        route = Route(namespace, exchange, routing_key(message) if key is None else key)
+        if not message.annotations or not isinstance(message.annotation("x-exchange"), str):
+            message.annotate({"x-exchange": name, "x-routing-key": route.key} if route.key else {"x-exchange": name})
+        return route
 
     # -- idle nodes created on demand ----------------------------------------------------------------------
     def next_deadline(self) -> float | None:
