@@ -265,6 +265,8 @@ def test_a_lost_connection_rolls_its_transaction_back(broker: ThreadedBroker) ->
     sock: socket.socket = conn._impl._transport._sock  # the socket under pika's connection: cut it
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
     sock.shutdown(socket.SHUT_RDWR)
+    with pytest.raises(pika.exceptions.AMQPError):  # pika sees its socket end
+        conn.process_data_events(time_limit=5)
     broker.wait_for(transactions=0)
     broker.wait_for(queue="txl", depth=1)
     with pika_connection(broker) as again:
