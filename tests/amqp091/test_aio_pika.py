@@ -28,13 +28,13 @@ SCENARIO_TIMEOUT = 15.0
 Scenario = Callable[[aio_pika.abc.AbstractRobustConnection], Awaitable[None]]
 
 
-def play(broker: ThreadedBroker, scenario: Scenario, *, robust: bool = True) -> None:
-    """Connect (``connect_robust`` unless told), run ``scenario`` with the connection, close; within
-    ``SCENARIO_TIMEOUT``."""
+def play(broker: ThreadedBroker, scenario: Scenario, *, robust: bool = True, **options: Any) -> None:
+    """Connect (``connect_robust`` unless told; ``options`` to it), run ``scenario`` with the connection, close;
+    within ``SCENARIO_TIMEOUT``."""
 
     async def main() -> None:
         connect = aio_pika.connect_robust if robust else aio_pika.connect
-        connection: Any = await connect(broker.amqp091_url, timeout=5)
+        connection: Any = await connect(broker.amqp091_url, timeout=5, **options)
         try:
             await scenario(connection)
         finally:
@@ -174,6 +174,24 @@ def test_prefetch_holds_back_deliveries_until_acked(minibroker: ThreadedBroker) 
 
     play(minibroker, scenario)
     assert minibroker.queue("limited").depth == 1
+
+
+def test_what_a_closed_channel_held_comes_back_redelivered(minibroker: ThreadedBroker) -> None:
+    async def scenario(connection: Any) -> None:
+        channel = await connection.channel()
+        queue = await channel.declare_queue("held")
+        for body in (b"1", b"2"):
+            await channel.default_exchange.publish(aio_pika.Message(body), "held")
+        held: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage] = asyncio.Queue()
+        await queue.consume(held.put)
+        assert [(await held.get()).redelivered for _ in range(2)] == [False, False]
+        await channel.close()  # unacked: back to the queue
+        other = await connection.channel()
+        again = await other.declare_queue("held", passive=True)
+        got = [await again.get(no_ack=True) for _ in range(2)]
+        assert [(m.body, m.redelivered) for m in got] == [(b"1", True), (b"2", True)]
+
+    play(minibroker, scenario)
 
 
 # -- exchanges ---------------------------------------------------------------------------------------------------
@@ -377,3 +395,37 @@ def test_tx_commit_without_select_is_406(minibroker: ThreadedBroker) -> None:
             await (await channel.get_underlay_channel()).tx_commit()
 
     play(minibroker, scenario, robust=False)
+
+
+# -- the connection ---------------------------------------------------------------------------------------------
+def test_robust_connection_comes_back_after_a_forced_close(minibroker: ThreadedBroker) -> None:
+    """The broker closes the connection (320 CONNECTION_FORCED, the handle's ``close_connection``): aio-pika's robust
+    connection reconnects and restores its channel, queue and consumer, which receives again."""
+
+    async def scenario(connection: Any) -> None:
+        channel = await connection.channel()
+        queue = await channel.declare_queue("robust")
+        received: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            await message.ack()
+            await received.put(message.body)
+
+        await queue.consume(on_message)
+        await channel.default_exchange.publish(aio_pika.Message(b"before"), "robust")
+        assert await received.get() == b"before"
+        closed: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        reconnected = asyncio.Event()
+        connection.close_callbacks.add(lambda _conn, exc: closed.done() or closed.set_result(exc))
+        connection.reconnect_callbacks.add(lambda _conn: reconnected.set())
+        (info,) = minibroker.connections
+        assert info.container_id.startswith("amqp091-")  # the gateway's inner connection
+        assert minibroker.close_connection(info.id, description="closed by the test")
+        reason = await closed
+        assert isinstance(reason, aiormq.exceptions.ConnectionClosed)
+        assert reason.args[0] == 320
+        await reconnected.wait()
+        await channel.default_exchange.publish(aio_pika.Message(b"after"), "robust")
+        assert await received.get() == b"after"
+
+    play(minibroker, scenario, reconnect_interval=0.1)

@@ -136,6 +136,36 @@ def test_a_send_to_a_missing_exchange_is_not_found(proton: ProtonConnection) -> 
     assert "amqp:not-found" in str(raised.value)
 
 
+def test_a_big_message_crosses_both_ways(channel: Any, proton: ProtonConnection) -> None:
+    """Bodies larger than a 0-9-1 frame (131072) and a 1.0 frame: many body frames one way, a multi-transfer
+    delivery the other, the bytes intact."""
+    big = bytes(range(256)) * 2048 + b"end"  # 512 KiB and a bit
+    channel.queue_declare("big")
+    sender = proton.create_sender("/queues/big")
+    assert sender.send(Message(body=big, inferred=True)).remote_state == Delivery.ACCEPTED
+    assert get(channel, "big")[2] == big
+    channel.confirm_delivery()
+    channel.basic_publish("", "big", big[::-1], pika.BasicProperties(message_id="reversed"))
+    receiver = proton.create_receiver("/queues/big")
+    message = receiver.receive(timeout=BLOCKING_TIMEOUT)
+    assert (message.id, bytes(message.body)) == ("reversed", big[::-1])
+    receiver.accept()
+
+
+def test_a_proton_consumer_sees_where_a_proton_publish_was_routed(channel: Any, proton: ProtonConnection) -> None:
+    """RabbitMQ 4 annotates what it routes through an exchange with ``x-exchange`` and ``x-routing-key``."""
+    channel.queue_declare("seen")
+    channel.queue_bind("seen", "amq.direct", "k")
+    sender = proton.create_sender("/exchanges/amq.direct/k")
+    assert sender.send(Message(body="x", id="routed")).remote_state == Delivery.ACCEPTED
+    receiver = proton.create_receiver("/queues/seen")
+    message = receiver.receive(timeout=BLOCKING_TIMEOUT)
+    receiver.accept()
+    annotations = {str(k): v for k, v in (message.annotations or {}).items()}
+    assert (message.id, message.body) == ("routed", "x")
+    assert (annotations["x-exchange"], annotations["x-routing-key"]) == ("amq.direct", "k")
+
+
 # -- 0-9-1 -> 1.0 ------------------------------------------------------------------------------------------------
 def test_a_pika_message_as_proton_sees_it(channel: Any, proton: ProtonConnection) -> None:
     channel.queue_declare("to10")
