@@ -414,6 +414,7 @@ def test_robust_connection_comes_back_after_a_forced_close(minibroker: ThreadedB
         await queue.consume(on_message)
         await channel.default_exchange.publish(aio_pika.Message(b"before"), "robust")
         assert await received.get() == b"before"
+        await channel.declare_queue("robust", passive=True)  # a round trip: the ack is in before the close
         closed: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
         reconnected = asyncio.Event()
         connection.close_callbacks.add(lambda _conn, exc: closed.done() or closed.set_result(exc))
