@@ -173,26 +173,19 @@ class Gateway:
                 for channel in list(self.channels.values()):
                     if channel.confirmed:
                         publish.send_confirms(self, channel)
-                continue
-            if self._publishes_sent():
+                    if (
+                        channel.waiting is not None
+                        and channel.waiting.kind == "sent"
+                        and not client.holding(channel.number)
+                    ):
+                        channel.resolve("sent", 0, None)
+                        self.run(channel)
                 continue
             if self.engine.finished and not inner.finished and not self._closing_inner:
                 self._closing_inner = True  # the client is gone: so is the inner connection's peer
                 self.to_broker(inner.receive_events(b"", now))
                 continue
             return
-
-    def _publishes_sent(self) -> bool:
-        """Resume the channels whose held command waited for their publishes to reach the broker, now that the
-        inner client's output is all with the broker; True when one resumed (it may have more to send)."""
-        resumed = False
-        for channel in list(self.channels.values()):
-            waiting = channel.waiting
-            if waiting is not None and waiting.kind == "sent" and not self.client.holding(channel.number):
-                channel.resolve("sent", 0, None)
-                self.run(channel)
-                resumed = True
-        return resumed
 
     # -- the client's events ---------------------------------------------------------------------------------
     def _engine_events(self, events: Iterable[e091.Event]) -> None:
@@ -232,9 +225,11 @@ class Gateway:
     def after_publishes(self, channel: Channel, command: Command) -> bool:
         """True when the publishes sent on the channel before ``command`` have reached the broker; else hold
         ``command`` until they have (its answer must see them, as RabbitMQ's channel routes a publish before it
-        reads the next method). A publish has reached the broker once the inner client neither holds it for
-        credit nor has it in its output still (``pump`` hands that output over before it resumes the channel)."""
-        if not self.client.has_output and not self.client.holding(channel.number):
+        reads the next method)."""
+        client = self.client
+        if client.has_output and not self.inner.finished:  # what the client wrote is not the broker's yet
+            self.to_broker(self.inner.receive_events(client.data_to_send(), self.clock()))
+        if not client.holding(channel.number):
             return True
         channel.wait("sent", 0, _nothing, command)
         return False

@@ -288,6 +288,8 @@ def detached(gateway: Gateway, channel: Channel, event: Detached) -> None:
 def basic_get(gateway: Gateway, channel: Channel, command: Command) -> None:
     method = command.method
     assert isinstance(method, BasicGet)
+    if not gateway.after_publishes(channel, command):  # a get sees what the channel published before it
+        return
     queue = channel.queue(method.queue)
     getter = channel.getters.get((queue, method.no_ack))
 

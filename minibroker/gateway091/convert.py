@@ -47,6 +47,7 @@ string) is taken as absent.
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from dataclasses import dataclass
@@ -328,6 +329,44 @@ _APPLICATION_PROPERTIES = codec.encode(ApplicationProperties({}))[:3]
 _DATA = codec.encode(Data(b""))[:3]
 
 
+def _has_properties(p: BasicProperties) -> bool:
+    """Whether ``p`` has a field that goes into the 1.0 properties section."""
+    return (
+        p.message_id is not None
+        or p.user_id is not None
+        or p.reply_to is not None
+        or p.correlation_id is not None
+        or p.content_type is not None
+        or p.content_encoding is not None
+        or p.timestamp is not None
+        or p.app_id is not None
+    )
+
+
+def _encode_routing_sections(
+    out: bytearray, p: BasicProperties, exchange: str, routing_key: str, to: str | None
+) -> None:
+    """The message-annotations section and, when it has a field, the properties section."""
+    out += _MESSAGE_ANNOTATIONS
+    codec.encode_into(out, _annotations(p.headers, p.type, exchange, routing_key))
+    if to is not None or _has_properties(p):
+        props = _properties(p, to)
+        if props is not None:
+            codec.encode_into(out, props)
+
+
+@functools.lru_cache(maxsize=1024)
+def _routing_sections(exchange: str, routing_key: str, to: str | None) -> bytes:
+    """``_encode_routing_sections`` of a publish without headers, type or properties: the same for every
+    publish to one exchange and key, so kept (a few exchanges and keys carry most traffic; bounded)."""
+    out = bytearray()
+    _encode_routing_sections(out, _NO_BASIC_PROPERTIES, exchange, routing_key, to)
+    return bytes(out)
+
+
+_NO_BASIC_PROPERTIES = BasicProperties()
+
+
 def to_amqp10(
     properties: BasicProperties, body: bytes, exchange: str, routing_key: str, to: str | None = None
 ) -> bytes:
@@ -343,22 +382,10 @@ def to_amqp10(
         priority = None if p.priority is None else t.UByte(p.priority)
         codec.encode_into(out, Header(durable=durable, priority=priority, ttl=_ttl(p.expiration)))
     headers = p.headers
-    out += _MESSAGE_ANNOTATIONS
-    codec.encode_into(out, _annotations(headers, p.type, exchange, routing_key))
-    if (
-        to is not None
-        or p.message_id is not None
-        or p.user_id is not None
-        or p.reply_to is not None
-        or p.correlation_id is not None
-        or p.content_type is not None
-        or p.content_encoding is not None
-        or p.timestamp is not None
-        or p.app_id is not None
-    ):
-        props = _properties(p, to)
-        if props is not None:
-            codec.encode_into(out, props)
+    if headers is None and p.type is None and not _has_properties(p):
+        out += _routing_sections(exchange, routing_key, to)  # the usual publish: its sections encoded once
+    else:
+        _encode_routing_sections(out, p, exchange, routing_key, to)
     if headers:
         application = _application_properties(headers)
         if application:

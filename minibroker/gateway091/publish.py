@@ -23,6 +23,7 @@ one is declared by the next publish or ack (so an idle transactional channel hol
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -56,6 +57,7 @@ DEFAULT_EXCHANGE = "amq.default"
 """How the default exchange ("") is named in an address."""
 
 
+@functools.lru_cache(maxsize=1024)  # the same few addresses over and over: quoting each costs 1.6 µs
 def address(exchange: str, routing_key: str) -> str:
     """The RabbitMQ 4 address of a publish (segments percent-encoded, as rabbit_amqp_session.erl decodes them)."""
     return f"/exchanges/{quote(exchange or DEFAULT_EXCHANGE, safe='')}/{quote(routing_key, safe='')}"

@@ -606,3 +606,14 @@ def test_non_utf8_short_strings_from_a_091_publisher() -> None:
     properties = BasicProperties(message_id="\udcff", type="\udcfe", app_id="\udcfd", user_id="\udcfc")
     converted = from_amqp10(to_amqp10(properties, b"", "", "q"))
     assert converted.properties == BasicProperties(delivery_mode=1, headers={"x-message-id": b"\xff"})
+
+
+@given(st.sampled_from([None, 1, 2]), shortstrs, shortstrs, st.none() | st.text(max_size=30))
+def test_a_plain_publish_encodes_as_the_general_path_does(
+    delivery_mode: int | None, exchange: str, routing_key: str, to: str | None
+) -> None:
+    """A publish with no headers, type or properties but delivery-mode takes the cached path (its sections
+    encoded once per exchange, key and address); it gives the bytes the general path gives (empty headers)."""
+    general = to_amqp10(BasicProperties(delivery_mode=delivery_mode, headers={}), b"body", exchange, routing_key, to)
+    for _ in range(2):  # the first call fills the cache, the second reads it
+        assert to_amqp10(BasicProperties(delivery_mode=delivery_mode), b"body", exchange, routing_key, to) == general
