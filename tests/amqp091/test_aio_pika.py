@@ -337,7 +337,8 @@ def test_transaction_context_commits_and_rollback_discards(minibroker: ThreadedB
         async with channel.transaction():
             for n in range(3):
                 await channel.default_exchange.publish(aio_pika.Message(b"%d" % n), "txq")
-            await channel.declare_queue("txq", passive=True)  # a round trip: the publishes are in, staged
+            # a round trip: the publishes are in, staged (on the channel underneath: see the robust-connection test)
+            await (await channel.get_underlay_channel()).queue_declare("txq", passive=True)
             assert minibroker.queue("txq").depth == 0
             assert len(minibroker.transactions) == 1
         assert minibroker.queue("txq").depth == 3
@@ -414,7 +415,9 @@ def test_robust_connection_comes_back_after_a_forced_close(minibroker: ThreadedB
         await queue.consume(on_message)
         await channel.default_exchange.publish(aio_pika.Message(b"before"), "robust")
         assert await received.get() == b"before"
-        await channel.declare_queue("robust", passive=True)  # a round trip: the ack is in before the close
+        # a round trip, so the ack is in before the close (aio-pika's robust channel answers a passive declare of a
+        # queue it declared itself without asking: the channel underneath)
+        await (await channel.get_underlay_channel()).queue_declare("robust", passive=True)
         closed: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
         reconnected = asyncio.Event()
         connection.close_callbacks.add(lambda _conn, exc: closed.done() or closed.set_result(exc))
