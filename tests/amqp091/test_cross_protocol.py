@@ -166,6 +166,15 @@ def test_a_proton_consumer_sees_where_a_proton_publish_was_routed(channel: Any, 
     assert (annotations["x-exchange"], annotations["x-routing-key"]) == ("amq.direct", "k")
 
 
+def test_another_connections_exclusive_queue_is_locked_to_a_proton_receiver(
+    channel: Any, proton: ProtonConnection
+) -> None:
+    name = channel.queue_declare("", exclusive=True).method.queue
+    with pytest.raises(LinkDetached) as raised:
+        proton.create_receiver(f"/queues/{name}")
+    assert "amqp:resource-locked" in str(raised.value)
+
+
 # -- 0-9-1 -> 1.0 ------------------------------------------------------------------------------------------------
 def test_a_pika_message_as_proton_sees_it(channel: Any, proton: ProtonConnection) -> None:
     channel.queue_declare("to10")
