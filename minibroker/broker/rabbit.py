@@ -45,10 +45,11 @@ from minibroker.broker.queue import Queue
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import Link
 
+REPLY_CODE = Symbol("rabbitmq:reply-code")
+"""Where a 1.0 refusal carries the 0-9-1 reply code the gateway closes the channel with, when the condition's
+usual one is not RabbitMQ's (the error's info)."""
 EXCLUSIVE_CONSUMER = Symbol("rabbitmq:exclusive")
 """The attach property that asks for an exclusive consumer (what the gateway sends for basic.consume exclusive)."""
-REPLY_CODE = Symbol("rabbitmq:reply-code")
-"""The info key of a refusal carrying the AMQP 0-9-1 reply code RabbitMQ gives for it (``gateway091.consume``)."""
 SERVER_NAMED = "amq.gen-"
 OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
 QUEUE_TYPES = ("classic", "quorum")
@@ -543,13 +544,9 @@ class RabbitModel:
         if (declared is not None and declared.exclusive_consumer is not None) or (
             _exclusive_consumer(link) and self.consumer_count(queue)
         ):
-            # rabbit_amqqueue.erl basic_consume: "~ts in exclusive use" (ACCESS_REFUSED in 0-9-1: the reply code
-            # rides in the error's info, where the gateway looks for it)
-            return Error(
-                condition=Symbol(Condition.RESOURCE_LOCKED.value),
-                description=f"{_rs('queue', queue.name, queue.namespace)} in exclusive use",
-                info={REPLY_CODE: ACCESS_REFUSED},
-            )
+            # rabbit_amqqueue.erl basic_consume: "~ts in exclusive use" (ACCESS_REFUSED in 0-9-1: the info says so)
+            text = f"ACCESS_REFUSED - {_rs('queue', queue.name, queue.namespace)} in exclusive use"
+            return Error(Symbol(Condition.RESOURCE_LOCKED.value), text, {REPLY_CODE: ACCESS_REFUSED})
         return None
 
     def consumer_added(self, consumer: Consumer) -> None:
