@@ -224,8 +224,6 @@ class Gateway:
                     consume.grant(self, channel)
             elif isinstance(event, e091.ConnectionClosed) and not self.inner.finished and not self._closing_inner:
                 self._closing_inner = True
-                for channel in self.channels.values():
-                    consume.give_back(self, channel)
                 self.client.close()
 
     def _open(self, vhost: str) -> None:
@@ -271,12 +269,10 @@ class Gateway:
         self.drop_channel(channel.number)
 
     def drop_channel(self, number: int) -> None:
-        """Forget a channel and end its inner session: what the client held goes back redelivered
-        (``consume.give_back``); the broker gives back what it had not settled and rolls back its transaction, as
-        for a 1.0 session that ends."""
+        """Forget a channel and end its inner session: the broker gives back what it had not settled and rolls
+        back its transaction, as for a 1.0 session that ends."""
         channel = self.channels.pop(number, None)
         if channel is not None and not self.inner.finished:
-            consume.give_back(self, channel)
             self.client.end(number)
 
     def log_unconvertible(self, exc: Exception) -> None:

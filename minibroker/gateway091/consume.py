@@ -338,21 +338,6 @@ def settle(gateway: Gateway, channel: Channel, command: Command, tag: int, multi
         state = TransactionalState(txn_id=channel.txn, outcome=outcome)
         settled = False
         channel.txn_acks += taken
-    _settle_taken(gateway, channel, taken, state, settled=settled)
-    for _, unacked in taken:
-        _detach_if_done(gateway, channel, unacked.consumer)
-    grant(gateway, channel)
-
-
-def _settle_taken(
-    gateway: Gateway,
-    channel: Channel,
-    taken: list[tuple[int, Unacked]],
-    state: Outcome | TransactionalState,
-    *,
-    settled: bool,
-) -> None:
-    """Take ``taken`` from the client's unacked and settle their inner deliveries with ``state``, in ranges."""
     by_link: dict[int, list[int]] = {}
     for t, unacked in taken:
         del channel.unacked[t]
@@ -361,14 +346,9 @@ def _settle_taken(
     for delivery_ids in by_link.values():
         for first, last in _runs(delivery_ids):
             gateway.client.settle(channel.number, first, last, state, settled=settled)
-
-
-def give_back(gateway: Gateway, channel: Channel) -> None:
-    """A channel closes (or its connection): what the client held unacked goes back to its queues marked
-    redelivered, as RabbitMQ requeues a closed channel's unacked messages (rabbit_channel.erl ``terminate``
-    requeues them; a requeued message is redelivered). Acks staged in a transaction are left to its rollback."""
-    if channel.unacked:
-        _settle_taken(gateway, channel, list(channel.unacked.items()), REQUEUE, settled=True)
+    for _, unacked in taken:
+        _detach_if_done(gateway, channel, unacked.consumer)
+    grant(gateway, channel)
 
 
 def _runs(ids: list[int]) -> list[tuple[int, int]]:
