@@ -31,7 +31,7 @@ from typing import Any
 
 from minibroker.amqp.definitions import Error
 from minibroker.amqp091 import events as e091
-from minibroker.amqp091.definitions import ReplyCode
+from minibroker.amqp091.definitions import ConnectionOpen, ReplyCode
 from minibroker.amqp091.engine import Connection091
 from minibroker.amqp091.errors import ProtocolError
 from minibroker.broker.rabbit import RabbitError, RabbitModel
@@ -230,7 +230,9 @@ class Gateway:
         """connection.open: the vhost is a namespace ("/" the listener's own)."""
         hostname = None if vhost in ("", "/") else vhost
         if hostname is not None and not self.model.vhost_exists(hostname):
-            self.engine.close(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - vhost {vhost} not found")
+            # rabbit_reader.erl names the method an error of connection.open came from
+            text = f"NOT_ALLOWED - vhost {vhost} not found"
+            self.engine.close(ReplyCode.NOT_ALLOWED, text, ConnectionOpen.CLASS_ID, ConnectionOpen.METHOD_ID)
             return
         self.client.open(hostname)
 
