@@ -74,12 +74,12 @@ def publishes(queue: str, bodies: Iterator[bytes], channel: int = 1) -> bytes:
 # -- clients that do not read -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mandatory", [False, True], ids=["confirms", "returns"])
 def test_a_publisher_that_does_not_read(minibroker: ThreadedBroker, mandatory: bool) -> None:
-    """50 MB published by a client that reads nothing: in confirm mode (small acks), or mandatory to no queue (each
+    """12 MiB (three times ``BOUND``) published by a client that reads nothing: in confirm mode (small acks), or mandatory to no queue (each
     publish comes back whole as a basic.return). The gateway's buffers stay bounded all along (once they are full
     the broker stops reading the client, as RabbitMQ's TCP back-pressure does), and once the client reads, every
     publish is answered."""
     body = b"x" * 4096
-    batches = (50 << 20) // (len(body) * 500)
+    batches = (12 << 20) // (len(body) * 500)
     total = batches * 500
     key = "nowhere" if mandatory else "q"
     with SocketPeer(minibroker.host, minibroker.port, sock=small_buffer_socket(minibroker), timeout=20) as peer:
@@ -129,16 +129,17 @@ def test_a_publisher_that_does_not_read(minibroker: ThreadedBroker, mandatory: b
         assert peer.call(1, d.QueueDeclare(queue="q", passive=True), d.QueueDeclareOk).message_count == expected
 
 
-@pytest.mark.timeout(120)
 def test_a_consumer_that_does_not_read_is_held_back_then_served(minibroker: ThreadedBroker) -> None:
-    """100k small messages and a no-ack consumer that reads nothing: the broker stops sending (the gateway's
-    buffers bounded, the queue keeps the rest), and every message arrives, in order, once the client reads."""
-    total = 100_000
+    """8 MiB of messages (twice ``BOUND``) and a no-ack consumer that reads nothing: the broker stops sending (the
+    gateway's buffers bounded, the queue keeps the rest), and every message arrives, in order, once the client
+    reads."""
+    total = 8000
+    padding = b"x" * 1018
     with SocketPeer(minibroker.host, minibroker.port, timeout=60) as producer:
         producer.handshake()
         producer.channel(1)
         producer.call(1, d.QueueDeclare(queue="q"), d.QueueDeclareOk)
-        producer.send(publishes("q", (b"%06d" % n for n in range(total))))
+        producer.send(publishes("q", (b"%06d" % n + padding for n in range(total))))
         assert producer.call(1, d.QueueDeclare(queue="q", passive=True), d.QueueDeclareOk).message_count == total
     with SocketPeer(minibroker.host, minibroker.port, sock=small_buffer_socket(minibroker), timeout=30) as peer:
         peer.handshake()
@@ -159,7 +160,7 @@ def test_a_consumer_that_does_not_read_is_held_back_then_served(minibroker: Thre
         assert 0 < last < total
         for n in range(total):
             deliver, _, body = peer.content(1, d.BasicDeliver)
-            assert (body, deliver.delivery_tag) == (b"%06d" % n, n + 1)
+            assert (body, deliver.delivery_tag) == (b"%06d" % n + padding, n + 1)
     assert minibroker.queue("q").stats().ready == 0
 
 
