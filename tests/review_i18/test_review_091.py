@@ -1,0 +1,345 @@
+"""Adversarial review of issue 18's AMQP 0-9-1 gateway and RabbitMQ model: probes against the real broker
+(pika's blocking adapter), each citing the clause of the 0-9-1 XML or the RabbitMQ source it checks."""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+
+import minibroker
+from minibroker.testing.thread import ThreadedBroker
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def connect(url: str) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(url + "?socket_timeout=5"))
+
+
+@pytest.fixture
+def conn(amqp091_url: str) -> Iterator[pika.BlockingConnection]:
+    c = connect(amqp091_url)
+    try:
+        yield c
+    finally:
+        if c.is_open:
+            c.close()
+
+
+@pytest.fixture
+def other(amqp091_url: str) -> Iterator[pika.BlockingConnection]:
+    c = connect(amqp091_url)
+    try:
+        yield c
+    finally:
+        if c.is_open:
+            c.close()
+
+
+def closed_code(call: Any) -> int:
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as raised:
+        call()
+    return int(raised.value.reply_code)
+
+
+# -- redelivery ----------------------------------------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="gateway: a channel's unacked deliveries go back released (delivery-count kept), so not redelivered")
+def test_unacked_given_back_by_a_channel_close_are_redelivered(conn: Any) -> None:
+    """rabbit_channel.erl terminate -> requeue of the unacked: RabbitMQ marks them redelivered (the 0-9-1 XML,
+    basic.deliver's redelivered: "the message may have been previously delivered to this or another client")."""
+    first = conn.channel()
+    first.queue_declare("given-back")
+    first.basic_publish("", "given-back", b"x")
+    method, _, _ = first.basic_get("given-back", auto_ack=False)
+    assert method is not None and not method.redelivered
+    first.close()
+    second = conn.channel()
+    method, _, body = second.basic_get("given-back", auto_ack=False)
+    assert body == b"x"
+    assert method.redelivered
+
+
+def test_unacked_given_back_by_a_cancel_of_a_consumer_are_redelivered_after_recover(conn: Any) -> None:
+    """basic.recover requeue=true (0-9-1 XML: "the server will attempt to requeue the message, potentially then
+    delivering it to an alternative subscriber"): the requeued message is redelivered."""
+    ch = conn.channel()
+    ch.queue_declare("recovered")
+    ch.basic_publish("", "recovered", b"x")
+    method, _, _ = ch.basic_get("recovered", auto_ack=False)
+    ch.basic_recover(requeue=True)
+    method, _, body = ch.basic_get("recovered", auto_ack=False)
+    assert body == b"x" and method.redelivered
+
+
+# -- acks after the queue went -------------------------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="gateway consume.detached forgets the tags of a detached link: a later ack is 406")
+def test_ack_after_the_queue_was_deleted_is_no_channel_error(conn: Any, other: Any) -> None:
+    """RabbitMQ keeps a delivery in the channel's unacked map until the client settles it (rabbit_channel.erl
+    ``collect_acks`` over ``unacked_message_q``; a deleted queue leaves the entries there and the ack to a dead
+    queue is ignored): acking it is no 406."""
+    ch = conn.channel()
+    ch.queue_declare("doomed")
+    ch.basic_publish("", "doomed", b"x")
+    method, _, _ = ch.basic_get("doomed", auto_ack=False)
+    other.channel().queue_delete("doomed")
+    ch.basic_ack(method.delivery_tag)
+    ch.queue_declare("still-open")  # a round trip: a 406 would arrive here
+    assert ch.is_open
+
+
+# -- channel transactions -----------------------------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="gateway/tx: a transactional unroutable mandatory publish is never returned")
+def test_tx_mandatory_unroutable_publish_is_returned_on_commit(conn: Any) -> None:
+    """rabbit_channel.erl tx.commit delivers the staged publishes (``deliver_to_queues``), and an unroutable mandatory
+    one is returned (``basic.return`` 312 NO_ROUTE) as outside a transaction."""
+    ch = conn.channel()
+    returned: list[Any] = []
+    ch.add_on_return_callback(lambda _ch, method, _props, body: returned.append((method.reply_code, body)))
+    ch.tx_select()
+    ch.basic_publish("amq.direct", "nobody-bound", b"lost", mandatory=True)
+    ch.tx_commit()
+    conn.process_data_events(time_limit=0.3)
+    assert returned == [(312, b"lost")]
+
+
+def test_tx_publish_to_a_missing_exchange_closes_the_channel_with_404(conn: Any) -> None:
+    """rabbit_channel.erl basic.publish looks the exchange up (``rabbit_exchange:lookup_or_die``) before staging
+    it in the transaction: a missing one is 404 on the channel, as outside a transaction."""
+    ch = conn.channel()
+    ch.tx_select()
+    ch.basic_publish("no-such-exchange", "k", b"x")
+    assert closed_code(ch.tx_commit) == 404
+
+
+def test_a_lost_connection_rolls_the_transaction_back(amqp091_url: str, minibroker: ThreadedBroker) -> None:
+    """Issue 18: "a channel closed with an open transaction rolls it back, and so does a lost connection"."""
+    c = connect(amqp091_url)
+    ch = c.channel()
+    ch.queue_declare("lost-tx")
+    ch.tx_select()
+    ch.basic_publish("", "lost-tx", b"never")
+    ch.queue_declare("lost-tx", passive=True)
+    assert len(minibroker.transactions) == 1
+    sock: socket.socket = c._impl._transport._sock  # the socket ends without connection.close
+    sock.shutdown(socket.SHUT_RDWR)
+    with pytest.raises(pika.exceptions.AMQPConnectionError):  # pika sees it and closes its side
+        c.process_data_events(time_limit=5)
+    minibroker.wait_for(transactions=0)
+    assert minibroker.queue("lost-tx").depth == 0
+
+
+def test_tx_commit_routes_through_an_exchange(conn: Any, minibroker: ThreadedBroker) -> None:
+    ch = conn.channel()
+    ch.queue_declare("tx-routed")
+    ch.queue_bind("tx-routed", "amq.topic", "a.#")
+    ch.tx_select()
+    ch.basic_publish("amq.topic", "a.b", b"1")
+    ch.basic_publish("amq.topic", "z", b"unrouted")
+    assert minibroker.queue("tx-routed").depth == 0
+    ch.tx_commit()
+    assert minibroker.queue("tx-routed").depth == 1
+
+
+# -- exclusive and auto-delete queues ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "action",
+    ["consume", "get", "purge", "delete", "passive", "bind", "redeclare"],
+)
+def test_another_connections_exclusive_queue_is_405(conn: Any, other: Any, action: str) -> None:
+    """rabbit_amqqueue.erl ``check_exclusive_access``: RESOURCE_LOCKED for every use by another connection."""
+    conn.channel().queue_declare("mine", exclusive=True)
+    ch = other.channel()
+    calls = {
+        "consume": lambda: ch.basic_consume("mine", lambda *a: None),
+        "get": lambda: ch.basic_get("mine"),
+        "purge": lambda: ch.queue_purge("mine"),
+        "delete": lambda: ch.queue_delete("mine"),
+        "passive": lambda: ch.queue_declare("mine", passive=True),
+        "bind": lambda: ch.queue_bind("mine", "amq.direct", "k"),
+        "redeclare": lambda: ch.queue_declare("mine", exclusive=True),
+    }
+    assert closed_code(calls[action]) == 405
+
+
+def test_an_exclusive_queue_goes_with_its_connection(amqp091_url: str, minibroker: ThreadedBroker, other: Any) -> None:
+    c = connect(amqp091_url)
+    name = c.channel().queue_declare("", exclusive=True).method.queue
+    assert name.startswith("amq.gen-")
+    c.close()
+    assert closed_code(lambda: other.channel().queue_declare(name, passive=True)) == 404
+
+
+def test_an_auto_delete_queue_goes_with_its_last_consumer(conn: Any, other: Any) -> None:
+    ch = conn.channel()
+    ch.queue_declare("fleeting", auto_delete=True)
+    tag1 = ch.basic_consume("fleeting", lambda *a: None)
+    tag2 = ch.basic_consume("fleeting", lambda *a: None)
+    ch.basic_cancel(tag1)
+    other.channel().queue_declare("fleeting", passive=True, auto_delete=True)
+    ch.basic_cancel(tag2)
+    assert closed_code(lambda: other.channel().queue_declare("fleeting", passive=True)) == 404
+
+
+def test_an_exclusive_consumer_holds_the_queue(conn: Any, other: Any) -> None:
+    """rabbit_amqqueue.erl basic_consume: "in exclusive use" is ACCESS_REFUSED (403) on the 0-9-1 side."""
+    ch = conn.channel()
+    ch.queue_declare("solo")
+    ch.basic_consume("solo", lambda *a: None, exclusive=True)
+    assert closed_code(lambda: other.channel().basic_consume("solo", lambda *a: None)) == 403
+
+
+def test_an_exclusive_consume_on_a_queue_with_consumers_is_refused(conn: Any, other: Any) -> None:
+    ch = conn.channel()
+    ch.queue_declare("busy")
+    ch.basic_consume("busy", lambda *a: None)
+    assert closed_code(lambda: other.channel().basic_consume("busy", lambda *a: None, exclusive=True)) == 403
+
+
+# -- missing things --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("action", ["consume", "get", "purge", "bind", "bind-exchange"])
+def test_missing_queue_or_exchange_is_404(conn: Any, action: str) -> None:
+    ch = conn.channel()
+    ch.queue_declare("here")
+    calls = {
+        "consume": lambda: ch.basic_consume("absent", lambda *a: None),
+        "get": lambda: ch.basic_get("absent"),
+        "purge": lambda: ch.queue_purge("absent"),
+        "bind": lambda: ch.queue_bind("here", "no-exchange", "k"),
+        "bind-exchange": lambda: ch.exchange_bind("amq.direct", "no-exchange", "k"),
+    }
+    assert closed_code(calls[action]) == 404
+
+
+def test_delete_if_empty_and_if_unused_are_406(conn: Any) -> None:
+    ch = conn.channel()
+    ch.queue_declare("full")
+    ch.basic_publish("", "full", b"x")
+    ch.queue_declare("full", passive=True)
+    assert closed_code(lambda: ch.queue_delete("full", if_empty=True)) == 406
+    ch = conn.channel()
+    ch.basic_consume("full", lambda *a: None)
+    ch2 = conn.channel()
+    assert closed_code(lambda: ch2.queue_delete("full", if_unused=True)) == 406
+
+
+def test_an_inequivalent_redeclare_is_406_with_rabbitmqs_text(conn: Any) -> None:
+    ch = conn.channel()
+    ch.queue_declare("shape", durable=False)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as raised:
+        ch.queue_declare("shape", durable=True)
+    assert raised.value.reply_code == 406
+    assert re.fullmatch(
+        r"PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'shape' in vhost '[^']+': "
+        r"received 'true' but current is 'false'",
+        raised.value.reply_text,
+    )
+
+
+# -- dead-lettering and limits ---------------------------------------------------------------------------------
+def test_a_rejected_message_is_dead_lettered_with_its_routing_key(conn: Any) -> None:
+    """RabbitMQ's dead-letter documentation: rejected with requeue=false -> republished to the DLX with the
+    original routing key (no x-dead-letter-routing-key), an ``x-death`` header recording why."""
+    ch = conn.channel()
+    ch.exchange_declare("dlx", "direct")
+    ch.queue_declare("dead")
+    ch.queue_bind("dead", "dlx", "work")
+    ch.queue_declare("work", arguments={"x-dead-letter-exchange": "dlx"})
+    ch.basic_publish("", "work", b"bad")
+    method, _, _ = ch.basic_get("work", auto_ack=False)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    method, props, body = ch.basic_get("dead")
+    assert body == b"bad"
+    assert method.routing_key == "work"
+    deaths = props.headers["x-death"]
+    assert deaths[0]["reason"] == "rejected" and deaths[0]["queue"] == "work"
+
+
+@pytest.mark.xfail(strict=True, reason="gateway consume._held: multiple with a tag not held settles the lower ones")
+def test_ack_multiple_of_a_tag_not_held_is_406(conn: Any, minibroker: ThreadedBroker) -> None:
+    """rabbit_channel.erl ``collect_acks``: with multiple, the walk over the unacked queue must meet the tag itself,
+    else ``precondition_failed("unknown delivery tag ~w")``; nothing is acked."""
+    ch = conn.channel()
+    ch.queue_declare("two")
+    for n in range(2):
+        ch.basic_publish("", "two", b"%d" % n)
+    for _ in range(2):
+        ch.basic_get("two", auto_ack=False)
+    ch.basic_ack(99, multiple=True)
+    assert closed_code(lambda: ch.queue_declare("two", passive=True)) == 406
+    minibroker.wait_for(queue="two", depth=2)  # the channel's close gave both back
+
+
+def test_nack_multiple_zero_requeues_everything(conn: Any, minibroker: ThreadedBroker) -> None:
+    """The 0-9-1 XML basic.ack/nack multiple: "If the multiple field is 1, and the delivery tag is zero, this
+    indicates acknowledgement of all outstanding messages"."""
+    ch = conn.channel()
+    ch.queue_declare("many")
+    for n in range(3):
+        ch.basic_publish("", "many", b"%d" % n)
+    for _ in range(3):
+        ch.basic_get("many", auto_ack=False)
+    ch.basic_nack(0, multiple=True, requeue=True)
+    ch.queue_declare("many", passive=True)
+    assert minibroker.queue("many").depth == 3
+
+
+def test_priority_queue_delivers_highest_first(conn: Any) -> None:
+    ch = conn.channel()
+    ch.queue_declare("prio", arguments={"x-max-priority": 5})
+    for p in (1, 9, 3):
+        ch.basic_publish("", "prio", b"%d" % p, pika.BasicProperties(priority=p))
+    ch.queue_declare("prio", passive=True)
+    bodies = [ch.basic_get("prio")[2] for _ in range(3)]
+    assert bodies == [b"9", b"3", b"1"]
+
+
+# -- durability (a data dir) -------------------------------------------------------------------------------------
+def _serve(data_dir: Path) -> Any:
+    return minibroker.run_in_thread({"server": {"port": 0}, "data_dir": str(data_dir)})
+
+
+def test_a_persistent_message_routed_through_an_exchange_survives_a_restart(tmp_path: Path) -> None:
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        ch = c.channel()
+        ch.queue_declare("kept", durable=True)
+        ch.queue_bind("kept", "amq.topic", "keep.#")
+        ch.confirm_delivery()
+        ch.basic_publish("amq.topic", "keep.me", b"safe", pika.BasicProperties(delivery_mode=2))
+        c.close()
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        method, _, body = c.channel().basic_get("kept")
+        c.close()
+    assert body == b"safe"
+    assert (method.exchange, method.routing_key) == ("amq.topic", "keep.me")
+
+
+@pytest.mark.xfail(strict=True, reason="store/model: declarations (queues, exchanges, bindings, arguments) are not journaled")
+def test_a_durable_queue_and_its_bindings_survive_a_restart(tmp_path: Path) -> None:
+    """RabbitMQ keeps durable queues, durable exchanges and the bindings between them across restarts
+    (rabbit_binding.erl: a binding is durable when both ends are)."""
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        ch = c.channel()
+        ch.exchange_declare("events", "topic", durable=True)
+        ch.queue_declare("audit", durable=True, arguments={"x-max-length": 5})
+        ch.queue_bind("audit", "events", "#")
+        c.close()
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        ch = c.channel()
+        ch.queue_declare("audit", passive=True)
+        ch.exchange_declare("events", "topic", passive=True)
+        ch.confirm_delivery()
+        ch.basic_publish("events", "a.b", b"after", mandatory=True)
+        method, _, body = ch.basic_get("audit")
+        c.close()
+    assert body == b"after"
