@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 import socket
 from collections.abc import Iterator
@@ -257,8 +258,18 @@ def test_a_rejected_message_is_dead_lettered_with_its_routing_key(conn: Any) -> 
     method, props, body = ch.basic_get("dead")
     assert body == b"bad"
     assert method.routing_key == "work"
-    deaths = props.headers["x-death"]
-    assert deaths[0]["reason"] == "rejected" and deaths[0]["queue"] == "work"
+    assert "x-opt-deaths" not in props.headers  # the 1.0 form becomes x-death (mc_amqpl.erl convert_from_amqp_deaths)
+    (death,) = props.headers["x-death"]
+    assert set(death) == {"count", "reason", "queue", "time", "exchange", "routing-keys"}
+    assert (death["count"], death["reason"], death["queue"], death["exchange"], death["routing-keys"]) == (
+        1,
+        "rejected",
+        "work",
+        "",
+        ["work"],
+    )
+    assert isinstance(death["time"], datetime.datetime)
+    assert (props.headers["x-first-death-reason"], props.headers["x-first-death-queue"]) == ("rejected", "work")
 
 
 @pytest.mark.xfail(strict=True, reason="gateway consume._held: multiple with a tag not held settles the lower ones")
