@@ -287,6 +287,26 @@ def test_ack_multiple_of_a_tag_not_held_is_406(conn: Any, minibroker: ThreadedBr
     minibroker.wait_for(queue="two", depth=2)  # the channel's close gave both back
 
 
+def test_a_dead_letter_carries_the_dead_letter_exchange_and_key(conn: Any) -> None:
+    """rabbit_dead_letter.erl ``publish``: the dead letter's exchange annotation becomes the DLX's name and its
+    routing keys the dead-letter routing key (so basic.deliver / get-ok name them), while the death record keeps
+    the original exchange and routing keys (mc.erl ``record_death`` reads them before)."""
+    ch = conn.channel()
+    ch.exchange_declare("dlx2", "direct")
+    ch.queue_declare("parked")
+    ch.queue_bind("parked", "dlx2", "moved")
+    ch.queue_declare("src", arguments={"x-dead-letter-exchange": "dlx2", "x-dead-letter-routing-key": "moved"})
+    ch.queue_bind("src", "amq.direct", "orig")
+    ch.basic_publish("amq.direct", "orig", b"m")
+    method, _, _ = ch.basic_get("src", auto_ack=False)
+    ch.basic_nack(method.delivery_tag, requeue=False)
+    method, props, body = ch.basic_get("parked")
+    assert body == b"m"
+    assert (method.exchange, method.routing_key) == ("dlx2", "moved")
+    (death,) = props.headers["x-death"]
+    assert (death["exchange"], death["routing-keys"]) == ("amq.direct", ["orig"])
+
+
 def test_nack_multiple_zero_requeues_everything(conn: Any, minibroker: ThreadedBroker) -> None:
     """The 0-9-1 XML basic.ack/nack multiple: "If the multiple field is 1, and the delivery tag is zero, this
     indicates acknowledgement of all outstanding messages"."""
