@@ -321,7 +321,10 @@ class RabbitModel:
         if exchange is None:
             raise failure(NOT_FOUND, f"no {_rs('exchange', source, namespace)}")
         if kind == ex.QUEUE_DESTINATION:
-            self._exclusive_access(conn, namespace.queues[destination])
+            bound = namespace.queues[destination]
+            self._exclusive_access(conn, bound)
+            if add and bound.auto:  # a bound queue is no idle node to sweep (its bindings would go with it)
+                self.nodes.keep(bound)
         table = dict(arguments or {})
         found = ex.binding(kind, destination, key, table)
         if add:
@@ -385,6 +388,8 @@ class RabbitModel:
             if declared is not None:
                 self._equivalent(conn, node, declared, durable and not exclusive, auto_delete, arguments, owner)
                 self._used(node, declared)
+            elif node.auto:  # created on demand by a 1.0 link: declared now, so RabbitMQ's to keep
+                self.nodes.keep(node)
             return name, node.depth, self.consumer_count(node)
         if not server_named:
             _check_name("queue", name)
