@@ -132,6 +132,8 @@ def test_a_lost_connection_rolls_the_transaction_back(amqp091_url: str, minibrok
     sock.shutdown(socket.SHUT_RDWR)
     with pytest.raises(pika.exceptions.AMQPConnectionError):  # pika sees it and closes its side
         c.process_data_events(time_limit=5)
+    sock.close()
+    c._impl.ioloop.close()  # (pika leaves its own socket pair open after a lost connection)
     minibroker.wait_for(transactions=0)
     assert minibroker.queue("lost-tx").depth == 0
 
@@ -366,11 +368,13 @@ def test_a_durable_queue_and_its_bindings_survive_a_restart(tmp_path: Path) -> N
         c.close()
     with _serve(tmp_path) as broker:
         c = connect(broker.amqp091_url)
-        ch = c.channel()
-        ch.queue_declare("audit", passive=True)
-        ch.exchange_declare("events", "topic", passive=True)
-        ch.confirm_delivery()
-        ch.basic_publish("events", "a.b", b"after", mandatory=True)
-        method, _, body = ch.basic_get("audit")
-        c.close()
+        try:
+            ch = c.channel()
+            ch.queue_declare("audit", passive=True)
+            ch.exchange_declare("events", "topic", passive=True)
+            ch.confirm_delivery()
+            ch.basic_publish("events", "a.b", b"after", mandatory=True)
+            method, _, body = ch.basic_get("audit")
+        finally:
+            c.close()
     assert body == b"after"
