@@ -378,3 +378,99 @@ def test_a_durable_queue_and_its_bindings_survive_a_restart(tmp_path: Path) -> N
         finally:
             c.close()
     assert body == b"after"
+
+
+# -- more channel and connection errors ---------------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="gateway publish.outcome: a rejected unauthorized-access is dropped/nacked")
+def test_publish_to_an_internal_exchange_closes_the_channel_with_403(conn: Any) -> None:
+    """rabbit_channel.erl ``check_internal_exchange``: ACCESS_REFUSED "cannot publish to internal exchange"."""
+    ch = conn.channel()
+    ch.exchange_declare("inside", "fanout", internal=True)
+    ch.basic_publish("inside", "k", b"x")
+    assert closed_code(lambda: ch.queue_declare("after", passive=False)) == 403
+
+
+def test_tx_commit_on_a_channel_not_transactional_is_406(conn: Any) -> None:
+    """rabbit_channel.erl: tx.commit / tx.rollback with tx = none: precondition_failed."""
+    ch = conn.channel()
+    assert closed_code(ch.tx_commit) == 406
+    ch = conn.channel()
+    assert closed_code(ch.tx_rollback) == 406
+
+
+def test_reusing_a_consumer_tag_is_a_connection_error_530(conn: Any) -> None:
+    """rabbit_channel.erl basic.consume: ``protocol_error(not_allowed, "attempt to reuse consumer tag")`` -- a hard
+    error (0-9-1 §1.3: NOT_ALLOWED 530 is a connection exception)."""
+    ch = conn.channel()
+    ch.queue_declare("tagged")
+    ch.basic_consume("tagged", lambda *a: None, consumer_tag="t1")
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as raised:
+        ch.basic_consume("tagged", lambda *a: None, consumer_tag="t1")
+    assert raised.value.reply_code == 530
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"x-max-length": "ten"}, {"x-queue-type": "nonsense"}, {"x-message-ttl": -1}, {"x-overflow": "drop-tail"}],
+)
+def test_invalid_queue_arguments_are_406(conn: Any, arguments: dict[str, Any]) -> None:
+    assert closed_code(lambda: conn.channel().queue_declare("args", arguments=arguments)) == 406
+
+
+def test_an_unknown_exchange_type_is_406(conn: Any) -> None:
+    """rabbit_exchange.erl ``check_type``: precondition_failed "unknown exchange type"."""
+    assert closed_code(lambda: conn.channel().exchange_declare("odd", "x-nonsense")) == 406
+
+
+@pytest.mark.xfail(strict=True, reason="gateway consume.basic_recover: staged in the tx, and recover-ok sent twice")
+def test_recover_in_a_transaction_requeues_at_once(conn: Any, minibroker: ThreadedBroker) -> None:
+    """rabbit_channel.erl basic.recover_async: the unacked go back to their queues at once (``requeue`` on the queue
+    types), whatever the channel's transaction holds (only acks and rejects are staged in tx)."""
+    ch = conn.channel()
+    ch.queue_declare("tx-recover")
+    ch.basic_publish("", "tx-recover", b"x")
+    ch.queue_declare("tx-recover", passive=True)
+    ch.tx_select()
+    ch.basic_get("tx-recover", auto_ack=False)
+    ch.basic_recover(requeue=True)
+    minibroker.wait_for(queue="tx-recover", depth=1, timeout=2)
+    ch.tx_rollback()  # nothing staged to undo: the message stays back in the queue
+    ch.queue_declare("tx-recover", passive=True)
+    assert minibroker.queue("tx-recover").depth == 1
+
+
+def test_a_durable_tx_commit_through_an_exchange_survives_a_restart(tmp_path: Path) -> None:
+    """Issue 18: tx.commit applies the publishes atomically, a durable commit journaled before commit-ok."""
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        ch = c.channel()
+        ch.queue_declare("txd", durable=True)
+        ch.queue_bind("txd", "amq.direct", "d")
+        ch.tx_select()
+        ch.basic_publish("amq.direct", "d", b"one", pika.BasicProperties(delivery_mode=2))
+        ch.basic_publish("amq.direct", "d", b"two", pika.BasicProperties(delivery_mode=2))
+        ch.tx_commit()
+        c.close()
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        try:
+            ch = c.channel()
+            got = [ch.basic_get("txd")[2] for _ in range(2)]
+        finally:
+            c.close()
+    assert got == [b"one", b"two"]
+
+
+def test_a_confirmed_persistent_publish_is_acked_only_once_journaled(tmp_path: Path) -> None:
+    """Issue 18: the ack means the broker has taken responsibility (on disk for a persistent message on a durable
+    queue): after the confirm, a broker that stops at once still has it."""
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        ch = c.channel()
+        ch.queue_declare("confirmed", durable=True)
+        ch.confirm_delivery()
+        for n in range(20):
+            ch.basic_publish("", "confirmed", b"%d" % n, pika.BasicProperties(delivery_mode=2))
+        c.close()
+    with _serve(tmp_path) as broker:
+        assert broker.queue("confirmed").depth == 20
