@@ -12,6 +12,7 @@ from typing import Any
 
 import pika
 import pika.exceptions
+import pika.spec
 import pytest
 
 import minibroker
@@ -404,8 +405,9 @@ def test_reusing_a_consumer_tag_is_a_connection_error_530(conn: Any) -> None:
     ch = conn.channel()
     ch.queue_declare("tagged")
     ch.basic_consume("tagged", lambda *a: None, consumer_tag="t1")
+    ch._impl._send_method(pika.spec.Basic.Consume(queue="tagged", consumer_tag="t1"))  # (pika itself refuses it)
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as raised:
-        ch.basic_consume("tagged", lambda *a: None, consumer_tag="t1")
+        conn.process_data_events(time_limit=5)
     assert raised.value.reply_code == 530
 
 
