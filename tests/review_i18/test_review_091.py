@@ -476,3 +476,77 @@ def test_a_confirmed_persistent_publish_is_acked_only_once_journaled(tmp_path: P
         c.close()
     with _serve(tmp_path) as broker:
         assert broker.queue("confirmed").depth == 20
+
+
+# -- basic.get is no consumer ---------------------------------------------------------------------------------------
+GET_LINK = "gateway consume.basic_get: a basic.get keeps an inner receiver link, which the model counts as a consumer"
+
+
+@pytest.mark.xfail(strict=True, reason=GET_LINK)
+def test_basic_get_leaves_no_consumer_counted(conn: Any) -> None:
+    """rabbit_channel.erl basic.get is ``rabbit_amqqueue:basic_get``, no consumer: queue.declare-ok counts none."""
+    ch = conn.channel()
+    ch.queue_declare("got")
+    ch.basic_publish("", "got", b"x")
+    ch.basic_get("got", auto_ack=True)
+    assert ch.queue_declare("got", passive=True).method.consumer_count == 0
+
+
+@pytest.mark.xfail(strict=True, reason=GET_LINK)
+def test_basic_get_does_not_make_a_queue_in_use(conn: Any, other: Any) -> None:
+    ch = conn.channel()
+    ch.queue_declare("got2")
+    ch.basic_get("got2", auto_ack=True)
+    other.channel().queue_delete("got2", if_unused=True)  # RabbitMQ: no consumers, so not in use
+
+
+@pytest.mark.xfail(strict=True, reason=GET_LINK)
+def test_basic_get_does_not_arm_an_auto_delete_queue(conn: Any, other: Any) -> None:
+    """An auto-delete queue goes when its last *consumer* goes (rabbit_amqqueue_process.erl, is_unused after a
+    basic.cancel); a basic.get is none, so closing the channel that got from it leaves the queue."""
+    ch = conn.channel()
+    ch.queue_declare("got3", auto_delete=True)
+    ch.basic_get("got3", auto_ack=True)
+    ch.close()
+    other.channel().queue_declare("got3", passive=True)
+
+
+@pytest.mark.xfail(strict=True, reason=GET_LINK)
+def test_basic_get_does_not_block_an_exclusive_consumer(conn: Any, other: Any) -> None:
+    ch = conn.channel()
+    ch.queue_declare("got4")
+    ch.basic_get("got4", auto_ack=True)
+    other.channel().basic_consume("got4", lambda *a: None, exclusive=True)
+
+
+# -- odds and ends ---------------------------------------------------------------------------------------------
+def test_another_connection_may_publish_to_an_exclusive_queue(conn: Any, other: Any, minibroker: ThreadedBroker) -> None:
+    """Exclusivity locks declare, consume, get, purge, delete and bind (rabbit_amqqueue.erl), not publishing."""
+    conn.channel().queue_declare("owned", exclusive=True)
+    ch = other.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("", "owned", b"from elsewhere", mandatory=True)
+    assert minibroker.queue("owned").depth == 1
+
+
+def test_empty_queue_names_mean_the_last_declared(conn: Any, minibroker: ThreadedBroker) -> None:
+    """0-9-1 XML queue.bind / purge / delete: "If the queue name is empty, the server uses the last queue declared
+    on the channel"."""
+    ch = conn.channel()
+    name = ch.queue_declare("").method.queue
+    ch.queue_bind("", "amq.fanout")
+    ch.basic_publish("amq.fanout", "", b"x")
+    assert ch.queue_purge("").method.message_count == 1
+    ch.basic_publish("amq.fanout", "", b"y")
+    ch.basic_publish("amq.fanout", "", b"z")
+    assert ch.queue_delete("").method.message_count == 2
+    assert closed_code(lambda: ch.queue_declare(name, passive=True)) == 404
+
+
+def test_an_auto_delete_exchange_goes_with_its_last_binding(conn: Any) -> None:
+    ch = conn.channel()
+    ch.exchange_declare("temp-x", "direct", auto_delete=True)
+    ch.queue_declare("temp-q")
+    ch.queue_bind("temp-q", "temp-x", "k")
+    ch.queue_unbind("temp-q", "temp-x", "k")
+    assert closed_code(lambda: ch.exchange_declare("temp-x", "direct", passive=True)) == 404
