@@ -52,7 +52,10 @@ def closed_code(call: Any) -> int:
 
 
 # -- redelivery ----------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="gateway: a channel's unacked deliveries go back released (delivery-count kept), so not redelivered")
+@pytest.mark.xfail(
+    strict=True,
+    reason="gateway: a channel's unacked deliveries go back released (delivery-count kept), so not redelivered",
+)
 def test_unacked_given_back_by_a_channel_close_are_redelivered(conn: Any) -> None:
     """rabbit_channel.erl terminate -> requeue of the unacked: RabbitMQ marks them redelivered (the 0-9-1 XML,
     basic.deliver's redelivered: "the message may have been previously delivered to this or another client")."""
@@ -60,7 +63,8 @@ def test_unacked_given_back_by_a_channel_close_are_redelivered(conn: Any) -> Non
     first.queue_declare("given-back")
     first.basic_publish("", "given-back", b"x")
     method, _, _ = first.basic_get("given-back", auto_ack=False)
-    assert method is not None and not method.redelivered
+    assert method is not None
+    assert not method.redelivered
     first.close()
     second = conn.channel()
     method, _, body = second.basic_get("given-back", auto_ack=False)
@@ -77,11 +81,14 @@ def test_unacked_given_back_by_a_cancel_of_a_consumer_are_redelivered_after_reco
     method, _, _ = ch.basic_get("recovered", auto_ack=False)
     ch.basic_recover(requeue=True)
     method, _, body = ch.basic_get("recovered", auto_ack=False)
-    assert body == b"x" and method.redelivered
+    assert body == b"x"
+    assert method.redelivered
 
 
 # -- acks after the queue went -------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="gateway consume.detached forgets the tags of a detached link: a later ack is 406")
+@pytest.mark.xfail(
+    strict=True, reason="gateway consume.detached forgets the tags of a detached link: a later ack is 406"
+)
 def test_ack_after_the_queue_was_deleted_is_no_channel_error(conn: Any, other: Any) -> None:
     """RabbitMQ keeps a delivery in the channel's unacked map until the client settles it (rabbit_channel.erl
     ``collect_acks`` over ``unacked_message_q``; a deleted queue leaves the entries there and the ack to a dead
@@ -356,7 +363,9 @@ def test_a_persistent_message_routed_through_an_exchange_survives_a_restart(tmp_
     assert (method.exchange, method.routing_key) == ("amq.topic", "keep.me")
 
 
-@pytest.mark.xfail(strict=True, reason="store/model: declarations (queues, exchanges, bindings, arguments) are not journaled")
+@pytest.mark.xfail(
+    strict=True, reason="store/model: declarations (queues, exchanges, bindings, arguments) are not journaled"
+)
 def test_a_durable_queue_and_its_bindings_survive_a_restart(tmp_path: Path) -> None:
     """RabbitMQ keeps durable queues, durable exchanges and the bindings between them across restarts
     (rabbit_binding.erl: a binding is durable when both ends are)."""
@@ -375,7 +384,7 @@ def test_a_durable_queue_and_its_bindings_survive_a_restart(tmp_path: Path) -> N
             ch.exchange_declare("events", "topic", passive=True)
             ch.confirm_delivery()
             ch.basic_publish("events", "a.b", b"after", mandatory=True)
-            method, _, body = ch.basic_get("audit")
+            _, _, body = ch.basic_get("audit")
         finally:
             c.close()
     assert body == b"after"
@@ -520,7 +529,9 @@ def test_basic_get_does_not_block_an_exclusive_consumer(conn: Any, other: Any) -
 
 
 # -- odds and ends ---------------------------------------------------------------------------------------------
-def test_another_connection_may_publish_to_an_exclusive_queue(conn: Any, other: Any, minibroker: ThreadedBroker) -> None:
+def test_another_connection_may_publish_to_an_exclusive_queue(
+    conn: Any, other: Any, minibroker: ThreadedBroker
+) -> None:
     """Exclusivity locks declare, consume, get, purge, delete and bind (rabbit_amqqueue.erl), not publishing."""
     conn.channel().queue_declare("owned", exclusive=True)
     ch = other.channel()

@@ -43,7 +43,7 @@ def amqp091(broker: ThreadedBroker) -> Iterator[Any]:
 def send(conn: BlockingConnection, address: str, body: str, **fields: Any) -> Any:
     sender = conn.create_sender(address)
     delivery = sender.send(Message(body=body, **fields))
-    sender.close()
+    sender.close()  # type: ignore[no-untyped-call]
     return delivery.remote_state
 
 
@@ -70,7 +70,8 @@ def test_a_091_declared_queue_bound_to_an_exchange_is_reached_by_a_10_sender(min
                 send(conn, "/exchanges/amq.topic/z", "unrouted")
             assert raised.value.state == Delivery.RELEASED
         method, _, body = ch.basic_get("bound-q")
-    assert body is not None and (method.exchange, method.routing_key) == ("amq.topic", "a.b")
+    assert body is not None
+    assert (method.exchange, method.routing_key) == ("amq.topic", "a.b")
 
 
 def test_another_connections_exclusive_queue_is_locked_for_a_10_receiver(minibroker: ThreadedBroker) -> None:
@@ -88,7 +89,7 @@ def test_a_queue_created_on_demand_then_declared_and_bound_is_not_swept_as_idle(
     config = {"server": {"port": 0}, "broker": {"clock": "virtual", "auto_delete_idle": 60}}
     with minibroker.run_in_thread(config) as broker:
         with amqp10(broker) as conn:
-            conn.create_receiver("swept").close()  # created on demand
+            conn.create_receiver("swept").close()  # type: ignore[no-untyped-call]  # created on demand
         with amqp091(broker) as ch:
             ch.queue_declare("swept")
             ch.queue_bind("swept", "amq.direct", "k")
@@ -120,11 +121,8 @@ def test_a_durable_10_message_through_an_exchange_is_recovered_in_its_queue(tmp_
             ch.queue_bind("jq", "amq.fanout", "")
         with amqp10(broker) as conn:
             assert send(conn, "/exchanges/amq.fanout", "durable", durable=True) == Delivery.ACCEPTED
-    with _serve(tmp_path) as broker:
-        with amqp10(broker) as conn:
-            receiver = conn.create_receiver("/queues/jq")
-            got = receiver.receive(timeout=5)
-            receiver.accept()
+    with _serve(tmp_path) as broker, amqp10(broker) as conn:
+        receiver = conn.create_receiver("/queues/jq")
+        got = receiver.receive(timeout=5)
+        receiver.accept()
     assert got.body == "durable"
-
-
