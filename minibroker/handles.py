@@ -37,6 +37,7 @@ from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import (
     ConnectionInfo,
+    ExchangeInfo,
     MessageView,
     NodeCounts,
     QueueReads,
@@ -344,6 +345,14 @@ class NamespaceView(Inspectable):
     def topics(self) -> list[str]:
         """Names of the topics that exist now."""
         return self._call(lambda broker: sorted(self._namespace(broker).topics))
+
+    @property
+    def exchanges(self) -> list[ExchangeInfo]:
+        """The namespace's RabbitMQ exchanges by name (the default one is ""; the predeclared ``amq.*`` ones and
+        those AMQP 0-9-1 clients declared), each with its bindings: snapshots (issue 18)."""
+        return self._call(
+            lambda broker: [ExchangeInfo.of(e) for _, e in sorted(self._namespace(broker).exchanges.items())]
+        )
 
     @property
     def transactions(self) -> list[TransactionInfo]:

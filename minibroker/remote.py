@@ -38,7 +38,9 @@ from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import (
     PROPERTY_FIELDS,
+    BindingInfo,
     ConnectionInfo,
+    ExchangeInfo,
     MessageView,
     QueueReads,
     QueueStats,
@@ -430,6 +432,25 @@ class RemoteBroker:
     def topics(self) -> list[str]:
         """Names of the topics that exist now."""
         return sorted(item["name"] for item in self._request("GET", "/topics"))
+
+    @property
+    def exchanges(self) -> list[ExchangeInfo]:
+        """The namespace's RabbitMQ exchanges with their bindings (argument values as JSON carries them: bytes as
+        base64 text, other non-JSON types as text)."""
+        return [
+            ExchangeInfo(
+                name=item["name"],
+                type=item["type"],
+                durable=bool(item["durable"]),
+                auto_delete=bool(item["auto_delete"]),
+                internal=bool(item["internal"]),
+                arguments=item["arguments"],
+                bindings=tuple(
+                    BindingInfo(b["destination"], b["kind"], b["routing_key"], b["arguments"]) for b in item["bindings"]
+                ),
+            )
+            for item in self._request("GET", "/exchanges")
+        ]
 
     @property
     def transactions(self) -> list[TransactionInfo]:

@@ -67,8 +67,6 @@ from minibroker.servicebus.entities import DEFAULT, EntityProperties
 if TYPE_CHECKING:
     from minibroker.broker.selector import MessageFields, Selector
 
-X_EXCHANGE, X_ROUTING_KEY = "x-exchange", "x-routing-key"
-"""The message-annotations naming the exchange and routing key a message was routed with (RabbitMQ 4's)."""
 _LOCK_LOST_OUTCOME = Modified(delivery_failed=True)  # a Service Bus lock ran out: back, a delivery counted
 _MAX_TIME_MS = 10**15  # about 31,700 years: a delay, delivery time or expiry beyond it is ignored
 
@@ -317,14 +315,7 @@ class Dispatcher:
 
         queues = namespace.queues
         names = route_queues(namespace.exchanges, way.exchange, way.key, headers)
-        targets = [queue for name in names if (queue := queues.get(name)) is not None]
-        name = way.exchange.name
-        if targets and (message.annotation(X_EXCHANGE), message.annotation(X_ROUTING_KEY)) != (name, way.key):
-            # rabbit_amqp_session.erl: a message routed through an exchange carries its name and the routing key
-            # (mc annotations exchange / routing_keys), which a 0-9-1 consumer reads in basic.deliver and a 1.0
-            # one as x-exchange / x-routing-key (mc_amqp.erl protocol_state); the gateway's own are stamped already
-            message.annotate({X_EXCHANGE: name, X_ROUTING_KEY: way.key})
-        return targets
+        return [queue for name in names if (queue := queues.get(name)) is not None]
 
     # -- Service Bus subscription rules (``minibroker.servicebus.rules``) ------------------------------------
     def _servicebus_targets(self, topic: Topic, message: Message, origin: ServerConnection | None) -> list[Queue]:

@@ -896,7 +896,11 @@ class Endpoints:
     ) -> Route | Error:
         """The way of ``message`` into exchange ``name`` of ``conn``'s namespace with routing key ``key`` (None: the
         message's own, ``routing_key``); ``amqp:not-found`` when there is no such exchange, and
-        ``amqp:unauthorized-access`` for an internal one (rabbit_amqp_session.erl ``check_internal_exchange``)."""
+        ``amqp:unauthorized-access`` for an internal one (rabbit_amqp_session.erl ``check_internal_exchange``). A
+        message that does not name its exchange (a 1.0 publish; the 0-9-1 gateway's do) is annotated with
+        ``x-exchange`` and ``x-routing-key``, as RabbitMQ 4 annotates what it routes (mc_amqp.erl
+        ``protocol_state_message_annotations``), so a 0-9-1 consumer sees where it was published (an empty key is
+        left out: dead-lettering then takes the queue's name, ``dispatch.dead_letter_exchange``)."""
         namespace = self.nodes.namespace_of(conn)
         exchange = namespace.exchanges.get(name)
         if exchange is None:
@@ -906,7 +910,12 @@ class Endpoints:
             return error(Condition.UNAUTHORIZED_ACCESS, text)
         if key is None:
             key = routing_key(message) if message is not None else ""
-        return Route(namespace, exchange, key)
+        route = Route(namespace, exchange, key)
+        if message is not None and not isinstance(
+            message.annotation("x-exchange") if message.annotations else None, str
+        ):
+            message.annotate({"x-exchange": name, "x-routing-key": key} if key else {"x-exchange": name})
+        return route
 
     # -- idle nodes created on demand ----------------------------------------------------------------------
     def next_deadline(self) -> float | None:

@@ -45,6 +45,9 @@ from minibroker.broker.queue import Queue
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import Link
 
+REPLY_CODE = Symbol("rabbitmq:reply-code")
+"""Where a 1.0 refusal carries the 0-9-1 reply code the gateway closes the channel with, when the condition's
+usual one is not RabbitMQ's (the error's info)."""
 EXCLUSIVE_CONSUMER = Symbol("rabbitmq:exclusive")
 """The attach property that asks for an exclusive consumer (what the gateway sends for basic.consume exclusive)."""
 SERVER_NAMED = "amq.gen-"
@@ -83,10 +86,6 @@ class RabbitError(Exception):
 
 
 ACCESS_REFUSED, NOT_FOUND, RESOURCE_LOCKED, PRECONDITION_FAILED = 403, 404, 405, 406
-REPLY_CODE = Symbol("rabbitmq:reply-code")
-"""The key of a 1.0 refusal's info map under which the model puts the 0-9-1 reply code RabbitMQ would give, where the
-condition alone does not say it (the gateway's ``consume.refusal`` reads it)."""
-_ACCESS_REFUSED = {REPLY_CODE: ACCESS_REFUSED}
 """The 0-9-1 reply codes of the model's refusals (0-9-1 §1.3 constants, all soft errors)."""
 _CODE_NAMES = {
     ACCESS_REFUSED: "ACCESS_REFUSED",
@@ -539,10 +538,9 @@ class RabbitModel:
         if (declared is not None and declared.exclusive_consumer is not None) or (
             _exclusive_consumer(link) and self.consumer_count(queue)
         ):
-            # rabbit_classic_queue.erl consume: exclusive_consume_unavailable is ACCESS_REFUSED "~ts in exclusive
-            # use" in 0-9-1: the reply code rides in the error's info for the gateway (``consume.refusal``)
-            text = f"{_rs('queue', queue.name, queue.namespace)} in exclusive use"
-            return Error(condition=Symbol(Condition.RESOURCE_LOCKED.value), description=text, info=_ACCESS_REFUSED)
+            # rabbit_amqqueue.erl basic_consume: "~ts in exclusive use" (ACCESS_REFUSED in 0-9-1: the info says so)
+            text = f"ACCESS_REFUSED - {_rs('queue', queue.name, queue.namespace)} in exclusive use"
+            return Error(Symbol(Condition.RESOURCE_LOCKED.value), text, {REPLY_CODE: ACCESS_REFUSED})
         return None
 
     def consumer_added(self, consumer: Consumer) -> None:

@@ -63,6 +63,9 @@ WINDOW = 1000
 EXCLUSIVE = "rabbitmq:exclusive"
 """The inner attach's link property asking for an exclusive consumer (``broker/rabbit.py`` honours it)."""
 REQUEUE = Modified(delivery_failed=True)
+"""A nack or reject with requeue, and the inner consumers' default outcome: what the client held when its channel
+closed or its connection went is requeued redelivered (rabbit_channel.erl requeues a closing channel's unacked
+messages; the 0-9-1 redelivered flag: "previously delivered to this or another client")."""
 _CONDITION_CODES = {
     "amqp:not-found": ReplyCode.NOT_FOUND,
     "amqp:resource-locked": ReplyCode.RESOURCE_LOCKED,
@@ -139,6 +142,7 @@ def basic_consume(gateway: Gateway, channel: Channel, command: Command) -> None:
         source=f"/queues/{quote(queue, safe='')}",
         settled=method.no_ack,
         properties={EXCLUSIVE: True} if method.exclusive else None,
+        default_outcome=REQUEUE,
     )
     consumer = Consumer(handle, queue, tag, method.no_ack, limit=channel.prefetch_count)
     channel.links[handle] = consumer
@@ -221,13 +225,14 @@ def delivered(gateway: Gateway, channel: Channel, event: Delivered) -> None:
         channel.unacked[tag] = Unacked(consumer, event.delivery_id)
         consumer.unacked += 1
     redelivered = message.delivery_count > 0
+    routing_key = message.routing_key or _default_routing_key(message.exchange, consumer.queue)
     if consumer.tag is None:
         count = gateway.model.message_count(gateway.inner, consumer.queue)
         get_ok = BasicGetOk(
             delivery_tag=tag,
             redelivered=redelivered,
             exchange=message.exchange,
-            routing_key=message.routing_key,
+            routing_key=routing_key,
             message_count=count,
         )
         gateway.engine.send_content(channel.number, get_ok, message.properties, message.body)
@@ -238,11 +243,18 @@ def delivered(gateway: Gateway, channel: Channel, event: Delivered) -> None:
         delivery_tag=tag,
         redelivered=redelivered,
         exchange=message.exchange,
-        routing_key=message.routing_key,
+        routing_key=routing_key,
     )
     gateway.engine.send_content(channel.number, deliver, message.properties, message.body)
     if consumer.no_ack or not consumer.limit:
         grant(gateway, channel)
+
+
+def _default_routing_key(exchange: str, queue: str) -> str:
+    """The routing key of a message that names none (a 1.0 message sent to the queue, with no ``x-routing-key``
+    annotation and no subject): through the default exchange, the queue's name, as RabbitMQ 4 routes a 1.0
+    transfer to ``/queues/Q`` (rabbit_amqp_session.erl: the default exchange, routing key Q)."""
+    return queue if not exchange else ""
 
 
 def credit(gateway: Gateway, channel: Channel, event: Credit) -> None:
@@ -291,7 +303,7 @@ def basic_get(gateway: Gateway, channel: Channel, command: Command) -> None:
         drain()
         return
     handle = gateway.client.attach_receiver(
-        channel.number, source=f"/queues/{quote(queue, safe='')}", settled=method.no_ack, properties=None
+        channel.number, source=f"/queues/{quote(queue, safe='')}", settled=method.no_ack, default_outcome=REQUEUE
     )
     getter = channel.getters[(queue, method.no_ack)] = Consumer(handle, queue, None, method.no_ack)
     channel.links[handle] = getter

@@ -448,10 +448,12 @@ class InnerClient:
         settled: bool,
         properties: dict[str, Any] | None = None,
         name: str | None = None,
+        default_outcome: DeliveryState | None = None,
     ) -> int:
         """A link on which the broker sends us what ``source`` holds, settled (snd-settle-mode settled, §2.8.2:
-        0-9-1 no-ack) or not; ``properties`` are the attach's link properties (``rabbitmq:exclusive``...). No
-        credit until ``flow``."""
+        0-9-1 no-ack) or not; ``properties`` are the attach's link properties (``rabbitmq:exclusive``...);
+        ``default_outcome`` is the source's (§3.5.3: what the broker does with what we leave unsettled when the
+        link, session or connection ends). No credit until ``flow``."""
         props = {Symbol(key): value for key, value in properties.items()} if properties else None
         return self._attach(
             channel,
@@ -459,7 +461,7 @@ class InnerClient:
             name,
             snd_settle_mode=UByte(1 if settled else 0),
             rcv_settle_mode=UByte(0),
-            source=Source(address=source),
+            source=Source(address=source, default_outcome=default_outcome),
             target=Target(),
             properties=props,
         )

@@ -303,3 +303,27 @@ def test_confirm_and_tx_do_not_mix(connection: Any) -> None:
 def test_unknown_vhost_is_refused(minibroker: ThreadedBroker) -> None:
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         pika.BlockingConnection(pika.URLParameters(url_of(minibroker, "no-such-vhost") + "?socket_timeout=5"))
+
+
+def test_an_exclusive_consumer_locks_out_others_with_403(minibroker: ThreadedBroker, channel: Any) -> None:
+    channel.queue_declare("solo")
+    channel.basic_consume("solo", lambda *args: None, exclusive=True)
+    other = pika.BlockingConnection(pika.URLParameters(url_of(minibroker) + "?socket_timeout=5"))
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as raised:
+            other.channel().basic_consume("solo", lambda *args: None)
+        assert raised.value.reply_code == 403
+        assert "in exclusive use" in raised.value.reply_text
+    finally:
+        other.close()
+
+
+def test_another_connections_exclusive_queue_is_405(minibroker: ThreadedBroker, channel: Any) -> None:
+    channel.queue_declare("mine", exclusive=True)
+    other = pika.BlockingConnection(pika.URLParameters(url_of(minibroker) + "?socket_timeout=5"))
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as raised:
+            other.channel().basic_consume("mine", lambda *args: None)
+        assert raised.value.reply_code == 405
+    finally:
+        other.close()

@@ -55,7 +55,7 @@ def test_a_fault_rule_rejecting_transfers_nacks_a_confirmed_publish(channel: Any
     with pytest.raises(pika.exceptions.NackError):
         channel.basic_publish("", "faulty", b"refused")
     channel.basic_publish("", "faulty", b"taken")  # the rule fired its one time
-    method, _properties, body = channel.basic_get("faulty", auto_ack=True)
+    _method, _properties, body = channel.basic_get("faulty", auto_ack=True)
     assert body == b"taken"
     assert minibroker.faults.list()[0].hits == 1
 

@@ -49,11 +49,11 @@ def test_message_ttl_expires_on_the_virtual_clock_to_the_dead_letter_exchange() 
     w.broker.rabbit.bind_queue(None, "q", "amq.fanout", "")
     w.broker.rabbit.bind_queue(None, "keep", "amq.fanout", "")
     p = peer(w)
-    publish(w, p, "/exchanges/amq.fanout/q", "m1")  # (fanout ignores the key; the dead letter is routed by it)
+    publish(w, p, "/exchanges/amq.fanout", "m1")
     w.advance(0.999)
     assert (ready(w, "q"), ready(w, "keep"), ready(w, "dead")) == (["m1"], ["m1"], [])
     w.advance(0.002)
-    # the copy on q expired (its dead letter routed by the key it was published with: rabbit_dead_letter.erl) and
+    # the copy on q expired (its dead-letter routed by the queue's name, as the default exchange reached it) and
     # the copy on keep, a queue with no ttl, stays
     assert (ready(w, "q"), ready(w, "keep"), ready(w, "dead")) == ([], ["m1"], ["m1"])
     found = annotations_of(w, "dead")

@@ -52,10 +52,6 @@ def closed_code(call: Any) -> int:
 
 
 # -- redelivery ----------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway: a channel's unacked deliveries go back released (delivery-count kept), so not redelivered",
-)
 def test_unacked_given_back_by_a_channel_close_are_redelivered(conn: Any) -> None:
     """rabbit_channel.erl terminate -> requeue of the unacked: RabbitMQ marks them redelivered (the 0-9-1 XML,
     basic.deliver's redelivered: "the message may have been previously delivered to this or another client")."""
