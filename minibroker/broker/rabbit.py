@@ -364,7 +364,7 @@ class RabbitModel:
     ) -> tuple[str, int, int]:
         """queue.declare: (the queue's name, its ready messages, its consumers).
 
-        "" gets a server name ``amq.gen-<id>``; a new name must not start with ``amq.`` (403); its arguments must
+        "" gets a server name ``amq.gen-<id>``; a name given must not start with ``amq.`` (403); its arguments must
         be valid (406 ``invalid arg``); an existing queue declared here must be declared alike (405 when another
         connection owns it or exclusivity differs, 406 ``inequivalent arg``); passive: it must exist (404) and not
         be another connection's (405)."""
@@ -377,6 +377,8 @@ class RabbitModel:
         server_named = not name
         if server_named:
             name = self._server_name(namespace)
+        else:  # rabbit_channel.erl queue.declare: check_name for every name given, existing or not
+            _check_name("queue", name)
         owner = conn if exclusive else None
         node = namespace.node(name)
         if node is not None:
@@ -390,8 +392,6 @@ class RabbitModel:
             elif node.auto:  # created on demand by a 1.0 link: declared now, so RabbitMQ's to keep
                 self.nodes.keep(node)
             return name, node.depth, self.consumer_count(node)
-        if not server_named:
-            _check_name("queue", name)
         rs = _rs("queue", name, namespace)
         policy = queue_policy(arguments, rs)
         refused = self.nodes.refuse_new_node()

@@ -557,3 +557,63 @@ def test_an_auto_delete_exchange_goes_with_its_last_binding(conn: Any) -> None:
     ch.queue_bind("temp-q", "temp-x", "k")
     ch.queue_unbind("temp-q", "temp-x", "k")
     assert closed_code(lambda: ch.exchange_declare("temp-x", "direct", passive=True)) == 404
+
+
+def test_redeclaring_a_server_named_queue_by_name_is_403(conn: Any) -> None:
+    """rabbit_channel.erl queue.declare (passive=false): a non-empty name goes through ``check_name``, so an
+    ``amq.``-prefixed one is ACCESS_REFUSED even when it exists (a passive declare is the way to check one)."""
+    ch = conn.channel()
+    name = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_declare(name, passive=True)
+    assert closed_code(lambda: ch.queue_declare(name, exclusive=True)) == 403
+
+
+def test_a_deleted_queue_cancels_its_consumers(conn: Any, other: Any) -> None:
+    """RabbitMQ's consumer cancel notification: basic.cancel from the server when the queue is deleted."""
+    ch = conn.channel()
+    ch.queue_declare("cancelled")
+    cancelled: list[str] = []
+    tag = ch.basic_consume("cancelled", lambda *a: None)
+    ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    other.channel().queue_delete("cancelled")
+    conn.process_data_events(time_limit=0.5)
+    assert cancelled == [tag]
+
+
+def test_reject_publish_dlx_nacks_and_dead_letters(conn: Any) -> None:
+    """RabbitMQ's maxlength documentation: ``reject-publish-dlx`` refuses the publish (nack with confirms) and
+    dead-letters the rejected message."""
+    ch = conn.channel()
+    ch.queue_declare("overflowed")
+    ch.queue_declare(
+        "limited",
+        arguments={
+            "x-max-length": 1,
+            "x-overflow": "reject-publish-dlx",
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "overflowed",
+        },
+    )
+    ch.confirm_delivery()
+    ch.basic_publish("", "limited", b"first")
+    with pytest.raises(pika.exceptions.NackError):
+        ch.basic_publish("", "limited", b"second")
+    assert ch.basic_get("overflowed")[2] == b"second"
+
+
+def test_a_transient_queue_does_not_survive_a_restart(tmp_path: Path) -> None:
+    """RabbitMQ deletes non-durable queues when the node restarts, persistent messages in them included (queues
+    guide: "Transient queues will be deleted on node boot"); the issue's durability is for a durable queue."""
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        ch = c.channel()
+        ch.queue_declare("transient", durable=False)
+        ch.confirm_delivery()
+        ch.basic_publish("", "transient", b"p", pika.BasicProperties(delivery_mode=2))
+        c.close()
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        try:
+            assert closed_code(lambda: c.channel().queue_declare("transient", passive=True)) == 404
+        finally:
+            c.close()
