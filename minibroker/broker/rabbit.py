@@ -402,6 +402,8 @@ class RabbitModel:
             self.nodes.delete(created)
             raise failure(PRECONDITION_FAILED, f"{rs} is configured as a topic")
         created.policy = policy
+        if not durable or exclusive:  # a transient queue: gone when the node restarts, so nothing of it journaled
+            created.on_departure = None  # (RabbitMQ's queues guide: "Transient queues will be deleted on node boot")
         self.dispatcher.own_copies = True  # its priorities are RabbitMQ's (and maybe its message ttl)
         declared = self.declared[created] = Declaration(durable and not exclusive, owner, auto_delete, arguments)
         expires = arguments.get("x-expires")
