@@ -617,3 +617,28 @@ def test_a_transient_queue_does_not_survive_a_restart(tmp_path: Path) -> None:
             assert closed_code(lambda: c.channel().queue_declare("transient", passive=True)) == 404
         finally:
             c.close()
+
+
+@pytest.mark.xfail(strict=True, reason="gateway publish.basic_publish does not check the expiration property")
+@pytest.mark.parametrize("expiration", ["abc", "-1", "1.5"])
+def test_an_invalid_expiration_is_406(conn: Any, expiration: str) -> None:
+    """rabbit_channel.erl basic.publish ``check_expiration_header``: PRECONDITION_FAILED "invalid expiration"."""
+    ch = conn.channel()
+    ch.queue_declare("exp")
+    ch.basic_publish("", "exp", b"x", pika.BasicProperties(expiration=expiration))
+    assert closed_code(lambda: ch.queue_declare("exp", passive=True)) == 406
+
+
+@pytest.mark.xfail(strict=True, reason="gateway publish.basic_publish does not check user_id against the login")
+def test_a_user_id_other_than_the_login_is_406(conn: Any) -> None:
+    """rabbit_channel.erl ``check_user_id_header``: "user_id property set to '~ts' but authenticated user was
+    '~ts'" (PRECONDITION_FAILED)."""
+    ch = conn.channel()
+    ch.queue_declare("uid")
+    ch.basic_publish("", "uid", b"x", pika.BasicProperties(user_id="mallory"))
+    assert closed_code(lambda: ch.queue_declare("uid", passive=True)) == 406
+
+
+def test_amq_prefixed_exchanges_are_403(conn: Any) -> None:
+    assert closed_code(lambda: conn.channel().exchange_declare("amq.mine", "direct")) == 403
+    assert closed_code(lambda: conn.channel().exchange_delete("amq.direct")) == 403
