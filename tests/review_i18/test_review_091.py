@@ -642,3 +642,45 @@ def test_a_user_id_other_than_the_login_is_406(conn: Any) -> None:
 def test_amq_prefixed_exchanges_are_403(conn: Any) -> None:
     assert closed_code(lambda: conn.channel().exchange_declare("amq.mine", "direct")) == 403
     assert closed_code(lambda: conn.channel().exchange_delete("amq.direct")) == 403
+
+
+def test_a_persistent_fanout_to_two_durable_queues_comes_back_in_both(tmp_path: Path) -> None:
+    """One publish journaled for every durable queue it was routed to (rabbit_channel.erl deliver_to_queues: each
+    queue takes its own copy), and each settles its own."""
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        ch = c.channel()
+        for name in ("fan-a", "fan-b"):
+            ch.queue_declare(name, durable=True)
+            ch.queue_bind(name, "amq.fanout")
+        ch.confirm_delivery()
+        ch.basic_publish("amq.fanout", "", b"both", pika.BasicProperties(delivery_mode=2))
+        ch.basic_get("fan-a", auto_ack=True)  # taken from one: the other keeps its copy
+        c.close()
+    with _serve(tmp_path) as broker:
+        assert (broker.queue("fan-a").depth, broker.queue("fan-b").depth) == (0, 1)
+
+
+def test_a_persistent_dead_letter_comes_back_in_its_dead_letter_queue(tmp_path: Path) -> None:
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        ch = c.channel()
+        ch.queue_declare("dlq", durable=True)
+        ch.queue_declare(
+            "src2", durable=True, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+        )
+        ch.confirm_delivery()
+        ch.basic_publish("", "src2", b"dead", pika.BasicProperties(delivery_mode=2))
+        method, _, _ = ch.basic_get("src2", auto_ack=False)
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        ch.queue_declare("dlq", durable=True, passive=True)
+        c.close()
+    with _serve(tmp_path) as broker:
+        c = connect(broker.amqp091_url)
+        try:
+            method, props, body = c.channel().basic_get("dlq")
+        finally:
+            c.close()
+        assert broker.queue("src2").depth == 0
+    assert body == b"dead"
+    assert props.headers["x-death"][0]["reason"] == "rejected"
