@@ -16,7 +16,9 @@ import pika.spec
 import pytest
 
 import minibroker
+from minibroker.amqp091 import definitions as d
 from minibroker.testing.thread import ThreadedBroker
+from tests.review_i18.raw091 import Raw091
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -684,3 +686,33 @@ def test_a_persistent_dead_letter_comes_back_in_its_dead_letter_queue(tmp_path: 
         assert broker.queue("src2").depth == 0
     assert body == b"dead"
     assert props.headers["x-death"][0]["reason"] == "rejected"
+
+
+@pytest.mark.xfail(
+    strict=True, reason="gateway consume.delivered: message_count of a deleted queue raises RabbitError: 541"
+)
+def test_a_get_answered_while_another_channel_deletes_the_queue(minibroker: ThreadedBroker) -> None:
+    """basic.get on channel 1 and queue.delete on channel 2 in one write: the get is answered (get-ok with a
+    message count, or get-empty), never an internal error closing the connection."""
+    raw = Raw091(minibroker.host, minibroker.port)
+    try:
+        for channel in (1, 2):
+            raw.send(channel, d.ChannelOpen())
+            raw.expect(d.ChannelOpenOk, channel)
+        raw.send(1, d.QueueDeclare(queue="racing"))
+        raw.expect(d.QueueDeclareOk, 1)
+        raw.pipelined(
+            raw.content(1, d.BasicPublish(exchange="", routing_key="racing"), b"a"),
+            raw.content(1, d.BasicPublish(exchange="", routing_key="racing"), b"b"),
+        )
+        raw.send(1, d.BasicGet(queue="racing", no_ack=True))  # the get link is attached now
+        raw.expect(d.BasicGetOk, 1)
+        raw.pipelined(
+            raw.method(1, d.BasicGet(queue="racing", no_ack=True)),
+            raw.method(2, d.QueueDelete(queue="racing")),
+        )
+        raw.expect(d.QueueDeleteOk, 2)
+        raw.send(1, d.BasicQos(prefetch_count=1))  # channel 1 and the connection are still there
+        raw.expect(d.BasicQosOk, 1)
+    finally:
+        raw.close()
