@@ -42,10 +42,10 @@ class Raw091:
         """Read frames until a method frame of ``kind`` (on ``channel``) arrives; return its method."""
         while True:
             for i, frame in enumerate(self.frames):
-                if isinstance(frame, MethodFrame) and isinstance(frame.method, kind):
-                    if channel is None or frame.channel == channel:
-                        del self.frames[: i + 1]
-                        return frame.method
+                wanted = channel is None or frame.channel == channel
+                if isinstance(frame, MethodFrame) and isinstance(frame.method, kind) and wanted:
+                    del self.frames[: i + 1]
+                    return frame.method
             data = self.sock.recv(65536)
             if not data:
                 raise EOFError(f"closed while waiting for {kind.__name__}; had {self.frames}")
