@@ -716,3 +716,40 @@ def test_a_get_answered_while_another_channel_deletes_the_queue(minibroker: Thre
         raw.expect(d.BasicQosOk, 1)
     finally:
         raw.close()
+
+
+def test_a_global_qos_limits_the_channel_across_consumers(conn: Any) -> None:
+    """RabbitMQ 3.3+ (consumer prefetch documentation): basic.qos with global=true is shared by all consumers on the
+    channel."""
+    ch = conn.channel()
+    got: list[bytes] = []
+    for name in ("g1", "g2"):
+        ch.queue_declare(name)
+        for n in range(5):
+            ch.basic_publish("", name, b"%d" % n)
+    ch.basic_qos(prefetch_count=3, global_qos=True)
+    for name in ("g1", "g2"):
+        ch.basic_consume(name, lambda _ch, _m, _p, body: got.append(body))
+    while len(got) < 3:
+        conn.process_data_events(time_limit=1)
+    conn.sleep(0.3)  # (what would come past the limit has time to come)
+    assert len(got) == 3
+
+
+def test_a_lost_connection_gives_back_what_a_transaction_acked(amqp091_url: str, minibroker: ThreadedBroker) -> None:
+    """An ack staged in a channel transaction is undone with it: the message goes back to its queue."""
+    c = connect(amqp091_url)
+    ch = c.channel()
+    ch.queue_declare("tx-acked")
+    ch.basic_publish("", "tx-acked", b"x")
+    ch.tx_select()
+    method, _, _ = ch.basic_get("tx-acked", auto_ack=False)
+    ch.basic_ack(method.delivery_tag)
+    ch.queue_declare("tx-acked", passive=True)
+    sock: socket.socket = c._impl._transport._sock
+    sock.shutdown(socket.SHUT_RDWR)
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        c.process_data_events(time_limit=5)
+    sock.close()
+    c._impl.ioloop.close()
+    minibroker.wait_for(queue="tx-acked", depth=1)
