@@ -16,6 +16,8 @@ class Raw091:
         self.sock = socket.create_connection((host, port), timeout=5)
         self.reader = FrameReader(frame_max=0)
         self.frames: list[Any] = []
+        self.passed: list[Any] = []
+        """The frames read before the one the last ``expect`` returned (since that call)."""
         self.sock.sendall(PROTOCOL_HEADER)
         self.expect(d.ConnectionStart)
         self.send(0, d.ConnectionStartOk(client_properties={}, mechanism="PLAIN", response=b"\0guest\0guest"))
@@ -44,6 +46,7 @@ class Raw091:
             for i, frame in enumerate(self.frames):
                 wanted = channel is None or frame.channel == channel
                 if isinstance(frame, MethodFrame) and isinstance(frame.method, kind) and wanted:
+                    self.passed = self.frames[:i]
                     del self.frames[: i + 1]
                     return frame.method
             data = self.sock.recv(65536)

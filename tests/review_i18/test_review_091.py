@@ -17,6 +17,7 @@ import pytest
 
 import minibroker
 from minibroker.amqp091 import definitions as d
+from minibroker.amqp091.frames import MethodFrame
 from minibroker.testing.thread import ThreadedBroker
 from tests.review_i18.raw091 import Raw091
 
@@ -753,3 +754,50 @@ def test_a_lost_connection_gives_back_what_a_transaction_acked(amqp091_url: str,
     sock.close()
     c._impl.ioloop.close()
     minibroker.wait_for(queue="tx-acked", depth=1)
+
+
+def test_pipelined_tx_select_publish_commit(minibroker: ThreadedBroker) -> None:
+    """A client may write tx.select, publishes and tx.commit at once (§2.3.5: the answers come in order)."""
+    raw = Raw091(minibroker.host, minibroker.port)
+    try:
+        raw.send(1, d.ChannelOpen())
+        raw.expect(d.ChannelOpenOk, 1)
+        raw.send(1, d.QueueDeclare(queue="piped"))
+        raw.expect(d.QueueDeclareOk, 1)
+        raw.pipelined(
+            raw.method(1, d.TxSelect()),
+            raw.content(1, d.BasicPublish(exchange="", routing_key="piped"), b"1"),
+            raw.content(1, d.BasicPublish(exchange="", routing_key="piped"), b"2"),
+            raw.method(1, d.TxCommit()),
+            raw.content(1, d.BasicPublish(exchange="", routing_key="piped"), b"3"),
+            raw.method(1, d.TxRollback()),
+            raw.method(1, d.QueueDeclare(queue="piped", passive=True)),
+        )
+        raw.expect(d.TxSelectOk, 1)
+        raw.expect(d.TxCommitOk, 1)
+        raw.expect(d.TxRollbackOk, 1)
+        assert raw.expect(d.QueueDeclareOk, 1).message_count == 2
+    finally:
+        raw.close()
+
+
+def test_pipelined_consume_and_cancel_deliver_nothing_after_cancel_ok(minibroker: ThreadedBroker) -> None:
+    raw = Raw091(minibroker.host, minibroker.port)
+    try:
+        raw.send(1, d.ChannelOpen())
+        raw.expect(d.ChannelOpenOk, 1)
+        raw.send(1, d.QueueDeclare(queue="brief"))
+        raw.expect(d.QueueDeclareOk, 1)
+        raw.pipelined(
+            *(raw.content(1, d.BasicPublish(exchange="", routing_key="brief"), b"m") for _ in range(5)),
+            raw.method(1, d.BasicConsume(queue="brief", consumer_tag="c", no_ack=True)),
+            raw.method(1, d.BasicCancel(consumer_tag="c")),
+            raw.method(1, d.QueueDeclare(queue="brief", passive=True)),
+        )
+        raw.expect(d.BasicCancelOk, 1)
+        declare_ok = raw.expect(d.QueueDeclareOk, 1)
+        after = [f for f in raw.passed if isinstance(f, MethodFrame)]  # between cancel-ok and declare-ok
+        assert not any(isinstance(f.method, d.BasicDeliver) for f in after)
+        assert declare_ok.consumer_count == 0
+    finally:
+        raw.close()
