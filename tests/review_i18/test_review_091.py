@@ -828,3 +828,19 @@ def test_a_no_ack_consumer_cancelled_in_flight_loses_no_message(minibroker: Thre
         assert delivered + left == 50
     finally:
         raw.close()
+
+
+@pytest.mark.xfail(strict=True, reason=GET_LINK)
+def test_a_basic_get_does_not_keep_an_expiring_queue_alive() -> None:
+    """RabbitMQ's TTL documentation (x-expires): a queue is unused when it has no consumers, has not been
+    redeclared and basic.get was not used for the expiry period; a basic.get is a use, not a consumer."""
+    with minibroker.run_in_thread({"server": {"port": 0}, "broker": {"clock": "virtual"}}) as broker:
+        c = connect(broker.amqp091_url)
+        try:
+            ch = c.channel()
+            ch.queue_declare("expiring", arguments={"x-expires": 10_000})
+            ch.basic_get("expiring")
+            broker.clock.advance(11)
+            assert closed_code(lambda: c.channel().queue_declare("expiring", passive=True)) == 404
+        finally:
+            c.close()
