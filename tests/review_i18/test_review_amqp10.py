@@ -126,3 +126,17 @@ def test_a_durable_10_message_through_an_exchange_is_recovered_in_its_queue(tmp_
         got = receiver.receive(timeout=5)
         receiver.accept()
     assert got.body == "durable"
+
+
+@pytest.mark.xfail(strict=True, reason="no x-routing-key for a 1.0 post to a queue: the gateway falls back to subject")
+@pytest.mark.parametrize("minibroker", ["minibroker", "rabbitmq"], indirect=True)
+def test_a_10_post_to_a_queue_reaches_091_as_the_default_exchange_with_its_name(minibroker: ThreadedBroker) -> None:
+    """rabbit_amqp_session.erl: a message to ``/queues/NAME`` is routed by the default exchange with key NAME, which a
+    0-9-1 consumer reads in get-ok / deliver."""
+    with amqp091(minibroker) as ch:
+        ch.queue_declare("direct-q")
+        with amqp10(minibroker) as conn:
+            assert send(conn, "/queues/direct-q", "hello", subject="ignored") == Delivery.ACCEPTED
+        method, props, body = ch.basic_get("direct-q")
+    assert body is not None
+    assert (method.exchange, method.routing_key) == ("", "direct-q")
