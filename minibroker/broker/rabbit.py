@@ -177,6 +177,17 @@ class RabbitModel:
         """Whether ``name`` is a virtual host: a namespace ("/" is the default one)."""
         return name == "/" or name in self.nodes.namespaces
 
+    def routable(self, conn: ServerConnection, exchange: str, routing_key: str, headers: Mapping[str, Any]) -> bool:
+        """Whether a message published now to ``exchange`` ("" the default) with ``routing_key`` (and ``headers``,
+        for a headers exchange) would reach a queue: what a channel transaction's mandatory publishes are checked
+        with at tx.commit, where rabbit_channel.erl routes them and returns the unroutable ones."""
+        namespace = self._namespace(conn)
+        start = namespace.exchanges.get(exchange)
+        if start is None:
+            return False
+        names = ex.route(namespace.exchanges, start, routing_key, lambda: headers)
+        return any(name in namespace.queues for name in names)
+
     def _namespace(self, conn: ServerConnection | None) -> Namespace:
         return self.nodes.namespace_of(conn) if conn is not None else self.nodes.default
 

@@ -31,14 +31,18 @@ class Command:
     body: bytes | None = None
 
 
+Returned = tuple[str, str, BasicProperties, bytes]
+"""A mandatory publish as a ``basic.return`` would give it back: (exchange, routing key, properties, body)."""
+
+
 @dataclass(slots=True)
 class Published:
     """A publish sent to the broker and not yet answered: its confirm number (0: not confirming), and what a
     ``basic.return`` needs when it was mandatory."""
 
     seq: int
-    returned: tuple[str, str, BasicProperties, bytes] | None = None
-    """(exchange, routing key, properties, body) of a mandatory publish; None when not mandatory."""
+    returned: Returned | None = None
+    """What a ``basic.return`` of a mandatory publish needs; None when not mandatory."""
 
 
 @dataclass(slots=True)
@@ -106,6 +110,8 @@ class Channel:
     coordinator: int | None = None
     txn: bytes | None = None
     """The open inner transaction (declared on the first publish or ack after tx.select or the last commit)."""
+    txn_returns: list[Returned] = field(default_factory=list)
+    """The mandatory publishes of ``txn``: returned at tx.commit if they route nowhere then."""
     txn_acks: list[tuple[int, Unacked]] = field(default_factory=list)
     """Acks staged in ``txn`` (tag, delivery): given back to the client's unacked by a rollback."""
     # -- consuming -------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import Any
 
 from minibroker.amqp.definitions import Error
 from minibroker.amqp091 import events as e091
-from minibroker.amqp091.definitions import ReplyCode
+from minibroker.amqp091.definitions import ConnectionOpen, ReplyCode
 from minibroker.amqp091.engine import Connection091
 from minibroker.amqp091.errors import ProtocolError
 from minibroker.broker.rabbit import RabbitError, RabbitModel
@@ -96,7 +96,14 @@ class Gateway:
 
     @property
     def output_size(self) -> int:
-        return self.engine.output_size
+        """The 0-9-1 output waiting for the client and, once that is past ``_HOLD`` (so the broker's output, and its
+        credit, are no longer taken), the client's publishes held for credit meanwhile: the I/O layer stops reading
+        a client past a point, so a publisher that reads nothing (its returns, say) cannot make us buffer without
+        bound (RabbitMQ's TCP back-pressure)."""
+        size = self.engine.output_size
+        if size >= _HOLD:
+            size += self.client.held_size()
+        return size
 
     @property
     def awaiting_verdict(self) -> bool:
@@ -161,9 +168,7 @@ class Gateway:
         the broker), the inner connection's frames to the client (while the 0-9-1 output is below ``_HOLD``)."""
         client, inner = self.client, self.inner
         while True:
-            data = client.data_to_send()
-            if data and not inner.finished:
-                self.to_broker(inner.receive_events(data, now))
+            if self._flush(now):
                 continue
             if inner.has_output and self.engine.output_size < _HOLD:
                 for event in client.receive_data(inner.data_to_send()):
@@ -184,6 +189,15 @@ class Gateway:
                 self.to_broker(inner.receive_events(b"", now))
                 continue
             return
+
+    def _flush(self, now: float) -> bool:
+        """Give what the in-process client has written to the inner connection (one broker step); False when it
+        had nothing (or the inner connection is gone)."""
+        data = self.client.data_to_send()
+        if not data or self.inner.finished:
+            return False
+        self.to_broker(self.inner.receive_events(data, now))
+        return True
 
     # -- the client's events ---------------------------------------------------------------------------------
     def _engine_events(self, events: Iterable[e091.Event]) -> None:
@@ -216,7 +230,9 @@ class Gateway:
         """connection.open: the vhost is a namespace ("/" the listener's own)."""
         hostname = None if vhost in ("", "/") else vhost
         if hostname is not None and not self.model.vhost_exists(hostname):
-            self.engine.close(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - vhost {vhost} not found")
+            # rabbit_reader.erl names the method an error of connection.open came from
+            text = f"NOT_ALLOWED - vhost {vhost} not found"
+            self.engine.close(ReplyCode.NOT_ALLOWED, text, ConnectionOpen.CLASS_ID, ConnectionOpen.METHOD_ID)
             return
         self.client.open(hostname)
 
@@ -224,10 +240,8 @@ class Gateway:
         """True when the publishes sent on the channel before ``command`` have reached the broker; else hold
         ``command`` until they have (its answer must see them, as RabbitMQ's channel routes a publish before it
         reads the next method)."""
-        client = self.client
-        if client.has_output and not self.inner.finished:  # what the client wrote is not the broker's yet
-            self.to_broker(self.inner.receive_events(client.data_to_send(), self.clock()))
-        if not client.holding(channel.number):
+        self._flush(self.clock())  # what the client wrote is not the broker's yet
+        if not self.client.holding(channel.number):
             return True
         channel.wait("sent", 0, _nothing, command)
         return False

@@ -620,6 +620,15 @@ class InnerClient:
         session = self._sessions.get(channel)
         return session is not None and bool(session.waiting)
 
+    def held_size(self) -> int:
+        """Bytes of frames waiting in the sessions for credit or window (O(frames waiting): for rare checks)."""
+        return sum(
+            len(frame)
+            for session in self._sessions.values()
+            for item in session.waiting
+            for frame in item.frames[item.sent :]
+        )
+
     def credit(self, channel: int, handle: int) -> int:
         """The link-credit of our link as we count it (§2.6.7): where we send, what the broker granted less what
         went out; where we receive, what we granted less what arrived."""

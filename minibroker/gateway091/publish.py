@@ -10,7 +10,8 @@ it, as RabbitMQ's routing does for a 0-9-1 publish (rabbit_channel.erl, ``handle
 - ``released``: routed nowhere: dropped, after a ``basic.return`` (312 NO_ROUTE) when it was ``mandatory``, then
   confirmed with ``basic.ack`` (RabbitMQ's publisher confirms documentation: an unroutable message is confirmed
   once the exchange found no queue);
-- ``rejected`` ``amqp:not-found``: no such exchange: the channel is closed with 404, as RabbitMQ closes it;
+- ``rejected`` ``amqp:not-found``: no such exchange: the channel is closed with 404, as RabbitMQ closes it (and
+  with 403 for ``amqp:unauthorized-access``: an internal exchange, or no permission);
 - any other ``rejected`` (a queue at its limit with ``x-overflow = reject-publish``): ``basic.nack``.
 
 Confirms are numbered per channel from 1 (the confirm.select documentation of RabbitMQ's extensions) and acked in
@@ -45,7 +46,7 @@ from minibroker.amqp091.definitions import (
 )
 from minibroker.amqp091.errors import ProtocolError
 from minibroker.gateway091 import convert
-from minibroker.gateway091.channel import Channel, Command, Published
+from minibroker.gateway091.channel import Channel, Command, Published, Returned
 
 if TYPE_CHECKING:
     from minibroker.gateway091.connection import Gateway
@@ -72,6 +73,8 @@ def basic_publish(gateway: Gateway, channel: Channel, command: Command) -> None:
         return
     properties, body = command.properties, command.body or b""
     assert properties is not None
+    if properties.expiration is not None:
+        check_expiration(properties.expiration)
     payload = convert.to_amqp10(
         properties, body, method.exchange, method.routing_key, address(method.exchange, method.routing_key)
     )
@@ -81,11 +84,47 @@ def basic_publish(gateway: Gateway, channel: Channel, command: Command) -> None:
         channel.next_seq += 1
         channel.unconfirmed[seq] = None
     returned = (method.exchange, method.routing_key, properties, body) if method.mandatory else None
+    if returned is not None and channel.transactional:  # routed at the commit: checked then (``_discharge``)
+        channel.txn_returns.append(returned)
+        returned = None
     if channel.relay is None:
         channel.relay = gateway.client.attach_sender(channel.number, target=None)
     # (the inner client holds the transfer until the relay link has credit, and what follows it in the session)
     delivery_id = gateway.client.transfer(channel.number, channel.relay, payload, settled=False, txn_id=channel.txn)
     channel.in_flight[delivery_id] = Published(seq, returned)
+
+
+MAX_EXPIRY = 4294967295
+"""The largest per-message TTL RabbitMQ takes, in milliseconds (rabbit.hrl ``?MAX_EXPIRY_TIMER``)."""
+
+
+def check_expiration(expiration: str) -> None:
+    """406 for an ``expiration`` that is not a decimal count of milliseconds, with RabbitMQ's text
+    (rabbit_channel.erl ``check_expiration_header`` on ``rabbit_basic:parse_expiration``, which reads it with
+    Erlang's ``string:to_integer``: an optional sign, digits, nothing after; negative or too large refused)."""
+    sign = -1 if expiration.startswith("-") else 1
+    digits = expiration[1:] if expiration[:1] in ("+", "-") else expiration
+    count = len(digits) - len(digits.lstrip("0123456789"))
+    if count == 0:
+        reason = "no_integer"
+    elif count < len(digits):
+        reason = '{leftover_string,"' + digits[count:] + '"}'
+    else:
+        value = sign * int(digits)
+        if value < 0:
+            reason = f"{{value_negative,{value}}}"
+        elif value > MAX_EXPIRY:
+            reason = f"{{value_too_large,{value}}}"
+        else:
+            return
+    raise ProtocolError(
+        ReplyCode.PRECONDITION_FAILED, f"PRECONDITION_FAILED - invalid expiration '{expiration}': {reason}"
+    )
+
+
+_CHANNEL_ERRORS = {"amqp:not-found": ReplyCode.NOT_FOUND, "amqp:unauthorized-access": ReplyCode.ACCESS_REFUSED}
+"""Refusals of a publish that close the channel (rabbit_channel.erl: a missing exchange is 404; an internal exchange,
+or one the user may not write to, 403), whatever the confirm mode; other refusals are nacks."""
 
 
 def outcome(gateway: Gateway, channel: Channel, event: Outcome) -> None:
@@ -101,27 +140,31 @@ def outcome(gateway: Gateway, channel: Channel, event: Outcome) -> None:
         state = state.outcome
     if isinstance(state, Released):
         if published.returned is not None:
-            exchange, routing_key, properties, body = published.returned
-            gateway.engine.send_content(
-                channel.number,
-                BasicReturn(reply_code=NO_ROUTE, reply_text="NO_ROUTE", exchange=exchange, routing_key=routing_key),
-                properties,
-                body,
-            )
+            send_return(gateway, channel, published.returned)
         _confirmed(channel, published.seq)
     elif isinstance(state, Rejected):
         err = state.error
-        if err is not None and str(err.condition) == "amqp:not-found":
-            text = err.description or "no such exchange"
-            gateway.fail(
-                channel, ReplyCode.NOT_FOUND, f"NOT_FOUND - {text}", BasicPublish.CLASS_ID, BasicPublish.METHOD_ID
-            )
+        code = _CHANNEL_ERRORS.get(str(err.condition)) if err is not None else None
+        if err is not None and code is not None:
+            text = err.description or str(err.condition)
+            gateway.fail(channel, code, f"{code.name} - {text}", BasicPublish.CLASS_ID, BasicPublish.METHOD_ID)
             return
         if published.seq:
             channel.unconfirmed.pop(published.seq, None)
             gateway.engine.send_method(channel.number, BasicNack(delivery_tag=published.seq))
     else:  # accepted (or no outcome: settled by the broker)
         _confirmed(channel, published.seq)
+
+
+def send_return(gateway: Gateway, channel: Channel, returned: Returned) -> None:
+    """``basic.return`` of an unroutable mandatory publish (312 NO_ROUTE)."""
+    exchange, routing_key, properties, body = returned
+    gateway.engine.send_content(
+        channel.number,
+        BasicReturn(reply_code=NO_ROUTE, reply_text="NO_ROUTE", exchange=exchange, routing_key=routing_key),
+        properties,
+        body,
+    )
 
 
 def _confirmed(channel: Channel, seq: int) -> None:
@@ -199,8 +242,17 @@ def ensure_transaction(gateway: Gateway, channel: Channel, command: Command) -> 
         if isinstance(state, Declared):
             channel.txn = bytes(state.txn_id)
             return
+        # the broker declined (its limit on a connection's open transactions, say): this channel fails, not the
+        # connection (RabbitMQ has no such limit; nothing here is the client's or the gateway's fault)
         text = _refusal_text(state)
-        gateway.fail(channel, ReplyCode.INTERNAL_ERROR, f"INTERNAL_ERROR - no transaction: {text}")
+        method = command.method
+        gateway.fail(
+            channel,
+            ReplyCode.PRECONDITION_FAILED,
+            f"PRECONDITION_FAILED - no transaction: {text}",
+            method.CLASS_ID,
+            method.METHOD_ID,
+        )
 
     channel.wait("outcome", delivery_id, declared, command)
     return False
@@ -221,8 +273,13 @@ def _discharge(gateway: Gateway, channel: Channel, command: Command, *, fail: bo
     if not channel.transactional:
         raise ProtocolError(ReplyCode.PRECONDITION_FAILED, "PRECONDITION_FAILED - channel is not transactional")
     answer = TxRollbackOk() if fail else TxCommitOk()
-    txn, acks = channel.txn, channel.txn_acks
-    channel.txn, channel.txn_acks = None, []
+    txn, acks, returns = channel.txn, channel.txn_acks, channel.txn_returns
+    channel.txn, channel.txn_acks, channel.txn_returns = None, [], []
+    if not fail:  # the commit routes the transaction's publishes: the unroutable mandatory ones come back first
+        for returned in returns:
+            exchange, routing_key, properties, _ = returned
+            if not gateway.model.routable(gateway.inner, exchange, routing_key, properties.headers or {}):
+                send_return(gateway, channel, returned)
     if txn is None:
         gateway.engine.send_method(channel.number, answer)
         return
