@@ -137,6 +137,6 @@ def test_a_10_post_to_a_queue_reaches_091_as_the_default_exchange_with_its_name(
         ch.queue_declare("direct-q")
         with amqp10(minibroker) as conn:
             assert send(conn, "/queues/direct-q", "hello", subject="ignored") == Delivery.ACCEPTED
-        method, props, body = ch.basic_get("direct-q")
+        method, _props, body = ch.basic_get("direct-q")
     assert body is not None
     assert (method.exchange, method.routing_key) == ("", "direct-q")
