@@ -103,7 +103,6 @@ def test_ack_after_the_queue_was_deleted_is_no_channel_error(conn: Any, other: A
 
 
 # -- channel transactions -----------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="gateway/tx: a transactional unroutable mandatory publish is never returned")
 def test_tx_mandatory_unroutable_publish_is_returned_on_commit(conn: Any) -> None:
     """rabbit_channel.erl tx.commit delivers the staged publishes (``deliver_to_queues``), and an unroutable mandatory
     one is returned (``basic.return`` 312 NO_ROUTE) as outside a transaction."""
@@ -390,7 +389,6 @@ def test_a_durable_queue_and_its_bindings_survive_a_restart(tmp_path: Path) -> N
 
 
 # -- more channel and connection errors ---------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="gateway publish.outcome: a rejected unauthorized-access is dropped/nacked")
 def test_publish_to_an_internal_exchange_closes_the_channel_with_403(conn: Any) -> None:
     """rabbit_channel.erl ``check_internal_exchange``: ACCESS_REFUSED "cannot publish to internal exchange"."""
     ch = conn.channel()
@@ -622,7 +620,6 @@ def test_a_transient_queue_does_not_survive_a_restart(tmp_path: Path) -> None:
             c.close()
 
 
-@pytest.mark.xfail(strict=True, reason="gateway publish.basic_publish does not check the expiration property")
 @pytest.mark.parametrize("expiration", ["abc", "-1", "1.5"])
 def test_an_invalid_expiration_is_406(conn: Any, expiration: str) -> None:
     """rabbit_channel.erl basic.publish ``check_expiration_header``: PRECONDITION_FAILED "invalid expiration"."""
