@@ -1173,26 +1173,30 @@ class Dispatcher:
         """Republish a message that left ``queue`` (rejected, expired, dropped at its length limit: ``reason`` as
         RabbitMQ names it) through the queue's dead-letter exchange, with the dead-letter routing key or else its
         own (its ``x-routing-key``, else the queue's name, as the default exchange reached it), as
-        rabbit_dead_letter.erl does; annotated ``x-first-death-reason``/``-queue``/``-exchange`` (the first time),
-        ``x-last-death-*``, and ``x-opt-deaths`` (RabbitMQ 4's AMQP 1.0 form of ``x-death``: mc_amqp.erl
-        ``encode_deaths``). A missing exchange drops it; a message that would come back to ``queue`` itself
-        without having been rejected is dropped (RabbitMQ's cycle rule, for the one-queue cycle)."""
+        rabbit_dead_letter.erl does: its ``x-exchange`` and ``x-routing-key`` become the dead-letter exchange and
+        that key, while its death records the exchange and key it had; annotated ``x-first-death-reason``/
+        ``-queue``/``-exchange`` (the first time), ``x-last-death-*``, and ``x-opt-deaths`` (RabbitMQ 4's AMQP 1.0
+        form of ``x-death``: mc_amqp.erl ``encode_deaths``). A missing exchange drops it; a message that would come
+        back to ``queue`` itself without having been rejected is dropped (RabbitMQ's cycle rule, for the one-queue
+        cycle)."""
         namespace = queue.namespace if queue.namespace is not None else self.nodes.default
         policy = queue.policy
         name = policy.dead_letter_exchange
         exchange = namespace.exchanges.get(name) if name is not None else None
         if exchange is None:
             return
+        own = message.annotation("x-routing-key") if message.annotations else None
+        own_key = own if isinstance(own, str) else queue.node_name
         key = policy.dead_letter_routing_key
         if key is None:
-            own = message.annotation("x-routing-key") if message.annotations else None
-            key = own if isinstance(own, str) else queue.node_name
+            key = own_key
         original = message.annotation("x-exchange") if message.annotations else None
         death = {"reason": reason, "queue": queue.node_name, "exchange": original if isinstance(original, str) else ""}
         annotations: dict[str, Any] = {f"x-last-death-{k}": v for k, v in death.items()}
         if not message.annotations or "x-first-death-reason" not in message.annotations:
             annotations.update({f"x-first-death-{k}": v for k, v in death.items()})
-        annotations["x-opt-deaths"] = self._deaths(message, death, key)
+        annotations["x-opt-deaths"] = self._deaths(message, death, own_key)
+        annotations["x-exchange"], annotations["x-routing-key"] = exchange.name, key  # what it is published with
         copy = message.copy()
         copy.annotate(annotations)
         copy.expires_at = None

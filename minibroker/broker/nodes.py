@@ -211,6 +211,12 @@ class Nodes:
             )
         return None
 
+    def keep(self, node: Node) -> None:
+        """``node`` was created on demand but is now declared (a RabbitMQ ``queue.declare`` or ``queue.bind``): it
+        lives until deleted, out of the idle sweep's reach."""
+        node.auto = False
+        self.auto_nodes.pop(node, None)
+
     def delete(self, node: Node) -> list[Queue]:
         """Delete ``node`` (a dynamic node whose link went away, an idle one); returns the queues that went with
         it."""

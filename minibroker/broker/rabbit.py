@@ -331,7 +331,10 @@ class RabbitModel:
         if exchange is None:
             raise failure(NOT_FOUND, f"no {_rs('exchange', source, namespace)}")
         if kind == ex.QUEUE_DESTINATION:
-            self._exclusive_access(conn, namespace.queues[destination])
+            bound = namespace.queues[destination]
+            self._exclusive_access(conn, bound)
+            if add and bound.auto:  # a bound queue is no idle node to sweep (its bindings would go with it)
+                self.nodes.keep(bound)
         table = dict(arguments or {})
         found = ex.binding(kind, destination, key, table)
         if add:
@@ -372,7 +375,7 @@ class RabbitModel:
     ) -> tuple[str, int, int]:
         """queue.declare: (the queue's name, its ready messages, its consumers).
 
-        "" gets a server name ``amq.gen-<id>``; a new name must not start with ``amq.`` (403); its arguments must
+        "" gets a server name ``amq.gen-<id>``; a name given must not start with ``amq.`` (403); its arguments must
         be valid (406 ``invalid arg``); an existing queue declared here must be declared alike (405 when another
         connection owns it or exclusivity differs, 406 ``inequivalent arg``); passive: it must exist (404) and not
         be another connection's (405)."""
@@ -385,6 +388,8 @@ class RabbitModel:
         server_named = not name
         if server_named:
             name = self._server_name(namespace)
+        else:  # rabbit_channel.erl queue.declare: check_name for every name given, existing or not
+            _check_name("queue", name)
         owner = conn if exclusive else None
         node = namespace.node(name)
         if node is not None:
@@ -395,9 +400,9 @@ class RabbitModel:
             if declared is not None:
                 self._equivalent(conn, node, declared, durable and not exclusive, auto_delete, arguments, owner)
                 self._used(node, declared)
+            elif node.auto:  # created on demand by a 1.0 link: declared now, so RabbitMQ's to keep
+                self.nodes.keep(node)
             return name, node.depth, self.consumer_count(node)
-        if not server_named:
-            _check_name("queue", name)
         rs = _rs("queue", name, namespace)
         policy = queue_policy(arguments, rs)
         refused = self.nodes.refuse_new_node()
@@ -408,6 +413,8 @@ class RabbitModel:
             self.nodes.delete(created)
             raise failure(PRECONDITION_FAILED, f"{rs} is configured as a topic")
         created.policy = policy
+        if not durable or exclusive:  # a transient queue: gone when the node restarts, so nothing of it journaled
+            created.on_departure = None  # (RabbitMQ's queues guide: "Transient queues will be deleted on node boot")
         self.dispatcher.own_copies = True  # its priorities are RabbitMQ's (and maybe its message ttl)
         declared = self.declared[created] = Declaration(durable and not exclusive, owner, auto_delete, arguments)
         expires = arguments.get("x-expires")

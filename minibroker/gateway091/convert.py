@@ -81,6 +81,7 @@ _X_EXCHANGE = t.Symbol("x-exchange")
 _X_ROUTING_KEY = t.Symbol("x-routing-key")
 _X_BASIC_TYPE = t.Symbol("x-basic-type")
 _X_CC = t.Symbol("x-cc")
+_X_OPT_DEATHS = t.Symbol("x-opt-deaths")
 _X_BASIC_DELIVERY_MODE = t.Symbol("x-basic-delivery-mode")
 _X_BASIC_PRIORITY = t.Symbol("x-basic-priority")
 _X_BASIC_EXPIRATION = t.Symbol("x-basic-expiration")
@@ -599,6 +600,11 @@ def _annotation_headers(annotations: dict[Any, Any]) -> dict[str, Any]:
             name: str | None = "CC"
         elif key == "x-opt-rabbitmq-received-time":
             name, value = ("timestamp_in_ms", int(value)) if type(value) is t.Timestamp else (None, None)
+        elif key == _X_OPT_DEATHS:
+            deaths = _deaths_to_091(value)
+            if deaths is not _DROP:
+                headers.setdefault("x-death", deaths)
+            continue
         elif key in _INTERNAL or key.startswith("x-basic-"):
             continue
         else:
@@ -607,6 +613,42 @@ def _annotation_headers(annotations: dict[Any, Any]) -> dict[str, Any]:
         if name is not None and converted is not _DROP:
             headers.setdefault(name, converted)
     return headers
+
+
+def _deaths_to_091(deaths: Any) -> Any:
+    """RabbitMQ 4's ``x-opt-deaths`` (a list of maps, the latest death first) as the 0-9-1 ``x-death`` header: per
+    death a table of count, reason, queue, time (the first death's, in seconds), exchange and routing-keys, with
+    original-expiration before them when the death kept a ttl (mc_amqpl.erl ``convert_from_amqp_deaths`` and
+    ``death_table``). A value of another shape is dropped, as RabbitMQ ignores it."""
+    listed: Any = deaths.items if type(deaths) is t.Array else deaths
+    if type(listed) is not list:
+        return _DROP
+    tables: list[dict[str, Any]] = []
+    for death in listed:
+        if type(death) is not dict:
+            return _DROP
+        fields = {str(k): item for k, item in death.items() if type(k) is t.Symbol}
+        count, first = fields.get("count"), fields.get("first-time")
+        keys = fields.get("routing-keys")
+        keys = keys.items if type(keys) is t.Array else keys
+        if not isinstance(count, int) or type(first) is not t.Timestamp or type(keys) is not list:
+            return _DROP
+        table: dict[str, Any] = {}
+        ttl = fields.get("ttl")
+        if isinstance(ttl, int):
+            table["original-expiration"] = str(int(ttl))
+        table.update(
+            {
+                "count": min(int(count), _LONG_HIGH),
+                "reason": str(fields.get("reason", "")),
+                "queue": str(fields.get("queue", "")),
+                "time": v.Timestamp(max(0, first) // 1000),
+                "exchange": str(fields.get("exchange", "")),
+                "routing-keys": [str(key) for key in keys if isinstance(key, str)],
+            }
+        )
+        tables.append(table)
+    return tables
 
 
 def _add_application_headers(headers: dict[str, Any], application: dict[Any, Any]) -> None:

@@ -129,8 +129,9 @@ def test_rejected_without_requeue_goes_through_the_dead_letter_exchange() -> Non
         "reason": "rejected",
         "count": 1,
         "exchange": "",
-        "routing-keys": ["dl.q"],
+        "routing-keys": ["q"],  # the keys it was published with (mc.erl record_death), not the dead-letter key
     }
+    assert (found["x-exchange"], found["x-routing-key"]) == ("amq.topic", "dl.q")  # rabbit_dead_letter.erl publish
 
 
 def test_a_message_dead_lettered_twice_from_one_queue_counts_two_deaths() -> None:
