@@ -49,6 +49,10 @@ REPLY_CODE = Symbol("rabbitmq:reply-code")
 """Where a 1.0 refusal carries the 0-9-1 reply code the gateway closes the channel with, when the condition's
 usual one is not RabbitMQ's (the error's info)."""
 EXCLUSIVE_CONSUMER = Symbol("rabbitmq:exclusive")
+GETTER = Symbol("rabbitmq:get")
+"""The attach property of the link the gateway drains for ``basic.get``: no consumer (rabbit_channel.erl basic.get is
+``rabbit_amqqueue:basic_get``), so not counted, never exclusive or active, and no use that arms an auto-delete queue;
+each get is a use of an ``x-expires`` queue (``got_from``)."""
 """The attach property that asks for an exclusive consumer (what the gateway sends for basic.consume exclusive)."""
 SERVER_NAMED = "amq.gen-"
 OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
@@ -437,8 +441,11 @@ class RabbitModel:
         expires = declared.expires
         if queue.deleted or self.declared.get(queue) is not declared or declared.consumers or expires is None:
             return
-        if self.dispatcher.clock.now - declared.used_at >= expires:
+        unused = self.dispatcher.clock.now - declared.used_at
+        if unused >= expires:
             self.delete_node(queue)
+        elif self.later is not None:  # used since (a basic.get): looked at again that long after that use
+            self.later(expires - unused, partial(self._expire, queue, declared))
 
     def _server_name(self, namespace: Namespace) -> str:
         while True:
@@ -491,7 +498,8 @@ class RabbitModel:
         on a single-active-consumer queue."""
         declared = self.declared.get(queue)
         waiting = len(declared.waiting) if declared is not None else 0
-        return self.dispatcher.consumer_count(queue) + waiting
+        getters = sum(1 for consumer in self.dispatcher.consumers(queue) if _getter(consumer.link))
+        return self.dispatcher.consumer_count(queue) - getters + waiting
 
     def purge_queue(self, conn: ServerConnection | None, name: str) -> int:
         """queue.purge: its ready messages go; how many (404 missing, 405 another connection's)."""
@@ -523,6 +531,14 @@ class RabbitModel:
         """The ready messages of queue ``name`` (404 missing)."""
         return self._queue(self._namespace(conn), name).depth
 
+    def got_from(self, conn: ServerConnection | None, name: str) -> None:
+        """A ``basic.get`` took from queue ``name``: a use of an ``x-expires`` queue (RabbitMQ's TTL documentation:
+        unused means no consumers, no redeclaration and no basic.get for the period)."""
+        queue = self._namespace(conn).queues.get(name)
+        declared = self.declared.get(queue) if queue is not None else None
+        if declared is not None:
+            declared.used_at = self.dispatcher.clock.now
+
     # -- what the rest of the broker tells the model --------------------------------------------------
     def queue_gone(self, queue: Queue) -> None:
         """A queue was deleted (by any way): its bindings and declaration go."""
@@ -548,6 +564,8 @@ class RabbitModel:
         declared = self.declared.get(queue)
         if declared is not None and declared.exclusive is not None and declared.exclusive is not conn:
             return error(Condition.RESOURCE_LOCKED, _locked(queue).text)
+        if _getter(link):  # a basic.get: no consumer, so nothing an exclusive consumer excludes
+            return None
         if (declared is not None and declared.exclusive_consumer is not None) or (
             _exclusive_consumer(link) and self.consumer_count(queue)
         ):
@@ -559,6 +577,8 @@ class RabbitModel:
     def consumer_added(self, consumer: Consumer) -> None:
         """A receiver attached to a queue: an auto-delete queue has had a consumer; an exclusive one holds it."""
         queue = consumer.queue
+        if _getter(consumer.link):
+            return
         exclusive = _exclusive_consumer(consumer.link)
         declared = self.declared.get(queue)
         if declared is None and exclusive:
@@ -581,7 +601,7 @@ class RabbitModel:
         consumers goes with its last one (rabbit_amqqueue.erl, auto_delete)."""
         queue = consumer.queue
         declared = self.declared.get(queue)
-        if declared is None:
+        if declared is None or _getter(consumer.link):
             return
         declared.consumers.discard(consumer)
         if declared.exclusive_consumer is consumer:
@@ -722,6 +742,11 @@ def _check_name(kind: str, name: str) -> None:
 def _exclusive_consumer(link: Link) -> bool:
     properties = link.attach.properties
     return isinstance(properties, dict) and properties.get(EXCLUSIVE_CONSUMER) is True
+
+
+def _getter(link: Link) -> bool:
+    properties = link.attach.properties
+    return isinstance(properties, dict) and properties.get(GETTER) is True
 
 
 def _random_ids() -> Iterator[str]:

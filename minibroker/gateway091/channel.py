@@ -59,6 +59,9 @@ class Consumer:
     """Credit granted on the inner link and not yet used."""
     unacked: int = 0
     """Deliveries sent to the client on it and not yet acked, nacked or rejected."""
+    gone: bool = False
+    """The broker detached its link (its queue was deleted): its tags are still the client's, settling them does
+    nothing."""
     cancelled: bool = False
     """``basic.cancel`` was answered: nothing more goes to the client; the link stays until its deliveries are
     settled (0-9-1 lets a client ack after cancelling), then detaches."""

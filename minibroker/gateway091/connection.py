@@ -84,6 +84,8 @@ class Gateway:
         self.tags = tags if tags is not None else (f"amq.ctag-{inner.conn_id}-{n}" for n in count(1))
         """Server-generated consumer tags."""
         self._closing_inner = False
+        self.user = ""
+        """Who the client logged in as (a publish's ``user_id`` must be this, as RabbitMQ checks it)."""
 
     # -- the wire (``server.connection.Wire``) --------------------------------------------------------------
     @property
@@ -209,6 +211,7 @@ class Gateway:
                     self.run(channel)
             elif isinstance(event, e091.CredentialsReceived):
                 user, password = self.engine.take_credentials()
+                self.user = user
                 self.client.sasl(user, password)
             elif isinstance(event, e091.OpenRequested):
                 self._open(event.vhost)

@@ -50,6 +50,7 @@ from minibroker.amqp091.definitions import (
     ReplyCode,
 )
 from minibroker.amqp091.errors import ProtocolError
+from minibroker.broker.rabbit import RabbitError
 from minibroker.gateway091 import convert
 from minibroker.gateway091.channel import Channel, Command, Consumer, Unacked
 from minibroker.gateway091.publish import ensure_transaction
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
     from minibroker.gateway091.connection import Gateway
     from minibroker.gateway091.inner import Attached, Credit, Delivered, Detached
 
+GETTER_LINK = {"rabbitmq:get": True}
+"""The properties of the link ``basic.get`` drains: no consumer for the RabbitMQ model (``broker/rabbit.py``)."""
 WINDOW = 1000
 """Credit kept on a consumer link without a prefetch limit (topped up when half used)."""
 EXCLUSIVE = "rabbitmq:exclusive"
@@ -186,18 +189,28 @@ def grant(gateway: Gateway, channel: Channel) -> None:
 def basic_cancel(gateway: Gateway, channel: Channel, command: Command) -> None:
     method = command.method
     assert isinstance(method, BasicCancel)
-    consumer = channel.consumers.pop(method.consumer_tag, None)
-    if consumer is not None:
-        consumer.cancelled = True
-        consumer.credit = 0
-        gateway.client.flow(channel.number, consumer.handle, 0)
-        _detach_if_done(gateway, channel, consumer)
-    if not method.no_wait:  # an unknown tag is answered too (rabbit_channel.erl: "no consumer with that tag")
-        gateway.engine.send_method(channel.number, BasicCancelOk(consumer_tag=method.consumer_tag))
+    consumer = channel.consumers.get(method.consumer_tag)
+
+    def cancelled(_: object = None) -> None:
+        if consumer is not None:
+            channel.consumers.pop(method.consumer_tag, None)
+            consumer.cancelled = True
+            _detach_if_done(gateway, channel, consumer)
+        if not method.no_wait:  # an unknown tag is answered too (rabbit_channel.erl: "no consumer with that tag")
+            gateway.engine.send_method(channel.number, BasicCancelOk(consumer_tag=method.consumer_tag))
+
+    if consumer is None or consumer.gone:
+        cancelled()
+        return
+    # what the broker sent before it saw the cancel still reaches the client, before cancel-ok (a no-ack delivery
+    # is settled already: dropped, it would be lost): drain the credit, and answer when the drain comes back
+    consumer.credit = 0
+    gateway.client.flow(channel.number, consumer.handle, 0, drain=True)
+    channel.wait("drained", consumer.handle, cancelled)
 
 
 def _detach_if_done(gateway: Gateway, channel: Channel, consumer: Consumer) -> None:
-    if consumer.cancelled and not consumer.unacked and consumer.handle in channel.links:
+    if consumer.cancelled and not consumer.unacked and channel.links.get(consumer.handle) is consumer:
         del channel.links[consumer.handle]
         gateway.client.detach(channel.number, consumer.handle)
 
@@ -225,9 +238,15 @@ def delivered(gateway: Gateway, channel: Channel, event: Delivered) -> None:
         channel.unacked[tag] = Unacked(consumer, event.delivery_id)
         consumer.unacked += 1
     redelivered = message.delivery_count > 0
-    routing_key = message.routing_key or _default_routing_key(message.exchange, consumer.queue)
+    routing_key = message.routing_key
+    if routing_key is None:
+        routing_key = _default_routing_key(message.exchange, consumer.queue)
     if consumer.tag is None:
-        count = gateway.model.message_count(gateway.inner, consumer.queue)
+        try:
+            count = gateway.model.message_count(gateway.inner, consumer.queue)
+            gateway.model.got_from(gateway.inner, consumer.queue)
+        except RabbitError:  # deleted meanwhile (by another channel, in the same read)
+            count = 0
         get_ok = BasicGetOk(
             delivery_tag=tag,
             redelivered=redelivered,
@@ -252,13 +271,15 @@ def delivered(gateway: Gateway, channel: Channel, event: Delivered) -> None:
 
 def _default_routing_key(exchange: str, queue: str) -> str:
     """The routing key of a message that names none (a 1.0 message sent to the queue, with no ``x-routing-key``
-    annotation and no subject): through the default exchange, the queue's name, as RabbitMQ 4 routes a 1.0
+    annotation, whatever its subject): through the default exchange, the queue's name, as RabbitMQ 4 routes a 1.0
     transfer to ``/queues/Q`` (rabbit_amqp_session.erl: the default exchange, routing key Q)."""
     return queue if not exchange else ""
 
 
 def credit(gateway: Gateway, channel: Channel, event: Credit) -> None:
     """The broker's flow on a receiver link: a drain that ended with no message answers ``basic.get``."""
+    if event.credit == 0 and channel.resolve("drained", event.handle, None):
+        return
     consumer = channel.links.get(event.handle)
     if consumer is not None and consumer.tag is None and event.credit == 0:
         consumer.credit = 0
@@ -271,10 +292,10 @@ def detached(gateway: Gateway, channel: Channel, event: Detached) -> None:
     consumer = channel.links.pop(event.handle, None)
     if consumer is None:
         return
-    consumer.cancelled = True
-    for tag in [t for t, u in channel.unacked.items() if u.consumer is consumer]:
-        del channel.unacked[tag]  # the broker has them back: a later ack of these tags is a no-op
-    consumer.unacked = 0
+    # its tags stay the client's: acking them does nothing (the broker has the messages back), as RabbitMQ ignores
+    # an ack to a dead queue (rabbit_channel.erl keeps them in the unacked map)
+    consumer.cancelled = consumer.gone = True
+    channel.resolve("drained", event.handle, None)
     if consumer.tag is not None and channel.consumers.get(consumer.tag) is consumer:
         del channel.consumers[consumer.tag]
         gateway.engine.send_method(channel.number, BasicCancel(consumer_tag=consumer.tag, no_wait=True))
@@ -303,7 +324,11 @@ def basic_get(gateway: Gateway, channel: Channel, command: Command) -> None:
         drain()
         return
     handle = gateway.client.attach_receiver(
-        channel.number, source=f"/queues/{quote(queue, safe='')}", settled=method.no_ack, default_outcome=REQUEUE
+        channel.number,
+        source=f"/queues/{quote(queue, safe='')}",
+        settled=method.no_ack,
+        properties=GETTER_LINK,
+        default_outcome=REQUEUE,
     )
     getter = channel.getters[(queue, method.no_ack)] = Consumer(handle, queue, None, method.no_ack)
     channel.links[handle] = getter
@@ -318,7 +343,7 @@ def basic_get(gateway: Gateway, channel: Channel, command: Command) -> None:
 def _held(channel: Channel, tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
     """The deliveries a tag names: that one, or with ``multiple`` every one up to it (tag 0: all)."""
     unacked = channel.unacked
-    if multiple:
+    if multiple and (tag == 0 or tag in unacked):  # rabbit_channel.erl collect_acks: the tag itself must be held
         return [(t, u) for t, u in unacked.items() if tag == 0 or t <= tag]
     held = unacked.get(tag)
     if held is None:
@@ -331,18 +356,31 @@ def settle(gateway: Gateway, channel: Channel, command: Command, tag: int, multi
     if channel.transactional and not ensure_transaction(gateway, channel, command):
         return
     taken = _held(channel, tag, multiple)
-    state: Outcome | TransactionalState = outcome
-    settled = True
-    if channel.transactional:
-        assert channel.txn is not None
-        state = TransactionalState(txn_id=channel.txn, outcome=outcome)
-        settled = False
-        channel.txn_acks += taken
+    if not channel.transactional:
+        _settle(gateway, channel, taken, outcome)
+        return
+    assert channel.txn is not None
+    channel.txn_acks += taken
+    _settle(gateway, channel, taken, TransactionalState(txn_id=channel.txn, outcome=outcome), settled=False)
+
+
+def _settle(
+    gateway: Gateway,
+    channel: Channel,
+    taken: list[tuple[int, Unacked]],
+    state: Outcome | TransactionalState,
+    *,
+    settled: bool = True,
+) -> None:
+    """Take ``taken`` from the client's unacked and settle them on their links (those of a link gone need
+    nothing: the broker has the messages back)."""
     by_link: dict[int, list[int]] = {}
     for t, unacked in taken:
         del channel.unacked[t]
-        unacked.consumer.unacked -= 1
-        by_link.setdefault(unacked.consumer.handle, []).append(unacked.delivery_id)
+        consumer = unacked.consumer
+        consumer.unacked -= 1
+        if not consumer.gone:
+            by_link.setdefault(consumer.handle, []).append(unacked.delivery_id)
     for delivery_ids in by_link.values():
         for first, last in _runs(delivery_ids):
             gateway.client.settle(channel.number, first, last, state, settled=settled)
@@ -387,8 +425,8 @@ def basic_recover(gateway: Gateway, channel: Channel, command: Command) -> None:
     assert isinstance(method, (BasicRecover, BasicRecoverAsync))
     if not method.requeue:
         raise ProtocolError(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - requeue=false")
-    if channel.unacked:
-        settle(gateway, channel, command, 0, True, REQUEUE)
+    # at once, in a transaction too (rabbit_channel.erl requeues what the channel holds, outside the transaction)
+    _settle(gateway, channel, list(channel.unacked.items()), REQUEUE)
     if isinstance(method, BasicRecover):
         gateway.engine.send_method(channel.number, BasicRecoverOk())
 

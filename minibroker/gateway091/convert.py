@@ -100,7 +100,9 @@ class Converted:
     properties: BasicProperties
     body: bytes
     exchange: str
-    routing_key: str
+    routing_key: str | None
+    """The ``x-routing-key`` annotation; None without one (the consumer knows the queue it came from: a 1.0 post
+    to a queue went through the default exchange with the queue's name, as RabbitMQ 4 routes ``/queues/NAME``)."""
     delivery_count: int
     """The 1.0 header's delivery-count (0 when absent): a redelivery when above 0."""
 
@@ -578,8 +580,6 @@ def _converted(
     )
     exchange = _shortstr(annotations.get(_X_EXCHANGE)) or ""
     routing_key = _shortstr(annotations.get(_X_ROUTING_KEY))
-    if routing_key is None:
-        routing_key = _shortstr(props[_SUBJECT]) or ""
     return Converted(
         properties,
         body,

@@ -75,6 +75,9 @@ def basic_publish(gateway: Gateway, channel: Channel, command: Command) -> None:
     assert properties is not None
     if properties.expiration is not None:
         check_expiration(properties.expiration)
+    if properties.user_id is not None and properties.user_id != gateway.user:  # rabbit_channel check_user_id_header
+        text = f"user_id property set to '{properties.user_id}' but authenticated user was '{gateway.user}'"
+        raise ProtocolError(ReplyCode.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {text}")
     payload = convert.to_amqp10(
         properties, body, method.exchange, method.routing_key, address(method.exchange, method.routing_key)
     )

@@ -318,9 +318,11 @@ def test_no_body_is_an_empty_amqp10_body() -> None:
     assert from_amqp10(b"").body == b""
 
 
-def test_routing_key_falls_back_to_subject() -> None:
+def test_without_an_x_routing_key_there_is_no_routing_key_whatever_the_subject() -> None:
+    """The consumer gives the queue's name then (``consume._default_routing_key``), as RabbitMQ 4 routes a 1.0 post
+    to ``/queues/NAME``; the subject is no routing key (review_i18's probe)."""
     converted = from_amqp10(encode(Properties(subject="s"), AmqpValue(None)))
-    assert (converted.exchange, converted.routing_key) == ("", "s")
+    assert (converted.exchange, converted.routing_key) == ("", None)
 
 
 def test_proton_messages() -> None:
@@ -355,7 +357,7 @@ def test_proton_messages() -> None:
         user_id="u",
         app_id="g",
     )
-    assert converted.routing_key == "sub"
+    assert converted.routing_key is None  # no x-routing-key: the consumer gives its queue's name
     assert codec.decode_all(converted.body) == [AmqpValue("hello")]
     binary = from_amqp10(proton.Message(body=b"raw", inferred=True).encode())
     assert (binary.body, binary.properties.type, binary.properties.delivery_mode) == (b"raw", None, None)
@@ -525,9 +527,9 @@ def test_wrongly_typed_fields_and_annotations_are_absent() -> None:
         Properties(message_id=X("sym"), correlation_id=t.Char("c"), reply_to=b"r", group_id="g" * 256),
         Data(b"b"),
     )
-    assert from_amqp10(message) == Converted(BasicProperties(), b"b", "", "", 0)
+    assert from_amqp10(message) == Converted(BasicProperties(), b"b", "", None, 0)
     user_id = codec.encode(t.Described(t.ULong(0x73), [None, "user", None, 5])) + encode(Data(b""))
-    assert from_amqp10(user_id) == Converted(BasicProperties(), b"", "", "", 0)
+    assert from_amqp10(user_id) == Converted(BasicProperties(), b"", "", None, 0)
 
 
 @pytest.mark.parametrize(
@@ -599,7 +601,7 @@ def test_any_10_message_converts_to_what_091_can_send(message: bytes) -> None:
     out = bytearray()
     encode_content_header_into(out, converted.properties, len(converted.body))  # raises on what 0-9-1 can't hold
     assert len(converted.exchange.encode()) <= 255
-    assert len(converted.routing_key.encode()) <= 255
+    assert converted.routing_key is None or len(converted.routing_key.encode()) <= 255
 
 
 def test_non_utf8_short_strings_from_a_091_publisher() -> None:

@@ -85,9 +85,6 @@ def test_unacked_given_back_by_a_cancel_of_a_consumer_are_redelivered_after_reco
 
 
 # -- acks after the queue went -------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True, reason="gateway consume.detached forgets the tags of a detached link: a later ack is 406"
-)
 def test_ack_after_the_queue_was_deleted_is_no_channel_error(conn: Any, other: Any) -> None:
     """RabbitMQ keeps a delivery in the channel's unacked map until the client settles it (rabbit_channel.erl
     ``collect_acks`` over ``unacked_message_q``; a deleted queue leaves the entries there and the ack to a dead
@@ -280,7 +277,6 @@ def test_a_rejected_message_is_dead_lettered_with_its_routing_key(conn: Any) -> 
     assert (props.headers["x-first-death-reason"], props.headers["x-first-death-queue"]) == ("rejected", "work")
 
 
-@pytest.mark.xfail(strict=True, reason="gateway consume._held: multiple with a tag not held settles the lower ones")
 def test_ack_multiple_of_a_tag_not_held_is_406(conn: Any, minibroker: ThreadedBroker) -> None:
     """rabbit_channel.erl ``collect_acks``: with multiple, the walk over the unacked queue must meet the tag itself,
     else ``precondition_failed("unknown delivery tag ~w")``; nothing is acked."""
@@ -362,7 +358,7 @@ def test_a_persistent_message_routed_through_an_exchange_survives_a_restart(tmp_
 
 
 @pytest.mark.xfail(
-    strict=True, reason="store/model: declarations (queues, exchanges, bindings, arguments) are not journaled"
+    strict=True, reason="declarations are not journaled: durable exchanges, bindings and queue arguments go on restart"
 )
 def test_a_durable_queue_and_its_bindings_survive_a_restart(tmp_path: Path) -> None:
     """RabbitMQ keeps durable queues, durable exchanges and the bindings between them across restarts
@@ -430,7 +426,6 @@ def test_an_unknown_exchange_type_is_406(conn: Any) -> None:
     assert closed_code(lambda: conn.channel().exchange_declare("odd", "x-nonsense")) == 406
 
 
-@pytest.mark.xfail(strict=True, reason="gateway consume.basic_recover: staged in the tx, and recover-ok sent twice")
 def test_recover_in_a_transaction_requeues_at_once(conn: Any, minibroker: ThreadedBroker) -> None:
     """rabbit_channel.erl basic.recover_async: the unacked go back to their queues at once (``requeue`` on the queue
     types), whatever the channel's transaction holds (only acks and rejects are staged in tx)."""
@@ -485,10 +480,8 @@ def test_a_confirmed_persistent_publish_is_acked_only_once_journaled(tmp_path: P
 
 
 # -- basic.get is no consumer ---------------------------------------------------------------------------------------
-GET_LINK = "gateway consume.basic_get: a basic.get keeps an inner receiver link, which the model counts as a consumer"
 
 
-@pytest.mark.xfail(strict=True, reason=GET_LINK)
 def test_basic_get_leaves_no_consumer_counted(conn: Any) -> None:
     """rabbit_channel.erl basic.get is ``rabbit_amqqueue:basic_get``, no consumer: queue.declare-ok counts none."""
     ch = conn.channel()
@@ -498,7 +491,6 @@ def test_basic_get_leaves_no_consumer_counted(conn: Any) -> None:
     assert ch.queue_declare("got", passive=True).method.consumer_count == 0
 
 
-@pytest.mark.xfail(strict=True, reason=GET_LINK)
 def test_basic_get_does_not_make_a_queue_in_use(conn: Any, other: Any) -> None:
     ch = conn.channel()
     ch.queue_declare("got2")
@@ -506,7 +498,6 @@ def test_basic_get_does_not_make_a_queue_in_use(conn: Any, other: Any) -> None:
     other.channel().queue_delete("got2", if_unused=True)  # RabbitMQ: no consumers, so not in use
 
 
-@pytest.mark.xfail(strict=True, reason=GET_LINK)
 def test_basic_get_does_not_arm_an_auto_delete_queue(conn: Any, other: Any) -> None:
     """An auto-delete queue goes when its last *consumer* goes (rabbit_amqqueue_process.erl, is_unused after a
     basic.cancel); a basic.get is none, so closing the channel that got from it leaves the queue."""
@@ -517,7 +508,6 @@ def test_basic_get_does_not_arm_an_auto_delete_queue(conn: Any, other: Any) -> N
     other.channel().queue_declare("got3", passive=True)
 
 
-@pytest.mark.xfail(strict=True, reason=GET_LINK)
 def test_basic_get_does_not_block_an_exclusive_consumer(conn: Any, other: Any) -> None:
     ch = conn.channel()
     ch.queue_declare("got4")
@@ -629,7 +619,6 @@ def test_an_invalid_expiration_is_406(conn: Any, expiration: str) -> None:
     assert closed_code(lambda: ch.queue_declare("exp", passive=True)) == 406
 
 
-@pytest.mark.xfail(strict=True, reason="gateway publish.basic_publish does not check user_id against the login")
 def test_a_user_id_other_than_the_login_is_406(conn: Any) -> None:
     """rabbit_channel.erl ``check_user_id_header``: "user_id property set to '~ts' but authenticated user was
     '~ts'" (PRECONDITION_FAILED)."""
@@ -686,9 +675,6 @@ def test_a_persistent_dead_letter_comes_back_in_its_dead_letter_queue(tmp_path: 
     assert props.headers["x-death"][0]["reason"] == "rejected"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="gateway consume.delivered: message_count of a deleted queue raises RabbitError: 541"
-)
 def test_a_get_answered_while_another_channel_deletes_the_queue(minibroker: ThreadedBroker) -> None:
     """basic.get on channel 1 and queue.delete on channel 2 in one write: the get is answered (get-ok with a
     message count, or get-empty), never an internal error closing the connection."""
@@ -800,7 +786,6 @@ def test_pipelined_consume_and_cancel_deliver_nothing_after_cancel_ok(minibroker
         raw.close()
 
 
-@pytest.mark.xfail(strict=True, reason="gateway consume.delivered drops pre-settled deliveries in flight at cancel")
 def test_a_no_ack_consumer_cancelled_in_flight_loses_no_message(minibroker: ThreadedBroker) -> None:
     """Every message either reached the client (before cancel-ok: RabbitMQ's channel sends what the queue gave the
     consumer first) or is still in the queue: a no_ack delivery in flight when the client cancelled is not lost."""
@@ -827,7 +812,6 @@ def test_a_no_ack_consumer_cancelled_in_flight_loses_no_message(minibroker: Thre
         raw.close()
 
 
-@pytest.mark.xfail(strict=True, reason=GET_LINK)
 def test_a_basic_get_does_not_keep_an_expiring_queue_alive() -> None:
     """RabbitMQ's TTL documentation (x-expires): a queue is unused when it has no consumers, has not been
     redeclared and basic.get was not used for the expiry period; a basic.get is a use, not a consumer."""

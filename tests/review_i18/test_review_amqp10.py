@@ -128,7 +128,6 @@ def test_a_durable_10_message_through_an_exchange_is_recovered_in_its_queue(tmp_
     assert got.body == "durable"
 
 
-@pytest.mark.xfail(strict=True, reason="no x-routing-key for a 1.0 post to a queue: the gateway falls back to subject")
 @pytest.mark.parametrize("minibroker", ["minibroker", "rabbitmq"], indirect=True)
 def test_a_10_post_to_a_queue_reaches_091_as_the_default_exchange_with_its_name(minibroker: ThreadedBroker) -> None:
     """rabbit_amqp_session.erl: a message to ``/queues/NAME`` is routed by the default exchange with key NAME, which a
