@@ -74,10 +74,10 @@ def publishes(queue: str, bodies: Iterator[bytes], channel: int = 1) -> bytes:
 # -- clients that do not read -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mandatory", [False, True], ids=["confirms", "returns"])
 def test_a_publisher_that_does_not_read(minibroker: ThreadedBroker, mandatory: bool) -> None:
-    """12 MiB (three times ``BOUND``) published by a client that reads nothing: in confirm mode (small acks), or mandatory to no queue (each
-    publish comes back whole as a basic.return). The gateway's buffers stay bounded all along (once they are full
-    the broker stops reading the client, as RabbitMQ's TCP back-pressure does), and once the client reads, every
-    publish is answered."""
+    """12 MiB (three times ``BOUND``) published by a client that reads nothing: in confirm mode (small acks), or
+    mandatory to no queue (each publish comes back whole as a basic.return). The gateway's buffers stay bounded all
+    along (once they are full the broker stops reading the client, as RabbitMQ's TCP back-pressure does), and once
+    the client reads, every publish is answered."""
     body = b"x" * 4096
     batches = (12 << 20) // (len(body) * 500)
     total = batches * 500
