@@ -340,6 +340,8 @@ def _check_type(value: Any, expected: Any, where: str, secret: bool = False) -> 
         return None if value is None else _check_type(value, int, where, secret)
     if expected == "str | None":
         return None if value is None else _check_type(value, str, where, secret)
+    if expected == "float | None":
+        return None if value is None else _check_type(value, float, where, secret)
     if expected == "tuple[str, ...]":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where}: expected a list of strings, {got}")
@@ -544,6 +546,11 @@ def _validate(config: Any, source: str, prefix: str) -> None:
             raise bad("overflow", f"{config.overflow!r} is not one of {', '.join(OVERFLOW_POLICIES)}")
         if config.redelivery_delay < 0:
             raise bad("redelivery_delay", "must not be negative")
+        ttl = config.message_ttl
+        if ttl is not None and not (math.isfinite(ttl) and ttl >= 0):
+            raise bad("message_ttl", "must be a finite number of seconds, not negative")
+        if config.max_priority is not None and not 0 <= config.max_priority <= 255:
+            raise bad("max_priority", "must be from 0 to 255 (RabbitMQ's x-max-priority)")
     elif isinstance(config, Config) and config.log_level not in _LOG_LEVELS:
         raise bad("log_level", f"{config.log_level!r} is not one of {', '.join(_LOG_LEVELS)}")
     elif isinstance(config, Config) and config.data_sync not in ("always", "never"):

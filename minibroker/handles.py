@@ -37,6 +37,7 @@ from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import (
     ConnectionInfo,
+    ExchangeInfo,
     MessageView,
     NodeCounts,
     QueueReads,
@@ -290,10 +291,29 @@ class FaultsHandle(FaultRules):
         self._owner._call(lambda broker: broker.faults.clear())
 
 
+def amqp091_url(url: str) -> str:
+    """The URL an AMQP 0-9-1 client (pika, aio-pika, amqplib) connects with to the listener of ``url``
+    (``amqp://HOST:PORT``, the same port: the protocol header tells them apart): ``amqp://guest:guest@HOST:PORT/``,
+    the vhost "/" being that listener's namespace (RabbitMQ's default user; any credentials are accepted unless
+    users are configured)."""
+    scheme, _, address = url.partition("://")
+    return f"{scheme}://guest:guest@{address}/"
+
+
 class NamespaceView(Inspectable):
     """Inspection of one namespace (the default one unless told)."""
 
     namespace_name: str = DEFAULT_NAMESPACE
+
+    @property
+    def url(self) -> str:
+        """``amqp://HOST:PORT`` of this namespace's listener."""
+        raise NotImplementedError
+
+    @property
+    def amqp091_url(self) -> str:
+        """``amqp://guest:guest@HOST:PORT/``: this namespace for AMQP 0-9-1 clients (see ``amqp091_url``)."""
+        return amqp091_url(self.url)
 
     def _namespace(self, broker: Broker) -> Namespace:
         return _namespace(broker, self.namespace_name)
@@ -325,6 +345,14 @@ class NamespaceView(Inspectable):
     def topics(self) -> list[str]:
         """Names of the topics that exist now."""
         return self._call(lambda broker: sorted(self._namespace(broker).topics))
+
+    @property
+    def exchanges(self) -> list[ExchangeInfo]:
+        """The namespace's RabbitMQ exchanges by name (the default one is ""; the predeclared ``amq.*`` ones and
+        those AMQP 0-9-1 clients declared), each with its bindings: snapshots (issue 18)."""
+        return self._call(
+            lambda broker: [ExchangeInfo.of(e) for _, e in sorted(self._namespace(broker).exchanges.items())]
+        )
 
     @property
     def transactions(self) -> list[TransactionInfo]:

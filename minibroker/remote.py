@@ -38,13 +38,15 @@ from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import (
     PROPERTY_FIELDS,
+    BindingInfo,
     ConnectionInfo,
+    ExchangeInfo,
     MessageView,
     QueueReads,
     QueueStats,
     SubscriptionStats,
 )
-from minibroker.handles import FaultRules
+from minibroker.handles import FaultRules, amqp091_url
 
 DEFAULT_HTTP_URL = "http://127.0.0.1:8672"
 DEFAULT_TIMEOUT = 10.0
@@ -403,6 +405,11 @@ class RemoteBroker:
             self._url = str(self._request("GET", "/info")["url"])
         return self._url
 
+    @property
+    def amqp091_url(self) -> str:
+        """``amqp://guest:guest@HOST:PORT/``: this namespace for AMQP 0-9-1 clients (``handles.amqp091_url``)."""
+        return amqp091_url(self.url)
+
     def queue(self, name: str) -> RemoteQueue:
         """The queue called ``name`` (it need not exist yet)."""
         return RemoteQueue(self, name)
@@ -425,6 +432,25 @@ class RemoteBroker:
     def topics(self) -> list[str]:
         """Names of the topics that exist now."""
         return sorted(item["name"] for item in self._request("GET", "/topics"))
+
+    @property
+    def exchanges(self) -> list[ExchangeInfo]:
+        """The namespace's RabbitMQ exchanges with their bindings (argument values as JSON carries them: bytes as
+        base64 text, other non-JSON types as text)."""
+        return [
+            ExchangeInfo(
+                name=item["name"],
+                type=item["type"],
+                durable=bool(item["durable"]),
+                auto_delete=bool(item["auto_delete"]),
+                internal=bool(item["internal"]),
+                arguments=item["arguments"],
+                bindings=tuple(
+                    BindingInfo(b["destination"], b["kind"], b["routing_key"], b["arguments"]) for b in item["bindings"]
+                ),
+            )
+            for item in self._request("GET", "/exchanges")
+        ]
 
     @property
     def transactions(self) -> list[TransactionInfo]:

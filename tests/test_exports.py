@@ -98,7 +98,7 @@ EXPORTS: dict[str, set[str]] = {
     },
 }
 TESTING_MODULES = {"client", "frames", "memory", "peer", "thread"}
-FIXTURES = {"minibroker", "minibroker_noproc", "minibroker_proc", "minibroker_trio"}
+FIXTURES = {"amqp091_url", "minibroker", "minibroker_noproc", "minibroker_proc", "minibroker_trio"}
 
 
 def _module(name: str) -> ModuleType:

@@ -45,3 +45,11 @@ def test_the_personalities_example_runs(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         [f"*test_release_inside_a_transaction?{name}? PASSED*" for name in ("minibroker", "artemis", "broker-j")]
     )
+
+
+@pytest.mark.timeout(60)
+def test_the_amqp091_example_runs(pytester: pytest.Pytester) -> None:
+    """The example under "AMQP 0-9-1" is a test file a user can copy: pika through the ``amqp091_url`` fixture."""
+    pytester.makepyfile(test_amqp091_example=python_block("## AMQP 0-9-1"))
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", "-v")
+    result.assert_outcomes(passed=1)

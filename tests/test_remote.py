@@ -293,3 +293,24 @@ def test_topics_and_their_subscriptions_on_either_handle(handle: Any) -> None:
         assert handle.topics == []
     finally:
         conn.close()
+
+
+def test_exchanges_and_bindings_that_091_clients_declared(handle: Any) -> None:
+    """Issue 18: a test can look at the topology its code declared, embedded or remote alike."""
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(handle.amqp091_url + "?socket_timeout=5"))
+    try:
+        channel = conn.channel()
+        channel.exchange_declare("orders", "topic", durable=True)
+        channel.queue_declare("eu-orders")
+        channel.queue_bind("eu-orders", "orders", "order.eu.#", arguments={"x-note": b"\x00bin"})
+    finally:
+        conn.close()
+    exchanges = {e.name: e for e in handle.exchanges}
+    assert {"", "amq.direct", "amq.fanout", "amq.headers", "amq.match", "amq.topic", "orders"} <= set(exchanges)
+    orders = exchanges["orders"]
+    assert (orders.type, orders.durable, orders.auto_delete, orders.internal) == ("topic", True, False, False)
+    (binding,) = orders.bindings
+    assert (binding.destination, binding.kind, binding.routing_key) == ("eu-orders", "queue", "order.eu.#")
+    assert binding.arguments["x-note"] in (b"\x00bin", "AGJpbg==")  # remote: bytes as base64 text

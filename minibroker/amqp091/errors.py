@@ -27,3 +27,8 @@ class ProtocolError(Exception):
 class EncodeError(ValueError):
     """Our own code asked to encode a value its 0-9-1 type cannot hold (an octet of 256, a shortstr of more
     than 255 bytes, a table value of no field type): a programming error, never the peer's."""
+
+
+class LocalProtocolError(RuntimeError):
+    """Our own code asked the engine for something the connection's state does not allow (a login verdict
+    nobody awaits, open-ok before connection.open): a programming error, never the peer's."""

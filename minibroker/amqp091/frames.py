@@ -201,8 +201,17 @@ class FrameReader:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         """The frames ``data`` completes, in order; a partial frame stays buffered for the next call."""
+        frames, failure = self.feed_until_error(data)
+        if failure is not None:
+            raise failure
+        return frames
+
+    def feed_until_error(self, data: bytes | bytearray | memoryview) -> tuple[list[Frame], ProtocolError | None]:
+        """Like ``feed``, but the frames complete before a fault come back with it instead of being lost with
+        the exception (a peer's whole publish before its garbage is still handled, as RabbitMQ reads frame by
+        frame)."""
         if self._failure is not None:
-            raise self._failure
+            return [], self._failure
         buffer = self._buffer
         buffer += data
         frames: list[Frame] = []
@@ -229,10 +238,9 @@ class FrameReader:
                 start = end + 1
         except ProtocolError as exc:
             self._failure = exc
-            raise
         finally:
             del buffer[:start]
-        return frames
+        return frames, self._failure
 
 
 # -- content assembly ----------------------------------------------------------------------------------------

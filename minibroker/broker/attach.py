@@ -22,10 +22,11 @@ from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome
 from minibroker.amqp.types import Described, Symbol
 from minibroker.broker.checkback import CHECK_ADDRESS, CHECK_BACK
+from minibroker.broker.exchanges import DEFAULT, Address, is_v2, missing_queue, parse_v2
 from minibroker.broker.links import RELEASED
 from minibroker.broker.namespace import QUEUE, TOPIC, parse_address
 from minibroker.broker.nodes import SubscriptionSpec
-from minibroker.broker.personality import ECHO, MINIBROKER, Personality, rabbitmq_address, wire_error
+from minibroker.broker.personality import ECHO, MINIBROKER, Personality, wire_error
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import shared_subscription_name
 from minibroker.engine.endpoints import Link
@@ -81,14 +82,20 @@ def _rcv_settle_answer(link: Link, personality: Personality) -> int | None:
 
 def _resolve(
     address: str, capabilities: Any, personality: Personality, *, source: bool
-) -> tuple[str, str | None, str | None] | Error:
-    """The node an address names, the kind it asks for, and the routing key when it names an exchange."""
-    if personality.addresses == "rabbitmq":
-        found = rabbitmq_address(address, source=source)
+) -> tuple[str, str | None, Address | None] | Error:
+    """The node an address names, the kind it asks for, and the RabbitMQ 4 address it is (None: another form).
+
+    RabbitMQ 4 addresses (``exchanges.parse_v2``) are understood in every personality but ``servicebus`` (whose
+    addresses are URIs); the ``rabbitmq`` personality knows no other form. The name of an exchange address is what
+    permissions are checked against: the exchange, or for the default exchange the queue its key names."""
+    if personality.addresses == "rabbitmq" or (not personality.servicebus and is_v2(address)):
+        found = parse_v2(address, source=source)
         if isinstance(found, Error):
             return found
-        name, through_exchange = found
-        return name, QUEUE, name if through_exchange else None
+        if found.queue is not None:
+            return found.queue, QUEUE, found
+        assert found.exchange is not None
+        return (found.key or "") if found.exchange == DEFAULT else found.exchange, QUEUE, found
     if personality.servicebus:
         address = sb_addresses.entity_path(address)
         named = sb_addresses.subscription(address)
@@ -102,10 +109,11 @@ def _resolve(
     return name, kind, None
 
 
-def _missing(personality: Personality, name: str) -> Error | None:
-    """The refusal of an attach to a node that does not exist, when the personality never creates one."""
-    if personality.addresses == "rabbitmq":
-        return error(Condition.NOT_FOUND, f"no queue {name!r} in vhost '/'")
+def _missing(context: AttachContext, name: str, v2: Address | None) -> Error | None:
+    """The refusal of an attach to a queue that does not exist, when it is never created: named by a RabbitMQ 4
+    address (or in the ``rabbitmq`` personality)."""
+    if v2 is not None or context.personality.addresses == "rabbitmq":
+        return missing_queue(name, context.vhost)
     return None
 
 
@@ -125,6 +133,8 @@ class AttachContext:
     """Names that are event hubs (``eventhubs.py``): a sender link to one of them reaches the hub, not a queue."""
     entities: Container[str] = frozenset()
     """Names that are queues or topics of the connection's namespace: a producer's attach never makes one a hub."""
+    vhost: str = "/"
+    """The connection's namespace as RabbitMQ names a virtual host in its errors (the default one is "/")."""
 
 
 @dataclass(frozen=True)
@@ -183,8 +193,10 @@ class AttachProducer:
     """Echo the peer's rcv-settle-mode, but settle every outcome at once."""
     missing: Error | None = None
     """When set, a node that does not exist is not created: the attach is refused with this error."""
+    exchange: str | None = None
+    """The exchange the link sends to (a RabbitMQ 4 ``/exchanges/NAME[/KEY]`` target), instead of a node."""
     route: str | None = None
-    """Route each message to the node of this name (an exchange's routing key) instead of attaching to a node."""
+    """The routing key of every message sent to ``exchange`` (None: each message's own)."""
     via: tuple[str, str | None] | None = None
     """Service Bus send-via: the entity (name, kind) the link is attached to, through which its messages go to
     node ``name`` (``minibroker.servicebus.via``); it is created like any entity."""
@@ -313,6 +325,7 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
     if not isinstance(source, Source):
         return ResumeSubscription(link.name)
     name = kind = None
+    v2: Address | None = None
     if source.dynamic:
         # the permission is checked against the generated address, when the node is made (endpoints.py)
         _, kind = parse_address("", source.capabilities)
@@ -325,7 +338,7 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
         resolved = _resolve(source.address, source.capabilities, context.personality, source=True)
         if isinstance(resolved, Error):
             return Refuse(resolved)
-        name, kind, _ = resolved
+        name, kind, v2 = resolved
     selector = None
     filters: dict[Any, Any] = {}
     if source.filter:
@@ -363,7 +376,7 @@ def decide_consumer(link: Link, context: AttachContext) -> AttachDecision:
         browse=source.distribution_mode == "copy",
         subscription=_subscription(link, source, context),
         rcv_settle_mode=_rcv_settle_answer(link, context.personality),
-        missing=_missing(context.personality, name) if name is not None else None,
+        missing=_missing(context, name, v2) if name is not None else None,
         session=session,
     )
 
@@ -432,12 +445,12 @@ def _producer(link: Link, context: AttachContext) -> AttachProducer | Refuse:
         resolved = _resolve(target.address, target.capabilities, context.personality, source=False)
         if isinstance(resolved, Error):
             return Refuse(resolved)
-        name, kind, route = resolved
-        if route is not None:  # an exchange: each message is routed by the key, the attach names no node
-            return AttachProducer(target, None, kind, dynamic=False, route=route)
+        name, kind, v2 = resolved
+        if v2 is not None and v2.exchange is not None:  # each message is routed by the exchange: no node
+            return AttachProducer(target, None, kind, dynamic=False, exchange=v2.exchange, route=v2.key)
         if context.personality.servicebus:
             return _send_via(link, context, target, (name, kind))
-        return AttachProducer(target, name, kind, dynamic=False, missing=_missing(context.personality, name))
+        return AttachProducer(target, name, kind, dynamic=False, missing=_missing(context, name, v2))
     # a null target address: the anonymous relay routes each message by its ``to``
     return AttachProducer(target, None, None, dynamic=False)
 

@@ -60,6 +60,7 @@ from minibroker.broker.checkback import (
 )
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher, servicebus_entity
+from minibroker.broker.exchanges import Route
 from minibroker.broker.faults import COORDINATOR_ADDRESS
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Dispatched
@@ -563,7 +564,7 @@ class Coordinator:
         self,
         conn: ServerConnection,
         delivery: IncomingDelivery,
-        target: Node | Deferred | None,
+        target: Node | Route | Deferred | None,
         message: Message,
         refusal: Error | None = None,
         entity: str | None = None,
@@ -843,6 +844,7 @@ class Coordinator:
         touched: set[Queue] = set()
         for post in txn.posts:
             target = post.target
+            node: Node | Route
             if isinstance(target, Deferred):
                 namespace = target.namespace
                 node = namespace.node(target.name) or self.nodes.create(namespace, target.name, target.kind, auto=True)
@@ -884,6 +886,7 @@ class Coordinator:
         created: set[tuple[int, str]] = set()  # the nodes this commit creates
         for post in txn.posts:
             target, message = post
+            node: Node | Route | None
             if isinstance(target, Deferred):
                 node = target.namespace.node(target.name)
                 if node is None:

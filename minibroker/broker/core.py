@@ -16,7 +16,8 @@ The components, each owning its state (dependencies point one way, down this lis
 - ``Nodes``: namespaces, queues, topics, subscriptions, and the namespace of each connection;
 - ``Dispatcher``: routing, consumer groups, dispatch, outcomes, dead-letters, message timers;
 - ``Coordinator``: transactions, and every relation between a transaction and a delivery or a link;
-- ``Endpoints``: links from attach (decided by ``attach.decide``) to detach, credit, incoming transfers.
+- ``Endpoints``: links from attach (decided by ``attach.decide``) to detach, credit, incoming transfers;
+- ``RabbitModel`` (made by ``Endpoints``): RabbitMQ's exchanges, bindings and queue declarations (issue 18).
 
 Containment: an exception escaping a handler is a bug, and a bug must cost at most the connection whose
 step it was, never the broker. ``handle`` closes that connection with ``amqp:internal-error`` (its links
@@ -139,6 +140,19 @@ class Broker:
             self.settings, self.nodes, self.dispatcher, self.coordinator, self.outbox, clock=self.clock
         )
         self.nodes.first_auto_node = self._deadline_moved  # the idle sweep has something to look at
+        settings = self.settings
+        policies = [settings.node_defaults, *settings.queues.values(), *settings.topics.values()]
+        if any(p.message_ttl is not None or p.max_priority is not None for p in policies):
+            self.dispatcher.own_copies = True  # configured nodes with RabbitMQ's ttl or priorities
+        self.rabbit = self.endpoints.rabbit
+        """RabbitMQ's model: exchanges, bindings, queue declarations (``rabbit.py``, issue 18)."""
+        timers_forget = self.nodes.queue_gone
+
+        def queue_gone(queue: Queue) -> None:
+            timers_forget(queue)
+            self.rabbit.queue_gone(queue)
+
+        self.nodes.queue_gone = queue_gone
         self.faults = Faults()
         """Fault injection rules (``faults.py``); ``add_fault`` adds one."""
         self.injection = Injection(self.faults, self.clock, self._deadline_moved, self._drop)
@@ -146,6 +160,7 @@ class Broker:
         for component in (self.dispatcher, self.coordinator, self.endpoints):
             component.injection = self.injection
         self.coordinator.close_connection = self._close
+        self.rabbit.later = self.injection.later  # x-expires on the broker clock
         self.take_dirty = self.outbox.take_dirty
         """Engines that have bytes to write since the last call."""
         self._contain = _Contained()
@@ -216,6 +231,7 @@ class Broker:
         # each part on its own: a failure in one must not leave the connection registered elsewhere
         what = f"closing connection {conn.conn_id}"
         self._contain(what, lambda: self.coordinator.connection_closed(conn))
+        self._contain(what, lambda: self.rabbit.connection_closed(conn))
         self._contain(what, lambda: self.nodes.connection_closed(conn))
         self._contain(what, lambda: self.outbox.forget(conn))
 

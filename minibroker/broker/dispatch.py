@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 *In.* ``post`` puts a message on a node. A queue takes it if its limits allow (or drops its head, by
-policy); a topic gives a copy to every subscription whose selector and no-local filter let it through. A
+policy); a topic gives a copy to every subscription whose selector and no-local filter let it through; an
+exchange (a ``Route``, ``exchanges.py``) gives one to each queue its bindings reach, and a message it routes
+nowhere is released (RabbitMQ 4). A
 message may not be visible at once: a delivery time (``x-opt-delivery-time``, ``x-opt-delivery-delay``,
 ``x-opt-scheduled-enqueue-time``) or a redelivery delay holds it on a timer first. A message whose ttl
 or absolute-expiry-time has passed is never delivered: it goes to the node's expiry address or is dropped.
@@ -37,15 +39,17 @@ from weakref import WeakSet
 from minibroker.amqp.definitions import Accepted, Error, Modified, Rejected, TransactionalState
 from minibroker.amqp.errors import Condition, error
 from minibroker.amqp.states import Outcome, is_outcome
-from minibroker.amqp.types import DecodeError
+from minibroker.amqp.types import DecodeError, Symbol, Timestamp, ULong
 from minibroker.broker.clock import BrokerClock
+from minibroker.broker.exchanges import Route
+from minibroker.broker.exchanges import route as route_queues
 from minibroker.broker.injection import Injection
-from minibroker.broker.links import Consumer, ConsumerGroup, Dispatched
-from minibroker.broker.message import MAX_DELIVERY_COUNT, Message
+from minibroker.broker.links import RELEASED, Consumer, ConsumerGroup, Dispatched
+from minibroker.broker.message import DEFAULT_PRIORITY, MAX_DELIVERY_COUNT, Message
 from minibroker.broker.namespace import QUEUE, Node
 from minibroker.broker.nodes import Nodes
 from minibroker.broker.outbox import Outbox
-from minibroker.broker.policy import DROP_HEAD
+from minibroker.broker.policy import DROP_HEAD, REJECT_PUBLISH_DLX
 from minibroker.broker.queue import Queue, delivery_order
 from minibroker.broker.recorder import Recorder, journal_full_error
 from minibroker.broker.session_gate import SessionGate, group_id
@@ -110,10 +114,33 @@ def _never(view: sb_rules.MessageView) -> bool:
     return False
 
 
+def _priority_on(queue: Queue, message: Message) -> int | None:
+    """The priority ``message`` takes on ``queue`` when it is not its own (RabbitMQ's, ``NodePolicy.max_priority``:
+    a classic queue without priorities is FIFO, one with N levels caps them and counts none as 0), else None."""
+    levels = queue.policy.max_priority
+    if levels is None:
+        return None
+    if levels == 0:
+        wanted = DEFAULT_PRIORITY  # one level for all: FIFO, as the common message already has
+    else:
+        header = message.header
+        wanted = min(int(header.priority) if header is not None and header.priority is not None else 0, levels)
+    return None if wanted == message.priority else wanted
+
+
+def _needs_own(queue: Queue, message: Message) -> bool:
+    """Whether ``queue`` takes a copy of ``message`` with content of its own (``Dispatcher._enqueue_own``)."""
+    return queue.policy.message_ttl is not None or _priority_on(queue, message) is not None
+
+
 def _refusal(targets: list[Queue], message: Message) -> Error | None:
     """Why one of ``targets`` cannot take ``message`` now (reject-publish at a limit), or None."""
     for queue in targets:
         if queue.policy.overflow != DROP_HEAD and not queue.has_room(message):
+            if queue.policy.limit_ready:  # a RabbitMQ queue: its words (rabbit_amqp_session.erl ``rejected``)
+                refusal = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"queue '{queue.name}' exceeded maximum length")
+                refusal.info = {Symbol("queue"): queue.name, Symbol("reason"): Symbol("maxlen")}
+                return refusal
             return error(
                 Condition.RESOURCE_LIMIT_EXCEEDED,
                 f"node {queue.node_name!r} is full ({queue.held} messages, {queue.held_bytes} bytes)",
@@ -121,6 +148,8 @@ def _refusal(targets: list[Queue], message: Message) -> Error | None:
     return None
 
 
+_RABBIT_REASONS = {"max-delivery-attempts": "delivery_limit"}
+"""Dead-letter reasons as RabbitMQ names them (rabbit_dead_letter.erl), where ours differ."""
 TTL_EXPIRED = "TTLExpiredException"
 TTL_EXPIRED_DESCRIPTION = "The message expired and was dead lettered."
 """Service Bus's dead-letter reason and description for an expired message."""
@@ -209,6 +238,9 @@ class Dispatcher:
         self._seq = 0
         self._rule_actions = False  # a Service Bus rule with an action was ever made: copies may need rewriting
         self._session_subscriptions = False  # a Service Bus subscription requiring sessions ever took a message
+        self.own_copies = False
+        """A queue whose messages may need copies of their own exists: a per-queue message ttl or RabbitMQ's
+        priorities (``NodePolicy.message_ttl``, ``max_priority``: a queue declared through ``rabbit.py``)."""
         # the last forwarded copy: (the original's bytes, its delivery-count, the annotations added, the copy's
         # bytes), so that copies of one fanned-out message (N subscriptions rejecting it) share their bytes
         self._forwarded: tuple[bytes, int, dict[str, Any], bytes] | None = None
@@ -258,14 +290,32 @@ class Dispatcher:
                 expires = message.expires_at
                 message.expires_at = limit if expires is None else min(expires, limit)
 
-    def targets(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
-        """The queues a message posted to ``node`` goes to (a topic's matching subscriptions)."""
+    def targets(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> list[Queue]:
+        """The queues a message posted to ``node`` goes to (a topic's matching subscriptions, the queues an
+        exchange routes to)."""
+        if isinstance(node, Queue):
+            return [node]
+        if isinstance(node, Route):
+            return self._exchange_targets(node, message)
         if isinstance(node, Topic):
             if node.namespace is not None and node.namespace.personality.servicebus:
                 return self._servicebus_targets(node, message, origin)
             subscriptions: list[Queue] = list(node.publish(message, origin, _subscription_selects))
             return subscriptions
         return [node]
+
+    @staticmethod
+    def _exchange_targets(way: Route, message: Message) -> list[Queue]:
+        """The queues of its namespace that an exchange routes ``message`` to (``exchanges.route``); a headers
+        exchange reads the message's application-properties as its headers."""
+        namespace = way.namespace
+
+        def headers() -> dict[str, Any]:
+            return dict(selector_fields(message).application_properties)
+
+        queues = namespace.queues
+        names = route_queues(namespace.exchanges, way.exchange, way.key, headers)
+        return [queue for name in names if (queue := queues.get(name)) is not None]
 
     # -- Service Bus subscription rules (``minibroker.servicebus.rules``) ------------------------------------
     def _servicebus_targets(self, topic: Topic, message: Message, origin: ServerConnection | None) -> list[Queue]:
@@ -392,11 +442,11 @@ class Dispatcher:
         for queues, group in places.values():
             self.timers.expire(expires_at, tuple(queues), group)
 
-    def admit(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
+    def admit(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> Error | None:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
         return _refusal(self.targets(node, message, origin), message)
 
-    def journal_refusal(self, node: Node, message: Message, origin: ServerConnection | None) -> Error | None:
+    def journal_refusal(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> Error | None:
         """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on ``node`` while the journal
         cannot write (disk full) or the message is too large for a journal record; None otherwise (at once while
         the journal writes)."""
@@ -404,7 +454,7 @@ class Dispatcher:
             return None
         return self.recorder.refusal(self.targets(node, message, origin), message)
 
-    def post(self, node: Node, message: Message, origin: ServerConnection | None) -> list[Queue]:
+    def post(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """Put ``message`` on ``node`` (admission already checked); return the queues that took it."""
         targets = self.targets(node, message, origin)
         self._enqueue_all(targets, message)
@@ -412,7 +462,37 @@ class Dispatcher:
 
     def _enqueue_all(self, targets: list[Queue], message: Message) -> None:
         """Put ``message`` on every queue of ``targets``: the first takes it, each other one a record of its own
-        over the same content (one place in delivery order, one expiry timer, one schedule for them all)."""
+        over the same content (one place in delivery order, one expiry timer, one schedule for them all); a queue
+        with a message ttl or a priority of its own for the message gets a copy with its own content
+        (``_enqueue_own``)."""
+        if self.own_copies and any(_needs_own(queue, message) for queue in targets):
+            self._enqueue_own(targets, message)
+            return
+        self._enqueue_copies(targets, message)
+
+    def _enqueue_own(self, targets: list[Queue], message: Message) -> None:
+        """``_enqueue_all`` when some targets need a copy of their own: a per-queue message ttl (RabbitMQ
+        ``x-message-ttl``: the message lives the least of it and its own ttl, rabbit_amqqueue.erl
+        ``check_message_ttl_arg``) or another priority (``_priority_on``); the other targets share ``message``."""
+        shared = [queue for queue in targets if not _needs_own(queue, message)]
+        for queue in targets:
+            if not _needs_own(queue, message):
+                continue
+            copy = Message(message.payload, limit=message.content.limit)
+            copy.delivery_count = message.delivery_count
+            copy.expires_at = message.expires_at
+            ttl = queue.policy.message_ttl
+            if ttl is not None:
+                limit = self.clock.now + ttl
+                copy.expires_at = limit if message.expires_at is None else min(message.expires_at, limit)
+            copy.deliver_at = message.deliver_at
+            priority = _priority_on(queue, message)
+            if priority is not None:
+                copy.content.priority = priority  # (its place in delivery order comes from it: ``Content.place``)
+            self._enqueue_copies([queue], copy)
+        self._enqueue_copies(shared, message)
+
+    def _enqueue_copies(self, targets: list[Queue], message: Message) -> None:
         if not targets:
             return
         self._seq += 1
@@ -437,7 +517,10 @@ class Dispatcher:
         for queue, copy in zip(targets, copies, strict=True):
             if queue.policy.overflow == DROP_HEAD:
                 while not queue.has_room(copy) and queue.ready:
-                    queue.remove_ready(queue.ready[0])
+                    head = queue.ready[0]
+                    queue.remove_ready(head)
+                    if queue.policy.dead_letter_exchange is not None:
+                        self.dead_letter_exchange(queue, head, "maxlen")
             if enqueued is not None:
                 enqueued(queue, copy)
             if scheduled:
@@ -455,11 +538,25 @@ class Dispatcher:
         if expires_at is not None or scheduled:
             self._new_deadline()
 
-    def publish(self, conn: ServerConnection, delivery: IncomingDelivery, node: Node, message: Message) -> None:
-        """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch."""
+    def publish(self, conn: ServerConnection, delivery: IncomingDelivery, node: Node | Route, message: Message) -> None:
+        """A plain (non-transactional) transfer to ``node``: admit it, post it, answer, dispatch. A message an
+        exchange routes to no queue is released (RabbitMQ 4: rabbit_amqp_session.erl, ``released`` when
+        unroutable); one it routes to some full queues goes to the others, and is answered with the refusal
+        (rabbitmq.com/docs/maxlength: "The message will still be published to all other queues")."""
         targets = self.targets(node, message, conn)
+        outcome: Accepted | Rejected = ACCEPTED
+        if isinstance(node, Route):
+            if not targets:
+                self.outbox.answer_now(conn, delivery, RELEASED)
+                return
+            full = [queue for queue in targets if _refusal([queue], message) is not None]
+            if full and len(full) < len(targets):
+                self._dead_letter_refused(full, message)
+                outcome = Rejected(error=_refusal(full, message))
+                targets = [queue for queue in targets if queue not in full]
         refused = _refusal(targets, message) or self.recorder.refusal(targets, message)
         if refused is not None:
+            self._dead_letter_refused(targets, message)
             self.outbox.answer_now(conn, delivery, Rejected(error=refused))
             return
         if self.recorder.durable:
@@ -475,13 +572,13 @@ class Dispatcher:
             journaled = message.durable
         if journaled and not delivery.settled:
             # journaled: ``accepted`` only once its journal record is on disk (group commit)
-            self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, ACCEPTED))
+            self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, outcome))
         else:
-            self.outbox.answer(conn, delivery, ACCEPTED)
+            self.outbox.answer(conn, delivery, outcome)
         for queue in targets:
             self.dispatch(queue)
 
-    def inject(self, node: Node, message: Message) -> Error | None:
+    def inject(self, node: Node | Route, message: Message) -> Error | None:
         """A message posted with no link (the management API): admitted, journaled, posted and dispatched as a
         settled plain transfer is (``publish``); the refusal when it is not taken."""
         targets = self.targets(node, message, None)
@@ -1012,7 +1109,11 @@ class Dispatcher:
         queue.requeue(message)
 
     def _dead_letter(self, queue: Queue, message: Message, reason: str, description: str | None) -> None:
-        """Move a message (already out of ``queue``'s counts) to the node's dead-letter address."""
+        """Move a message (already out of ``queue``'s counts) to the node's dead-letter address (or through its
+        dead-letter exchange)."""
+        if queue.policy.dead_letter_exchange is not None:
+            self.dead_letter_exchange(queue, message, _RABBIT_REASONS.get(reason, reason))
+            return
         target = queue.policy.dead_letter_target(queue.node_name)
         if not target:
             return
@@ -1055,9 +1156,80 @@ class Dispatcher:
         if configured and entity_properties(queue).dead_lettering_on_message_expiration:
             self.servicebus_dead_letter(queue, message, TTL_EXPIRED, TTL_EXPIRED_DESCRIPTION)
             return
+        if queue.policy.dead_letter_exchange is not None:
+            self.dead_letter_exchange(queue, message, "expired")
+            return
         target = queue.policy.expiry_address
         if target:
             self._forward(queue, message, target, {"x-opt-original-address": queue.node_name})
+
+    def _dead_letter_refused(self, targets: list[Queue], message: Message) -> None:
+        """A post refused at a limit: each full ``reject-publish-dlx`` queue among ``targets`` dead-letters it."""
+        for queue in targets:
+            if queue.policy.overflow == REJECT_PUBLISH_DLX and not queue.has_room(message):
+                self.dead_letter_exchange(queue, message, "maxlen")
+
+    def dead_letter_exchange(self, queue: Queue, message: Message, reason: str) -> None:
+        """Republish a message that left ``queue`` (rejected, expired, dropped at its length limit: ``reason`` as
+        RabbitMQ names it) through the queue's dead-letter exchange, with the dead-letter routing key or else its
+        own (its ``x-routing-key``, else the queue's name, as the default exchange reached it), as
+        rabbit_dead_letter.erl does: its ``x-exchange`` and ``x-routing-key`` become the dead-letter exchange and
+        that key, while its death records the exchange and key it had; annotated ``x-first-death-reason``/
+        ``-queue``/``-exchange`` (the first time), ``x-last-death-*``, and ``x-opt-deaths`` (RabbitMQ 4's AMQP 1.0
+        form of ``x-death``: mc_amqp.erl ``encode_deaths``). A missing exchange drops it; a message that would come
+        back to ``queue`` itself without having been rejected is dropped (RabbitMQ's cycle rule, for the one-queue
+        cycle)."""
+        namespace = queue.namespace if queue.namespace is not None else self.nodes.default
+        policy = queue.policy
+        name = policy.dead_letter_exchange
+        exchange = namespace.exchanges.get(name) if name is not None else None
+        if exchange is None:
+            return
+        own = message.annotation("x-routing-key") if message.annotations else None
+        own_key = own if isinstance(own, str) else queue.node_name
+        key = policy.dead_letter_routing_key
+        if key is None:
+            key = own_key
+        original = message.annotation("x-exchange") if message.annotations else None
+        death = {"reason": reason, "queue": queue.node_name, "exchange": original if isinstance(original, str) else ""}
+        annotations: dict[str, Any] = {f"x-last-death-{k}": v for k, v in death.items()}
+        if not message.annotations or "x-first-death-reason" not in message.annotations:
+            annotations.update({f"x-first-death-{k}": v for k, v in death.items()})
+        annotations["x-opt-deaths"] = self._deaths(message, death, own_key)
+        annotations["x-exchange"], annotations["x-routing-key"] = exchange.name, key  # what it is published with
+        copy = message.copy()
+        copy.annotate(annotations)
+        copy.expires_at = None
+        copy.deliver_at = None
+        copy.excluded = None
+        targets = self.targets(Route(namespace, exchange, key), copy, None)
+        if reason != "rejected":
+            targets = [target for target in targets if target is not queue]
+        if targets and _refusal(targets, copy) is None:
+            self._enqueue_all(targets, copy)
+            self.dispatch_all(targets)
+
+    def _deaths(self, message: Message, death: dict[str, str], key: str) -> list[dict[Symbol, Any]]:
+        """The message's ``x-opt-deaths`` with this death counted: one map per (queue, reason), the latest first,
+        its count, first and last time (wall-clock ms), exchange and routing keys (mc_amqp.erl ``encode_deaths``)."""
+        now = Timestamp(self.clock.wall_ms())
+        queue_key, reason_key = Symbol("queue"), Symbol("reason")
+        found = message.annotation("x-opt-deaths") if message.annotations else None
+        earlier = [d for d in found if isinstance(d, dict)] if isinstance(found, list) else []
+        same = next(
+            (d for d in earlier if d.get(queue_key) == death["queue"] and d.get(reason_key) == death["reason"]), None
+        )
+        count = int(same.get(Symbol("count"), 0)) + 1 if same is not None else 1
+        entry = {
+            queue_key: death["queue"],
+            reason_key: Symbol(death["reason"]),
+            Symbol("count"): ULong(min(count, 2**64 - 1)),
+            Symbol("first-time"): same.get(Symbol("first-time"), now) if same is not None else now,
+            Symbol("last-time"): now,
+            Symbol("exchange"): death["exchange"],
+            Symbol("routing-keys"): [key],
+        }
+        return [entry, *(d for d in earlier if d is not same)]
 
     def _forward(self, queue: Queue, message: Message, address: str, annotations: dict[str, Any]) -> None:
         namespace = queue.namespace if queue.namespace is not None else self.nodes.default

@@ -8,8 +8,10 @@ of the anonymous relay; a coordinator target a ``Controller``. The broker's obje
 link as ``link.context``, given with ``accept_attach``.
 
 A transfer on a controller link goes to the coordinator; on a producer link it is routed (the anonymous
-relay looks up ``properties.to``) and either posted at once (``Dispatcher.publish``) or, when its state
-names a transaction, staged (``Coordinator.post``). A transactional relay post to an address with no node
+relay looks up ``properties.to``; a link or ``to`` naming an exchange with a RabbitMQ 4 address gives the
+message a ``Route`` into that exchange, with the address's routing key or the message's: ``routing_key``) and
+either posted at once (``Dispatcher.publish``) or, when its state names a transaction, staged
+(``Coordinator.post``; an exchange routes it at commit). A transactional relay post to an address with no node
 does not create one: the node is created by the commit, so a rollback leaves nothing behind.
 
 A link that detaches hands its unsettled deliveries to the coordinator (a transaction may hold them) and
@@ -55,6 +57,7 @@ from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher, entity_properties, servicebus_entity
 from minibroker.broker.eventhubs import EventHubs, Reader, Writer
+from minibroker.broker.exchanges import DEFAULT, Route, is_v2, missing_exchange, named_node, parse_v2, resource
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
@@ -63,8 +66,9 @@ from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.nodes import Nodes, is_servicebus_subscription
 from minibroker.broker.outbox import Outbox
-from minibroker.broker.personality import rabbitmq_address
+from minibroker.broker.personality import with_transactions
 from minibroker.broker.queue import Queue
+from minibroker.broker.rabbit import RabbitModel
 from minibroker.broker.services import ServiceLink, Services
 from minibroker.broker.session_gate import SessionGate
 from minibroker.broker.sessions import SessionLock, Waiter, missing_session
@@ -153,6 +157,8 @@ class Endpoints:
         """Event hubs of the ``servicebus`` personality (``eventhubs.py``)."""
         dispatcher.sessions.granted = self._session_granted
         dispatcher.sessions.wait_over = self._session_wait_over
+        self.rabbit = RabbitModel(nodes, dispatcher, self.delete_node)
+        """RabbitMQ's queues, exchanges and bindings (``rabbit.py``)."""
         self.services = Services(
             outbox, self.management.answer, self.settings.sas_keys, self.clock, read=self._read_event_hub
         )
@@ -163,10 +169,14 @@ class Endpoints:
         container = str(remote.container_id if remote else "")
         namespace = self.nodes.namespace_of(conn)
         personality = namespace.personality
+        if conn.gateway is not None:  # an AMQP 0-9-1 client: RabbitMQ serves its channel transactions
+            personality = with_transactions(personality)
         if not personality.servicebus:
-            return AttachContext(self.settings, conn.user, container, conn.conn_id, personality)
+            return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, vhost=namespace.vhost)
         hubs = self.event_hubs.of(namespace.name)
-        return AttachContext(self.settings, conn.user, container, conn.conn_id, personality, hubs, _Entities(namespace))
+        return AttachContext(
+            self.settings, conn.user, container, conn.conn_id, personality, hubs, _Entities(namespace), namespace.vhost
+        )
 
     # -- attach -----------------------------------------------------------------------------------------
     def attached(self, conn: ServerConnection, event: LinkAttached) -> None:
@@ -287,6 +297,11 @@ class Endpoints:
             conn.refuse_attach(link, refusal)
             return
         browse = decision.browse and isinstance(node, Queue)
+        if isinstance(node, Queue) and not browse:
+            refusal = self.rabbit.consumer_refusal(conn, node, link)
+            if refusal is not None:
+                conn.refuse_attach(link, refusal)
+                return
         if isinstance(node, Topic):
             spec = self.nodes.named_subscription(node, decision.subscription)
             refusal = self._subscription_refusal(conn, node, spec.key)
@@ -348,6 +363,7 @@ class Endpoints:
             lock_tokens=consumer.servicebus,
         )
         self.dispatcher.add_consumer(consumer)
+        self.rabbit.consumer_added(consumer)
         self.dispatcher.dispatch(consumer.queue)
 
     def _refuse_consumer(self, consumer: Consumer, refusal: Error) -> None:
@@ -485,7 +501,12 @@ class Endpoints:
                 conn.refuse_attach(link, found)
                 return
             node = found
-        producer = Producer(conn, link, node, decision.route)
+        if decision.exchange is not None:
+            refused = self._exchange_route(conn, decision.exchange, "", None)
+            if isinstance(refused, Error):
+                conn.refuse_attach(link, refused)
+                return
+        producer = Producer(conn, link, node, decision.exchange, decision.route)
         if self.nodes.personality_of(conn).servicebus:
             producer.servicebus = True
             entity = decision.via[0] if decision.via is not None else node.name if node is not None else None
@@ -589,6 +610,7 @@ class Endpoints:
     def _consumer_detached(self, consumer: Consumer, *, closed: bool) -> None:
         self.dispatcher.remove_consumer(consumer)
         self.coordinator.consumer_gone(consumer)
+        self.rabbit.consumer_gone(consumer)
         queue = consumer.queue
         if isinstance(queue, Subscription):
             self._count_topic_link(consumer.conn, -1)
@@ -692,14 +714,20 @@ class Endpoints:
             self.dispatcher.servicebus_arrive(context.node, message)
         else:
             self.dispatcher.arrive(message)
-        target: Node | Deferred | None = context.node
+        target: Node | Route | Deferred | None = context.node
         if context.servicebus and isinstance(target, Queue):
             refusal = missing_session(entity_properties(target).requires_session, message)
             if refusal is not None:
                 self._refuse_post(conn, context.link, delivery, message, transactional, refusal)
                 return
-        if target is None:  # the anonymous relay routes by ``to`` (an exchange by its routing key)
-            to = message.to if context.route is None else context.route
+        if context.exchange is not None:  # a link to an exchange: each message is routed by it
+            found = self._exchange_route(conn, context.exchange, context.route, message)
+            if isinstance(found, Error):
+                self._refuse_post(conn, context.link, delivery, message, transactional, found)
+                return
+            target = found
+        elif target is None:  # the anonymous relay routes by ``to``
+            to = message.to
             unreadable = message.undecodable_properties() if to is None else None
             if unreadable is not None:
                 # the address is in a properties section that does not decode (§2.8.15 decode-error), which is
@@ -708,7 +736,7 @@ class Endpoints:
                 self._refuse_post(conn, context.link, delivery, message, transactional, err)
                 return
             refusal = denied(self._context(conn), "send", to) if self.settings.permissions else None
-            routed = self._relay_target(conn, to, transactional, context.route is not None) if refusal is None else None
+            routed = self._relay_target(conn, to, transactional, message) if refusal is None else None
             if isinstance(routed, Error):  # no room for the node it would create
                 refusal = routed
             if refusal is not None:
@@ -722,8 +750,6 @@ class Endpoints:
             if entity is None and context.servicebus and target is not None:
                 entity = sb_via.top_level_entity(target.name)
             self.coordinator.post(conn, delivery, target, message, entity=entity)
-        elif target is None and context.route is not None:
-            self.outbox.answer_now(conn, delivery, RELEASED)  # an exchange that cannot route releases the message
         elif target is None:
             refusal = error(Condition.NOT_FOUND, f"no node at address {message.to!r}")
             self.outbox.answer_now(conn, delivery, Rejected(error=refusal))
@@ -781,8 +807,8 @@ class Endpoints:
             return False  # held back by a ``delay`` fault: taken now
         node = producer.node
         message = Message(event.payload, limit=self.settings.max_selector_properties_size or None)
-        address = node.name if node is not None else producer.route or message.to
-        rule = self.injection.fire("transfer", conn, address if isinstance(address, str) else None)
+        address = node.name if node is not None else producer.exchange or message.to
+        rule = self.injection.fire("transfer", conn, named_node(address) if isinstance(address, str) else None)
         if rule is None:
             return False
         link, delivery = producer.link, event.delivery
@@ -843,23 +869,53 @@ class Endpoints:
             self.coordinator.replenish(conn, link.context, answered=True)  # its credit comes back, as an answer's would
 
     def _relay_target(
-        self, conn: ServerConnection, to: object, transactional: bool, keyed: bool = False
-    ) -> Node | Deferred | Error | None:
-        """The node the anonymous relay routes ``to`` to (``keyed``: ``to`` is an exchange's routing key, the name
-        of a queue); a transactional post to an address with no node gets a ``Deferred`` one, created by the
-        commit; an error when the node would pass ``max_nodes``."""
+        self, conn: ServerConnection, to: object, transactional: bool, message: Message
+    ) -> Node | Route | Deferred | Error | None:
+        """The node the anonymous relay routes ``to`` to (a RabbitMQ 4 address: its queue, never created, or its
+        exchange, missing: ``amqp:not-found``); a transactional post to an address with no node gets a ``Deferred``
+        one, created by the commit; an error when the node would pass ``max_nodes``."""
         if not to or not isinstance(to, str):
             return None
-        if keyed:
-            return self.nodes.lookup(conn, to, QUEUE, create=False)
-        if self.nodes.personality_of(conn).addresses == "rabbitmq":  # /queues/NAME or /exchanges/NAME/KEY
-            found = rabbitmq_address(to, source=False)
-            return None if isinstance(found, Error) else self.nodes.lookup(conn, found[0], QUEUE, create=False)
+        personality = self.nodes.personality_of(conn)
+        if personality.addresses == "rabbitmq" or (not personality.servicebus and is_v2(to)):
+            found = parse_v2(to, source=False)
+            if isinstance(found, Error):
+                return None
+            if found.exchange is not None:
+                return self._exchange_route(conn, found.exchange, found.key, message)
+            assert found.queue is not None
+            return self.nodes.lookup(conn, found.queue, QUEUE, create=False)
         name, kind = parse_address(to)
         node = self._lookup(conn, name, kind, create=not transactional)
         if node is None and transactional and self.nodes.creatable(name):
             return self.nodes.refuse_new_node() or Deferred(self.nodes.namespace_of(conn), name, kind)
         return node
+
+    def _exchange_route(
+        self, conn: ServerConnection, name: str, key: str | None, message: Message | None
+    ) -> Route | Error:
+        """The way of ``message`` into exchange ``name`` of ``conn``'s namespace with routing key ``key`` (None: the
+        message's own, ``routing_key``); ``amqp:not-found`` when there is no such exchange, and
+        ``amqp:unauthorized-access`` for an internal one (rabbit_amqp_session.erl ``check_internal_exchange``). A
+        message that does not name its exchange (a 1.0 publish; the 0-9-1 gateway's do) is annotated with
+        ``x-exchange`` and ``x-routing-key``, as RabbitMQ 4 annotates what it routes (mc_amqp.erl
+        ``protocol_state_message_annotations``), so a 0-9-1 consumer sees where it was published (an empty key is
+        left out: dead-lettering then takes the queue's name, ``dispatch.dead_letter_exchange``)."""
+        namespace = self.nodes.namespace_of(conn)
+        exchange = namespace.exchanges.get(name)
+        if exchange is None:
+            return missing_exchange(name if name != DEFAULT else "amq.default", namespace.vhost)
+        if exchange.internal:
+            text = f"forbidden to publish to internal {resource('exchange', name, namespace.vhost)}"
+            return error(Condition.UNAUTHORIZED_ACCESS, text)
+        if key is None:
+            key = routing_key(message) if message is not None else ""
+        route = Route(namespace, exchange, key)
+        if message is not None and not isinstance(
+            message.annotation("x-exchange") if message.annotations else None, str
+        ):
+            message.annotate({"x-exchange": name, "x-routing-key": key} if key else {"x-exchange": name})
+        return route
 
     # -- idle nodes created on demand ----------------------------------------------------------------------
     def next_deadline(self) -> float | None:
@@ -928,3 +984,15 @@ def _session_entity(link: Link) -> str | None:
         if isinstance(context, Consumer) and context.servicebus:
             return sb_via.top_level_entity(servicebus_entity(context.queue))
     return None
+
+
+def routing_key(message: Message) -> str:
+    """The routing key of a message sent to an exchange address without one: its ``x-routing-key`` annotation
+    (what the 0-9-1 gateway stamps), else its subject (RabbitMQ 4: ``/exchanges/NAME`` routes by the subject),
+    else the empty key."""
+    annotated = message.annotation("x-routing-key") if message.annotations else None
+    if isinstance(annotated, str):
+        return annotated
+    properties = message.properties()
+    subject = properties.subject if properties is not None else None
+    return subject if isinstance(subject, str) else ""

@@ -149,15 +149,24 @@ class ConsumerGroup:
 class Producer:
     """A link on which the peer sends messages to ``node`` (None: the anonymous relay routes each by ``to``)."""
 
-    __slots__ = ("conn", "entity", "link", "node", "owned_node", "route", "servicebus")
+    __slots__ = ("conn", "entity", "exchange", "link", "node", "owned_node", "route", "servicebus")
 
-    def __init__(self, conn: ServerConnection, link: Link, node: Node | None, route: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: ServerConnection,
+        link: Link,
+        node: Node | None,
+        exchange: str | None = None,
+        route: str | None = None,
+    ) -> None:
         self.conn = conn
         self.link = link
         self.node = node
         self.owned_node: Node | None = None  # a dynamic node created for this link, deleted with it
+        self.exchange = exchange
+        """With no node: the exchange every message goes to (a RabbitMQ 4 ``/exchanges/NAME[/KEY]`` target)."""
         self.route = route
-        """With no node: the name every message is routed to (an exchange's routing key), instead of its ``to``."""
+        """The routing key of every message sent to ``exchange`` (None: each message's own, ``routing_key``)."""
         self.servicebus = False
         """A Service Bus sender: messages are stamped on arrival, batches split (``minibroker.servicebus``)."""
         self.entity: str | None = None

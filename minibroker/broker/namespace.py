@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from minibroker.broker.exchanges import Exchange, predeclared
 from minibroker.broker.personality import MINIBROKER, Personality
 from minibroker.broker.queue import Queue
 from minibroker.broker.topic import Topic
@@ -48,6 +49,8 @@ class Namespace:
         """Whose behaviour its connections meet (``personality.py``)."""
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
+        self.exchanges: dict[str, Exchange] = predeclared()
+        """RabbitMQ exchanges by name (``exchanges.py``), the predeclared ones first; queues are ``queues``."""
         self.connections: set[ServerConnection] = set()
         self.servicebus_entities: dict[str, EntityProperties] = {}
         """Configured Service Bus entities by ``entities.key`` of their path (``servicebus`` personality only)."""
@@ -71,6 +74,11 @@ class Namespace:
         table: dict[str, Queue] | dict[str, Topic] = self.topics if isinstance(node, Topic) else self.queues
         if table.get(node.name) is node:
             del table[node.name]
+
+    @property
+    def vhost(self) -> str:
+        """Its name as RabbitMQ names a virtual host: the default namespace is "/"."""
+        return "/" if self.name == DEFAULT_NAMESPACE else self.name
 
     def __repr__(self) -> str:
         return f"Namespace({self.name!r}, queues={len(self.queues)}, topics={len(self.topics)})"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
+from minibroker.broker.exchanges import predeclared
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.personality import Personality
 from minibroker.broker.queue import Queue
@@ -210,6 +211,12 @@ class Nodes:
             )
         return None
 
+    def keep(self, node: Node) -> None:
+        """``node`` was created on demand but is now declared (a RabbitMQ ``queue.declare`` or ``queue.bind``): it
+        lives until deleted, out of the idle sweep's reach."""
+        node.auto = False
+        self.auto_nodes.pop(node, None)
+
     def delete(self, node: Node) -> list[Queue]:
         """Delete ``node`` (a dynamic node whose link went away, an idle one); returns the queues that went with
         it."""
@@ -242,6 +249,9 @@ class Nodes:
                 self.unsubscribe(subscription)
         namespace.queues = {}
         namespace.topics = {}
+        for exchange in namespace.exchanges.values():
+            exchange.deleted = True
+        namespace.exchanges = predeclared()
         self.populate(namespace)
 
     # -- topic subscriptions --------------------------------------------------------------------------

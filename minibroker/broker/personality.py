@@ -14,14 +14,13 @@ each meet the behaviour of theirs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import Literal
-from urllib.parse import unquote
 
 from minibroker.amqp.definitions import Error
-from minibroker.amqp.errors import Condition, error
+from minibroker.amqp.errors import Condition
 from minibroker.amqp.types import Symbol
 
 TXN_CAPABILITIES = ("amqp:local-transactions", "amqp:multi-txns-per-ssn", "amqp:multi-ssns-per-txn")
@@ -137,8 +136,9 @@ class Personality:
     settle_second_at_once: bool = False
     """A producer's rcv-settle-mode second is echoed, but every outcome is sent settled at once."""
     addresses: Literal["plain", "rabbitmq"] = "plain"
-    """How addresses name nodes: node names with optional ``queue://``/``topic://`` prefixes ("plain"), or RabbitMQ
-    4's ``/queues/NAME`` and ``/exchanges/NAME/KEY`` ("rabbitmq": an attach never creates a queue)."""
+    """How addresses name nodes: node names with optional ``queue://``/``topic://`` prefixes, or RabbitMQ 4's
+    ``/queues/NAME`` and ``/exchanges/NAME/KEY`` ("plain": both; "rabbitmq": only RabbitMQ 4's, so an attach never
+    creates a queue).  RabbitMQ 4 addresses, exchanges and bindings are ``exchanges.py``'s and ``rabbit.py``'s."""
 
     servicebus: bool = False
     """Azure Service Bus as its SDKs meet it (issue 17, ``minibroker.servicebus``): addresses are URIs, ``$cbs``
@@ -169,45 +169,6 @@ def show_id(txn_id: object) -> str:
     if not isinstance(txn_id, bytes):
         return repr(txn_id)
     return "".join(chr(b) if 32 <= b < 127 and b != 0x5C else f"\\x{b:02x}" for b in txn_id)
-
-
-RABBITMQ_EXCHANGES = frozenset({"amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"})
-"""The exchanges every RabbitMQ virtual host has (the only ones this personality knows: none can be declared)."""
-
-
-def rabbitmq_address(address: str, *, source: bool) -> tuple[str, bool] | Error:
-    """The queue a RabbitMQ 4 address (v2) names, and whether it names it through an exchange.
-
-    ``/queues/NAME`` is queue NAME (everything after ``/queues/``, slashes included); a target may also be
-    ``/exchanges/NAME/KEY`` or ``/exchanges/NAME`` (the empty key) naming one of the built-in exchanges, which routes
-    by KEY to the queue of that name (the direct routing this personality models; another exchange name is
-    amqp:not-found). Segments are percent-decoded, a malformed escape being a bad address as ``cow_uri:urldecode``
-    makes it; anything else is refused as RabbitMQ 4.3 does (parse_target_v2_string0; the v1 formats are denied
-    there by default).
-    """
-    bad = error(Condition.INVALID_FIELD, f"Attach refused: bad address {address!r} (RabbitMQ 4 address v2)")
-    if address.startswith("/queues/"):
-        name = _urldecode(address[len("/queues/") :])
-        return bad if not name else (name, False)
-    if not source and address.startswith("/exchanges/"):
-        segments = address[len("/exchanges/") :].split("/")
-        if len(segments) > 2 or segments[0] in ("", "amq.default"):  # (the default exchange cannot be named in v2)
-            return bad
-        exchange, key = _urldecode(segments[0]), _urldecode(segments[1]) if len(segments) == 2 else ""
-        if exchange is None or key is None:
-            return bad
-        if exchange not in RABBITMQ_EXCHANGES:
-            return error(Condition.NOT_FOUND, f"no exchange {exchange!r} in vhost '/'")
-        return key, True
-    return bad
-
-
-_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-
-
-def _urldecode(segment: str) -> str | None:
-    """A percent-decoded address segment; None when an escape is malformed (RabbitMQ's cow_uri:urldecode fails)."""
-    return None if _ESCAPE.search(segment) else unquote(segment)
 
 
 def _counter(width: int) -> TxnIds:
@@ -489,10 +450,8 @@ RABBITMQ = Personality(
             _RABBITMQ + " (validate_attach)",
         ),
         Quirk(
-            "addresses are /queues/NAME and /exchanges/NAME/KEY (percent-encoded; other formats refused with "
-            "amqp:invalid-field); a missing queue is amqp:not-found \"no queue 'NAME' in vhost '/'\", never created; "
-            "an exchange other than the built-in amq.* ones is amqp:not-found; one routes by KEY to the queue of that "
-            "name (a simplification: RabbitMQ routes by bindings), releasing what it cannot route",
+            "addresses are only /queues/NAME and /exchanges/NAME[/KEY] (percent-encoded; other formats refused "
+            "with amqp:invalid-field; every personality understands these too)",
             "rabbitmq/rabbitmq-server: deps/rabbit/src/rabbit_amqp_session.erl (parse_target_v2_string0, "
             "ensure_target, link_error_not_found)",
         ),
@@ -680,3 +639,10 @@ def get(name: str) -> Personality:
     if found is None:
         raise ValueError(f"unknown personality {name!r}; known: {', '.join(names())}")
     return found
+
+
+@cache
+def with_transactions(personality: Personality) -> Personality:
+    """``personality``, coordinators allowed: what an AMQP 0-9-1 client of it gets (RabbitMQ refuses AMQP 1.0
+    transactions but serves 0-9-1 channel transactions, ``rabbit_channel.erl`` tx.select)."""
+    return personality if personality.transactions else replace(personality, transactions=True)

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 REJECT_PUBLISH = "reject-publish"
 DROP_HEAD = "drop-head"
 OVERFLOW_POLICIES = (REJECT_PUBLISH, DROP_HEAD)
+REJECT_PUBLISH_DLX = "reject-publish-dlx"
+"""RabbitMQ's third overflow (a queue declared with ``x-overflow``): reject-publish, dead-lettering the refused
+message (rabbit_amqqueue.erl ``check_overflow``)."""
 
 
 @dataclass(frozen=True)
@@ -15,9 +18,10 @@ class NodePolicy:
     """How one node (a queue, or each subscription of a topic) treats its messages."""
 
     max_messages: int = 0
-    """Most messages held (ready, acquired and scheduled); 0 means no limit."""
+    """Most messages held (ready, acquired and scheduled); 0 means no limit (a negative one, none at all: RabbitMQ's
+    ``x-max-length`` 0)."""
     max_bytes: int = 0
-    """Most bytes of messages held; 0 means no limit."""
+    """Most bytes of messages held; 0 means no limit (a negative one, none at all)."""
     overflow: str = REJECT_PUBLISH
     """At a limit: "reject-publish" refuses the new message (amqp:resource-limit-exceeded), "drop-head" drops
     the oldest ready one."""
@@ -29,6 +33,21 @@ class NodePolicy:
     """Where expired messages go; "" means they are dropped."""
     redelivery_delay: float = 0.0
     """Seconds before a released or failed message becomes deliverable again."""
+    message_ttl: float | None = None
+    """Seconds a message lives on this queue at most (RabbitMQ ``x-message-ttl``; the least of it and the message's
+    own ttl); None: no limit."""
+    limit_ready: bool = False
+    """The limits count ready (and scheduled) messages only, not delivered unsettled ones, as RabbitMQ's length limits
+    do (a queue declared through the model)."""
+    max_priority: int | None = None
+    """RabbitMQ's priorities (a queue declared through the model): 0 means none, FIFO whatever the messages say (a
+    classic queue without ``x-max-priority``); N means priorities 0..N, a message without one being 0
+    (``x-max-priority``). None: minibroker's, header.priority 0-9 as sent (default 4)."""
+    dead_letter_exchange: str | None = None
+    """Dead-letter through this exchange of the namespace instead of ``dead_letter_address`` (RabbitMQ
+    ``x-dead-letter-exchange``: rejected, expired and dropped-at-a-limit messages)."""
+    dead_letter_routing_key: str | None = None
+    """The routing key of dead-letters through ``dead_letter_exchange`` (None: the message's own)."""
 
     def admits(self, held: int, held_bytes: int, size: int) -> bool:
         """Whether a node holding ``held`` messages of ``held_bytes`` has room for one of ``size`` bytes."""

@@ -164,7 +164,8 @@ class Queue:
         policy = self.policy
         if not policy.max_messages and not policy.max_bytes:
             return True
-        return policy.admits(self.held + extra, self.held_bytes + extra_bytes, message.size)
+        held = self.held - self.acquired if policy.limit_ready else self.held
+        return policy.admits(held + extra, self.held_bytes + extra_bytes, message.size)
 
     def put(self, message: Message) -> None:
         """A message becomes ready (new, or due after being scheduled)."""

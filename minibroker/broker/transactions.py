@@ -30,6 +30,7 @@ from minibroker.amqp import codec
 from minibroker.amqp.definitions import Accepted, AmqpValue, Error, TransactionalState
 from minibroker.amqp.sections import AMQP_VALUE, walk
 from minibroker.amqp.states import Outcome
+from minibroker.broker.exchanges import Route
 from minibroker.broker.links import Consumer, Controller, Dispatched
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import Namespace, Node
@@ -55,7 +56,8 @@ class Deferred(NamedTuple):
 class Post(NamedTuple):
     """A message posted under a transaction, and where it goes."""
 
-    target: Node | Deferred
+    target: Node | Route | Deferred
+    """Its node, its way into an exchange (routed at commit, as RabbitMQ routes in tx.commit), or a node to make."""
     message: Message
 
     @property

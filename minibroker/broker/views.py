@@ -222,6 +222,46 @@ class QueueReads(ABC):
 
 
 @dataclass(frozen=True)
+class BindingInfo:
+    """One binding of an exchange (issue 18): to a queue or to another exchange (``kind``), with its routing key and
+    arguments."""
+
+    destination: str
+    kind: str
+    routing_key: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExchangeInfo:
+    """One RabbitMQ exchange of a namespace, with its bindings in the order they were made (issue 18)."""
+
+    name: str
+    type: str
+    durable: bool
+    auto_delete: bool
+    internal: bool
+    arguments: Mapping[str, Any]
+    bindings: tuple[BindingInfo, ...]
+
+    @classmethod
+    def of(cls, exchange: Any) -> ExchangeInfo:
+        """The snapshot of ``exchange`` (a ``broker.exchanges.Exchange``)."""
+        bindings = tuple(
+            BindingInfo(b.destination, b.kind, b.key, dict(arguments)) for b, arguments in exchange.bindings.items()
+        )
+        return cls(
+            exchange.name,
+            exchange.kind,
+            exchange.durable,
+            exchange.auto_delete,
+            exchange.internal,
+            dict(exchange.arguments),
+            bindings,
+        )
+
+
+@dataclass(frozen=True)
 class ConnectionInfo:
     """One client connection."""
 

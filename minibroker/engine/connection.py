@@ -238,6 +238,9 @@ class ServerConnection:
         self._close_deadline: float | None = None
         self._closed_event_sent = False
         self.context: Any = None
+        self.gateway: str | None = None
+        """The protocol a gateway in front of this connection speaks to its client ("amqp-0-9-1"), set by the
+        embedder; None for an AMQP 1.0 peer."""
 
     # -- I/O side ---------------------------------------------------------------------------------
     @property

@@ -37,7 +37,14 @@ from minibroker.broker.faults import FaultSpec
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
 from minibroker.broker.permissions import Permissions
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import PROPERTY_FIELDS, ConnectionInfo, MessageView, QueueStats, SubscriptionStats
+from minibroker.broker.views import (
+    PROPERTY_FIELDS,
+    ConnectionInfo,
+    ExchangeInfo,
+    MessageView,
+    QueueStats,
+    SubscriptionStats,
+)
 from minibroker.handles import CaptureOff, FaultsHandle, PostRefused, QueueHandle, TopicHandle
 from minibroker.http import console, metrics
 from minibroker.http.auth import MUTATING, Verify, authorize
@@ -77,6 +84,8 @@ class ManagedBroker(Protocol):
     def queues(self) -> list[str]: ...
     @property
     def topics(self) -> list[str]: ...
+    @property
+    def exchanges(self) -> list[ExchangeInfo]: ...
     @property
     def transactions(self) -> list[TransactionInfo]: ...
     @property
@@ -267,6 +276,7 @@ class ManagementApi:
         router.add("GET", "/api/topics", list_topics)
         router.add("GET", "/api/topics/{name}", get_topic)
         router.add("DELETE", "/api/topics/{name}", delete_topic)
+        router.add("GET", "/api/exchanges", list_exchanges)
         router.add("GET", "/api/transactions", list_transactions)
         router.add("POST", "/api/transactions/{id}/commit", commit_transaction)
         router.add("POST", "/api/transactions/{id}/rollback", rollback_transaction)
@@ -505,6 +515,32 @@ async def delete_topic(call: Call) -> Response:
     handle = _existing_topic(call)
     handle.delete()
     return Response.json(200, {"deleted": handle.name})
+
+
+# -- exchanges ----------------------------------------------------------------------------------------
+def exchange_json(info: ExchangeInfo) -> dict[str, Any]:
+    """An exchange as ``GET /api/exchanges`` shows it (argument values as ``jsonable`` makes them)."""
+    return {
+        "name": info.name,
+        "type": info.type,
+        "durable": info.durable,
+        "auto_delete": info.auto_delete,
+        "internal": info.internal,
+        "arguments": jsonable(dict(info.arguments)),
+        "bindings": [
+            {
+                "destination": b.destination,
+                "kind": b.kind,
+                "routing_key": b.routing_key,
+                "arguments": jsonable(dict(b.arguments)),
+            }
+            for b in info.bindings
+        ],
+    }
+
+
+async def list_exchanges(call: Call) -> Response:
+    return Response.json(200, [exchange_json(info) for info in call.broker.exchanges])
 
 
 # -- transactions, connections, stats -------------------------------------------------------------------

@@ -12,6 +12,8 @@ Fixtures:
   surface of ``minibroker_proc``'s (``minibroker.connect``), so ``factories.minibroker("minibroker_noproc")``
   runs a suite written against ``minibroker`` unchanged against the container.
 - ``minibroker_trio`` (function, pytest-trio): a broker in the test's own trio run.
+- ``amqp091_url`` (function): ``amqp://guest:guest@HOST:PORT/``, the ``minibroker`` fixture's namespace for AMQP
+  0-9-1 clients (pika, aio-pika, amqplib): the same port, the same queues.
 
 Options (command line, then ini): ``--minibroker-host`` / ``minibroker_host``, ``--minibroker-port`` /
 ``minibroker_port`` (default: any free port, which keeps pytest-xdist workers apart),
@@ -25,6 +27,8 @@ from __future__ import annotations
 import pytest
 
 from minibroker.pytest_plugin import factories
+from minibroker.remote import RemoteBroker
+from minibroker.testing.thread import ThreadedBroker
 
 __all__ = ["factories"]
 
@@ -49,3 +53,9 @@ minibroker_proc = factories.minibroker_proc()
 minibroker = factories.minibroker()
 minibroker_noproc = factories.minibroker_noproc()
 minibroker_trio = factories.minibroker_trio()
+
+
+@pytest.fixture
+def amqp091_url(minibroker: ThreadedBroker | RemoteBroker) -> str:
+    """``amqp://guest:guest@HOST:PORT/``: the test's namespace (``minibroker``) for AMQP 0-9-1 clients."""
+    return minibroker.amqp091_url

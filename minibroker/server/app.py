@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import logging
+import math
 import secrets
 import ssl
 import time
@@ -40,6 +41,7 @@ from minibroker.handles import CaptureOff, NamespaceView
 from minibroker.server.clock import BrokerTime
 from minibroker.server.connection import ConnectionTask, run_broker_timer, wake_writers
 from minibroker.server.login import LoginChecker
+from minibroker.server.sniff import PrefixedStream, Protocol, sniff
 
 if TYPE_CHECKING:  # loaded at run time only when used: the HTTP listener (start_http), frame capture
     from minibroker.http.api import ManagementApi
@@ -110,14 +112,20 @@ def login_checker(config: Config, book: PasswordBook) -> LoginChecker:
     return LoginChecker(book, throttle, threads=auth.hash_threads, failure_delay=auth.failure_delay)
 
 
+def socket_of(stream: trio.abc.Stream) -> trio.SocketStream | None:
+    """The socket stream under ``stream`` (under TLS, under the octets read to tell the protocol); None off a socket."""
+    while isinstance(stream, (trio.SSLStream, PrefixedStream)):
+        stream = stream.transport_stream
+    return stream if isinstance(stream, trio.SocketStream) else None
+
+
 def socket_ends(stream: trio.abc.Stream) -> tuple[Address | None, Address | None]:
     """The (host, port) of the peer and of our end of ``stream``'s socket (under TLS too); None off a socket."""
-    while isinstance(stream, trio.SSLStream):
-        stream = stream.transport_stream
-    if not isinstance(stream, trio.SocketStream):
+    sock = socket_of(stream)
+    if sock is None:
         return None, None
     try:
-        peer, own = stream.socket.getpeername(), stream.socket.getsockname()
+        peer, own = sock.socket.getpeername(), sock.socket.getsockname()
         return (str(peer[0]), int(peer[1])), (str(own[0]), int(own[1]))
     except (OSError, IndexError, TypeError, ValueError):
         return None, None
@@ -125,12 +133,11 @@ def socket_ends(stream: trio.abc.Stream) -> tuple[Address | None, Address | None
 
 def peer_address(stream: trio.abc.Stream) -> str | None:
     """The peer's address as failed logins are counted: the IPv4 address, or the IPv6 /64 network."""
-    while isinstance(stream, trio.SSLStream):
-        stream = stream.transport_stream
-    if not isinstance(stream, trio.SocketStream):
+    sock = socket_of(stream)
+    if sock is None:
         return None
     try:
-        host = stream.socket.getpeername()[0]
+        host = sock.socket.getpeername()[0]
     except (OSError, IndexError):
         return None
     return throttle_address(host)
@@ -168,6 +175,7 @@ def engine_factory(
         external_identity: str | None = None,
         admit: Callable[[], Error | None] | None = None,
         all_fields: Callable[[Open], bool] | None = None,
+        started: float | None = None,
     ) -> ServerConnection:
         return ServerConnection(
             container_id=server.container_id,
@@ -183,7 +191,7 @@ def engine_factory(
             max_sessions=server.max_sessions,
             max_links=server.max_links_per_session,
             handshake_timeout=server.handshake_timeout or None,
-            now=trio.current_time(),
+            now=trio.current_time() if started is None else started,
             refuse=refuse,
             external_identity=external_identity,
             admit=admit,
@@ -394,8 +402,22 @@ class _Server:
             # the servicebus personality sends every performative whole (azure-eventhub reads fields by position)
             return self.broker.nodes.namespaces.get(open_.hostname or "", namespace).personality.servicebus
 
-        engine = self.make_engine(conn_id, external_identity=external_identity, admit=admit, all_fields=all_fields)
-        capture = None if self.captures is None else self.captures.open(conn_id, *socket_ends(stream))
+        started = trio.current_time()
+        patience = self.config.server.handshake_timeout or math.inf
+        address, ends = peer_address(stream), socket_ends(stream)
+        protocol, prefix = await sniff(stream, started + patience)
+        if prefix:
+            stream = PrefixedStream(stream, prefix)
+        engine = self.make_engine(
+            conn_id, external_identity=external_identity, admit=admit, all_fields=all_fields, started=started
+        )
+        gateway = None
+        if protocol is Protocol.AMQP_0_9_1:
+            from minibroker.server.amqp091 import make_gateway  # loaded by the first AMQP 0-9-1 client
+
+            gateway = make_gateway(self.config, self.broker, engine, started)
+        # (frames are captured as AMQP 1.0: an AMQP 0-9-1 connection is not captured)
+        capture = None if self.captures is None or gateway is not None else self.captures.open(conn_id, *ends)
         task = ConnectionTask(
             conn_id,
             stream,
@@ -404,11 +426,14 @@ class _Server:
             namespace,
             self.config.auth.failure_delay,
             login=self.login,
-            address=peer_address(stream),
+            address=address,
             checking=lambda checking: self._checking(conn_id, checking),
             capture=capture,
             clock=self.clock,
+            wire=gateway,
         )
+        if gateway is not None:
+            gateway.to_broker = task.step
         self.tasks.add(task)
         try:
             await task.run()
@@ -497,10 +522,8 @@ class RunningBroker(NamespaceView):
         """The ``HOST:PORT`` each socket connection (by id) comes from."""
         peers = {}
         for task in self._server.tasks:
-            stream = task.stream
-            while isinstance(stream, trio.SSLStream):
-                stream = stream.transport_stream
-            if isinstance(stream, trio.SocketStream):
+            stream = socket_of(task.stream)
+            if stream is not None:
                 try:
                     host, port = stream.socket.getpeername()[:2]
                 except (OSError, ValueError):

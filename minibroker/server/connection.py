@@ -21,15 +21,17 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
 from minibroker.broker.core import INTERNAL_ERROR, Broker
 from minibroker.broker.namespace import Namespace
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import Event
+from minibroker.engine.sasl import SaslPolicy
 
 if TYPE_CHECKING:
     from minibroker.server.capture import ConnectionCapture
@@ -105,6 +107,35 @@ async def run_broker_timer(broker: Broker, clock: BrokerTime | None = None) -> N
             await trio.sleep(_TIMER_RETRY)
 
 
+class Wire(Protocol):
+    """What a connection task reads the socket into and writes from: an AMQP 1.0 ``ServerConnection``, or a gateway
+    that speaks another protocol to the peer and AMQP 1.0 to the broker through an inner ``ServerConnection``
+    (``minibroker.gateway091``). The events it returns concern the task's ``engine``."""
+
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def has_output(self) -> bool: ...
+    @property
+    def output_size(self) -> int: ...
+    @property
+    def awaiting_verdict(self) -> bool: ...
+    @property
+    def authentication_failed(self) -> bool: ...
+    @property
+    def sasl(self) -> SaslPolicy: ...
+    def receive_events(self, data: bytes | bytearray, now: float) -> Iterable[Event]: ...
+    def resume_events(self, now: float) -> Iterable[Event]: ...
+    def handle_timeout(self, now: float) -> Iterable[Event]: ...
+    def next_deadline(self) -> float | None: ...
+    def data_to_send(self) -> bytes: ...
+    def take_throttled(self) -> bool: ...
+    def take_credentials(self) -> tuple[str, str]: ...
+    def sasl_verdict(self, ok: bool) -> None: ...
+    def close(self, err: Error | None = None) -> None: ...
+    def take_events(self) -> list[Event]: ...
+
+
 class ConnectionTask:
     """One accepted connection."""
 
@@ -121,6 +152,7 @@ class ConnectionTask:
         checking: Callable[[bool], None] | None = None,
         capture: ConnectionCapture | None = None,
         clock: BrokerTime | None = None,
+        wire: Wire | None = None,
     ) -> None:
         self.id = conn_id
         self.capture = capture
@@ -139,6 +171,9 @@ class ConnectionTask:
         self.broker_time = trio.current_time if clock is None else clock.time
         """Broker time, handed to the core (the engine's own timers, heartbeats and time-outs, keep trio's)."""
         self.engine = engine
+        """The AMQP 1.0 engine the broker serves (for an AMQP 0-9-1 client, the gateway's inner connection)."""
+        self.wire: Wire = engine if wire is None else wire
+        """What speaks to the socket: ``engine`` itself, or an AMQP 0-9-1 gateway in front of it."""
         engine.context = self
         self._wakeup = trio.Event()
         self._output_taken = trio.Event()
@@ -162,9 +197,9 @@ class ConnectionTask:
         except Exception as exc:  # a bug in this task: close this connection with internal-error, and only it
             self._fail(exc)
             with trio.move_on_after(_FLUSH_GRACE):
-                await self._send(self.engine.data_to_send())
+                await self._send(self.wire.data_to_send())
         finally:
-            if not self.engine.finished:
+            if not self.wire.finished:
                 self._feed(b"")
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(_FLUSH_GRACE):  # a TLS close to a peer that reads nothing
@@ -172,7 +207,13 @@ class ConnectionTask:
                 await trio.aclose_forcefully(self.stream)
 
     def _feed(self, data: bytes | bytearray) -> None:
-        self._handle(self.engine.receive_events(data, trio.current_time()))
+        self._handle(self.wire.receive_events(data, trio.current_time()))
+        self._publish()
+
+    def step(self, events: Iterable[Event]) -> None:
+        """Hand ``events`` of the engine to the broker and wake whoever got output: the wire's way to the broker (an
+        AMQP 0-9-1 gateway steps the broker for its inner connection whenever it has work for it)."""
+        self._handle(events)
         self._publish()
 
     def _handle(self, events: Iterable[Event]) -> None:
@@ -188,22 +229,22 @@ class ConnectionTask:
         let the broker clean up after it (its messages go back, its transactions roll back)."""
         log.error("internal error in connection %d; closing it with amqp:internal-error", self.id, exc_info=exc)
         try:
-            self.engine.close(error(Condition.INTERNAL_ERROR, INTERNAL_ERROR))
-            self.broker.handle(self.engine, self.engine.take_events(), self.broker_time())
+            self.wire.close(error(Condition.INTERNAL_ERROR, INTERNAL_ERROR))
+            self.broker.handle(self.engine, self.wire.take_events(), self.broker_time())
         except Exception:
             log.exception("cleaning up connection %d after an internal error failed", self.id)
 
     def _publish(self, *, answer_here: bool = False) -> None:
         """Mark what is to be written and wake the writers that have something."""
         broker = self.broker
-        if self.engine.has_output:
+        if self.wire.has_output:
             broker.dirty.add(self.engine)
         if answer_here and self._answers_here():
             broker.dirty.discard(self.engine)  # the reader writes it itself, right after
         wake_writers(broker)
 
     def _answers_here(self) -> bool:
-        engine = self.engine
+        engine = self.wire
         return (
             engine.has_output
             and engine.output_size <= _DIRECT_ANSWER
@@ -213,7 +254,7 @@ class ConnectionTask:
 
     async def _send(self, data: bytes) -> bool:
         """Write ``data`` (one writer at a time); False when the peer is gone."""
-        engine = self.engine
+        engine = self.wire
         async with self._send_lock:
             self._output_taken.set()
             self._output_taken = trio.Event()
@@ -226,7 +267,7 @@ class ConnectionTask:
                     return False
                 if engine.take_throttled():
                     # the peer read what was queued: deliveries held back for it may go on
-                    self.broker.resume(engine)
+                    self.broker.resume(self.engine)
                     wake_writers(self.broker)
         return True
 
@@ -235,7 +276,7 @@ class ConnectionTask:
         return trio.current_time() + self.broker.clock.wall.offset
 
     async def _reader(self) -> None:
-        engine = self.engine
+        engine = self.wire
         stream = self.stream
         while not engine.finished:
             deadline = engine.next_deadline()
@@ -268,7 +309,7 @@ class ConnectionTask:
             elif self.failure_delay and engine.authentication_failed:
                 # a failed login is answered late, so guessing passwords is slow: nobody may write the answer
                 # before (another connection's reader wakes every writer with output)
-                self.broker.dirty.discard(engine)
+                self.broker.dirty.discard(self.engine)
                 await trio.sleep(self.failure_delay)
             self._publish(answer_here=True)
             # a small answer goes out from this task: no hand-off to the writer, one wake-up less per request
@@ -279,7 +320,7 @@ class ConnectionTask:
     async def _verify(self) -> None:
         """Check the credentials the engine holds, off the event loop, and give it the verdict. A failure is
         answered after the delay the checker says, and at the latest when the handshake time runs out."""
-        engine = self.engine
+        engine = self.wire
         self._publish()  # what is queued before the outcome (the mechanisms) need not wait
         user, password = engine.take_credentials()
         deadline = engine.next_deadline()
@@ -304,13 +345,15 @@ class ConnectionTask:
         self._handle(engine.resume_events(trio.current_time()))
 
     async def _writer(self, cancel_scope: trio.CancelScope) -> None:
-        engine = self.engine
+        engine = self.wire
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             if not await self._send(engine.data_to_send()):
                 cancel_scope.cancel()
                 return
+            if engine.has_output:  # a wire that holds output back while the peer reads (a gateway) has more
+                self._wakeup.set()
             if engine.finished and not engine.has_output:
                 cancel_scope.cancel()
                 return

@@ -321,3 +321,15 @@ def test_assembler_discards_a_closed_channels_content() -> None:
     assembler.feed(PUBLISH)
     assembler.discard(1)
     assert assembler.feed(MethodFrame(1, d.TxCommit())) == Command(1, d.TxCommit())
+
+
+def test_feed_until_error_returns_the_frames_before_the_fault() -> None:
+    reader = FrameReader()
+    frames, failure = reader.feed_until_error(HEARTBEAT_BYTES + encode_method_frame(1, d.TxSelect()) + b"\x09" * 8)
+    assert frames == [HeartbeatFrame(), MethodFrame(1, d.TxSelect())]
+    assert failure is not None
+    assert failure.reply_code == d.ReplyCode.FRAME_ERROR
+    assert reader.feed_until_error(HEARTBEAT_BYTES) == ([], failure)  # stays failed
+    with pytest.raises(ProtocolError) as info:
+        reader.feed(b"")
+    assert info.value is failure

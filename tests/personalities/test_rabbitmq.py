@@ -83,8 +83,8 @@ def test_rcv_settle_mode_second_is_refused_unless_sending_settled() -> None:
 
 
 def test_queue_addresses_are_percent_decoded() -> None:
-    """Quirk 3 (parse_target_v2_string0): ``/queues/a%2Fb`` names queue "a/b"; minibroker takes the address as the
-    name of a node of its own (which it creates)."""
+    """Quirk 3 (parse_target_v2_string0): ``/queues/a%2Fb`` names queue "a/b", in every personality (issue 18:
+    RabbitMQ 4 addresses are understood everywhere)."""
 
     def steps(w: World) -> list[str]:
         w.broker.declare_queue("a/b")
@@ -95,32 +95,34 @@ def test_queue_addresses_are_percent_decoded() -> None:
         w.settle()
         return sorted(name for name, queue in w.broker.queues.items() if queue.ready)
 
-    assert steps(world("minibroker")) == ["/queues/a%2Fb"]
+    assert steps(world("minibroker")) == ["a/b"]
     assert steps(world("rabbitmq")) == ["a/b"]
 
 
 def test_a_missing_queue_is_not_found_not_created() -> None:
     """Quirk 3 (ensure_target, link_error_not_found): ``/queues/missing`` is refused with amqp:not-found "no queue
-    'missing' in vhost '/'", for consumers and producers; minibroker creates a node called "/queues/missing"."""
+    'missing' in vhost '/'", for consumers and producers, in every personality (issue 18); minibroker creates the
+    node a plain address names."""
     for consumer in (False, True):
         w = world("minibroker")
-        accepted_attach(attach(w, "l", "/queues/missing", consumer=consumer), "l")
-        assert "/queues/missing" in w.broker.queues
-        w = world("rabbitmq")
-        err = refusal(attach(w, "l", "/queues/missing", consumer=consumer), "l", consumer=consumer)
-        assert err is not None
-        assert (err.condition, err.description) == (Symbol("amqp:not-found"), "no queue 'missing' in vhost '/'")
-        assert w.broker.queues == {}
+        accepted_attach(attach(w, "l", "missing", consumer=consumer), "l")
+        assert "missing" in w.broker.queues
+        for name in ("rabbitmq", "minibroker"):
+            w = world(name)
+            err = refusal(attach(w, "l", "/queues/missing", consumer=consumer), "l", consumer=consumer)
+            assert err is not None
+            assert (err.condition, err.description) == (Symbol("amqp:not-found"), "no queue 'missing' in vhost '/'")
+            assert w.broker.queues == {}
 
 
 def test_other_address_formats_are_invalid() -> None:
-    """Quirk 3 (parse_target_v2_string0; v1 formats denied by default in RabbitMQ 4.3): a plain name, a v1
-    ``/queue/NAME`` and the default exchange are amqp:invalid-field; minibroker accepts each."""
+    """Quirk 3 (parse_target_v2_string0; v1 formats denied by default in RabbitMQ 4.3): a plain name and a v1
+    ``/queue/NAME`` are amqp:invalid-field; minibroker accepts each. (``/exchanges/amq.default/KEY`` names the
+    default exchange here, as the 0-9-1 gateway addresses it: issue 18.)"""
     for address, consumer in [
         ("orders", False),
         ("orders", True),
         ("/queue/orders", False),
-        ("/exchanges/amq.default/x", False),
     ]:
         ours = world("minibroker")
         ours.broker.declare_queue("orders")
@@ -146,25 +148,28 @@ def publish(w: World, target: str | None, to: str | None = None) -> tuple[Any, d
 
 
 def test_an_exchange_routes_by_key_and_releases_what_it_cannot_route() -> None:
-    """Quirk 3: ``/exchanges/amq.direct/orders`` routes each message to queue "orders" (accepted) and releases it
-    when there is no such queue; minibroker makes a node of the whole address."""
-    w = world("rabbitmq")
-    w.broker.declare_queue("orders")
-    state, held = publish(w, "/exchanges/amq.direct/orders")
-    assert isinstance(state, Accepted)
-    assert held == {"orders": 1}
-    state, held = publish(world("rabbitmq"), "/exchanges/amq.direct/orders")
-    assert isinstance(state, Released)
-    assert held == {}
-    state, held = publish(world("minibroker"), "/exchanges/amq.direct/orders")
-    assert isinstance(state, Accepted)
-    assert held == {"/exchanges/amq.direct/orders": 1}
+    """``/exchanges/amq.direct/orders`` routes each message along amq.direct's bindings with key "orders"
+    (accepted when bound) and releases what routes nowhere (issue 18: the real model, in every personality);
+    ``/exchanges/amq.default/orders`` reaches queue "orders" by its implicit binding."""
+    for name in ("rabbitmq", "minibroker"):
+        w = world(name)
+        w.broker.declare_queue("orders")
+        state, held = publish(w, "/exchanges/amq.direct/orders")
+        assert isinstance(state, Released)
+        assert held == {"orders": 0}
+        w.broker.rabbit.bind_queue(None, "orders", "amq.direct", "orders", {})
+        state, held = publish(w, "/exchanges/amq.direct/orders")
+        assert isinstance(state, Accepted)
+        assert held == {"orders": 1}
+        state, held = publish(w, "/exchanges/amq.default/orders")
+        assert isinstance(state, Accepted)
+        assert held == {"orders": 2}
 
 
 def test_the_anonymous_relay_routes_to_queue_addresses() -> None:
-    """Quirk 3: the anonymous relay (null target) routes ``to`` = ``/queues/orders`` to queue "orders"; minibroker
-    routes it to a node of that literal name."""
-    for name, expected in [("rabbitmq", {"orders": 1}), ("minibroker", {"orders": 0, "/queues/orders": 1})]:
+    """Quirk 3: the anonymous relay (null target) routes ``to`` = ``/queues/orders`` to queue "orders", in every
+    personality (issue 18)."""
+    for name, expected in [("rabbitmq", {"orders": 1}), ("minibroker", {"orders": 1})]:
         w = world(name)
         w.broker.declare_queue("orders")
         state, held = publish(w, None, to="/queues/orders")
@@ -174,19 +179,13 @@ def test_the_anonymous_relay_routes_to_queue_addresses() -> None:
 
 def test_an_exchange_that_does_not_exist_is_not_found() -> None:
     """Quirk 3: a target naming an exchange the virtual host does not have is refused with amqp:not-found
-    (rabbit_amqp_session.erl, link_error_not_found); only the built-in amq.* exchanges exist here. minibroker
-    takes the address as a node name and creates it."""
-    w = world("minibroker")
-    p = peer(w)
-    p.attach_producer("out", "/exchanges/orders-x/key")
-    seen = w.settle()[p]
-    assert seen.detached == []
-    assert "/exchanges/orders-x/key" in w.broker.queues
-
-    w = world("rabbitmq")
-    p = peer(w)
-    p.attach_producer("out", "/exchanges/orders-x/key")
-    ((link, err),) = w.settle()[p].detached
-    assert link == "out"
-    assert err is not None
-    assert (str(err.condition), err.description) == ("amqp:not-found", "no exchange 'orders-x' in vhost '/'")
+    (rabbit_amqp_session.erl, link_error_not_found), in every personality (issue 18)."""
+    for name in ("rabbitmq", "minibroker"):
+        w = world(name)
+        p = peer(w)
+        p.attach_producer("out", "/exchanges/orders-x/key")
+        ((link, err),) = w.settle()[p].detached
+        assert link == "out"
+        assert err is not None
+        assert (str(err.condition), err.description) == ("amqp:not-found", "no exchange 'orders-x' in vhost '/'")
+        assert w.broker.queues == {}

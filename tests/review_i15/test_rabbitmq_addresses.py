@@ -71,11 +71,12 @@ def test_nul_in_a_queue_name_is_not_found_not_a_crash() -> None:
 
 
 def test_exchange_producer_routes_by_key_and_anonymous_relay_reads_v2_addresses() -> None:
-    """A producer on ``/exchanges/amq.direct/q`` routes each message to queue q whatever its ``to``; the anonymous
-    relay routes ``to: /exchanges/amq.direct/q`` and ``to: /queues/q`` to q, and releases (exchange) or rejects an
-    address that names nothing."""
+    """A producer on ``/exchanges/amq.direct/q`` routes each message by key q (q is bound with it) whatever its
+    ``to``; the anonymous relay routes ``to: /exchanges/amq.direct/q`` and ``to: /queues/q`` to q, and releases
+    (exchange) or rejects an address that names nothing."""
     w = world("rabbitmq")
     w.broker.declare_queue("q")
+    w.broker.rabbit.bind_queue(None, "q", "amq.direct", "q", {})
     p = peer(w)
     p.attach_producer("x", "/exchanges/amq.direct/q")
     p.attach_producer("anon", None)
@@ -132,6 +133,7 @@ def test_exchange_message_to_field_unused() -> None:
     """A message with properties naming another ``to`` on an exchange producer still follows the link's key."""
     w = world("rabbitmq")
     w.broker.declare_queue("q")
+    w.broker.rabbit.bind_queue(None, "q", "amq.direct", "q", {})
     p = peer(w)
     p.attach_producer("x", "/exchanges/amq.direct/q")
     w.settle()

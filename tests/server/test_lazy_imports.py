@@ -56,6 +56,11 @@ NOT_NEEDED = (
     "h11",
     # the frame printer: only with --trace-frames
     "minibroker.server.trace",
+    # AMQP 0-9-1: only when the first 0-9-1 client connects (its wire definitions alone take tens of ms to load)
+    "minibroker.server.amqp091",
+    "minibroker.gateway091",
+    "minibroker.amqp091",
+    "minibroker.amqp091.definitions",
     # parsers and clients of files and HTTP: only with a config file, a Service Bus config or `connect`
     "tomllib",
     "json",
