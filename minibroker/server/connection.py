@@ -275,19 +275,25 @@ class ConnectionTask:
 
     async def _send(self, data: bytes) -> bool:
         """Write ``data``, after what the reader left unsent (one writer at a time); False when the peer is gone."""
-        async with self._send_lock:
+        lock = self._send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()  # (``async with`` would reschedule the task even when the lock is free)
+        try:
             if self._unsent:
                 data, self._unsent = self._unsent + data, b""
             self._taking(data)
             plain = self._plain
-            try:
-                # on a plain socket, one system call and no trip through the scheduler when the socket takes it all
-                taken = plain.send(data) if plain is not None and data else 0
-                if taken < len(data):
-                    await self.stream.send_all(memoryview(data)[taken:] if taken else data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return False
-            self._sent(data)
+            # on a plain socket, one system call and no trip through the scheduler when the socket takes it all
+            taken = plain.send(data) if plain is not None and data else 0
+            if taken < len(data):
+                await self.stream.send_all(memoryview(data)[taken:] if taken else data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return False
+        finally:
+            lock.release()
+        self._sent(data)
         return True
 
     def _answer_now(self, plain: PlainSocket) -> bool:
