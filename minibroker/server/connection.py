@@ -7,6 +7,12 @@ not read, its writer blocks and the engine stops starting deliveries at about 1 
 peer's own frames are bounded by the reader, which stops reading a peer once they pile up past 1.5 MiB.
 A finished connection gets ``_FLUSH_GRACE`` to flush, so a peer that never reads cannot hold its task.
 
+On a plain TCP socket (not TLS) the reader reads the socket itself (``PlainSocket``: ``recv_into`` a reused
+buffer, ``wait_readable`` only when it is empty) and writes a small answer with one non-blocking ``send`` as soon as
+the request is handled, with no trip through the scheduler in between; what the socket does not take then is left
+for the writer (``_unsent``, written before anything else), so the reader itself never blocks on a peer that does
+not read. Other streams (TLS, memory streams) go through ``receive_some`` and ``send_all``.
+
 SASL PLAIN credentials that the engine defers (``SaslPolicy.deferred``) are checked by the reader through a
 ``LoginChecker`` (in a worker thread), and answered with ``sasl_verdict``; meanwhile the engine parses nothing.
 
@@ -32,6 +38,7 @@ from minibroker.broker.namespace import Namespace
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import Event
 from minibroker.engine.sasl import SaslPolicy
+from minibroker.server.plainsocket import PlainSocket
 
 if TYPE_CHECKING:
     from minibroker.server.capture import ConnectionCapture
@@ -178,14 +185,24 @@ class ConnectionTask:
         self._wakeup = trio.Event()
         self._output_taken = trio.Event()
         self._send_lock = trio.Lock()  # the reader answers directly when the writer is idle
+        self._plain: PlainSocket | None = None
+        """The plain TCP socket read and written directly (see the module's docstring); None: the stream's way."""
+        self._unsent = b""
+        """What the socket did not take of the reader's direct answer: the writer sends it before anything else."""
 
     def wake(self) -> None:
         """The engine has bytes to send."""
         self._wakeup.set()
 
+    @property
+    def reads_socket(self) -> bool:
+        """True while the task reads and writes its plain TCP socket itself (``PlainSocket``)."""
+        return self._plain is not None
+
     async def run(self) -> None:
         broker = self.broker
         broker.connection_made(self.engine, self.namespace)
+        self._plain = PlainSocket.of(self.stream)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer, nursery.cancel_scope)
@@ -201,6 +218,9 @@ class ConnectionTask:
         finally:
             if not self.wire.finished:
                 self._feed(b"")
+            if self._plain is not None:
+                self._plain.detach()  # before the stream closes the descriptor
+                self._plain = None
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(_FLUSH_GRACE):  # a TLS close to a peer that reads nothing
                     await self.stream.aclose()
@@ -249,54 +269,92 @@ class ConnectionTask:
             engine.has_output
             and engine.output_size <= _DIRECT_ANSWER
             and not self._send_lock.locked()
+            and not self._unsent
             and not engine.finished
         )
 
     async def _send(self, data: bytes) -> bool:
-        """Write ``data`` (one writer at a time); False when the peer is gone."""
-        engine = self.wire
-        async with self._send_lock:
-            self._output_taken.set()
-            self._output_taken = trio.Event()
-            if data:
-                if self.capture is not None:
-                    self.capture.sent(data, self._wall_time())
-                try:
-                    await self.stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return False
-                if engine.take_throttled():
-                    # the peer read what was queued: deliveries held back for it may go on
-                    self.broker.resume(self.engine)
-                    wake_writers(self.broker)
+        """Write ``data``, after what the reader left unsent (one writer at a time); False when the peer is gone."""
+        lock = self._send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()  # (``async with`` would reschedule the task even when the lock is free)
+        try:
+            if self._unsent:
+                data, self._unsent = self._unsent + data, b""
+            self._taking(data)
+            plain = self._plain
+            # on a plain socket, one system call and no trip through the scheduler when the socket takes it all
+            taken = plain.send(data) if plain is not None and data else 0
+            if taken < len(data):
+                await self.stream.send_all(memoryview(data)[taken:] if taken else data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return False
+        finally:
+            lock.release()
+        self._sent(data)
         return True
+
+    def _answer_now(self, plain: PlainSocket) -> bool:
+        """Write the engine's (small) answer on the plain socket at once; what it does not take is the writer's
+        (woken for it). False when the peer is gone."""
+        data = self.wire.data_to_send()
+        self._taking(data)
+        try:
+            taken = plain.send(data)
+        except OSError:
+            return False
+        if taken < len(data):
+            self._unsent = data[taken:]  # (the writer's ``_send`` says when it is written)
+            self.wake()
+        else:
+            self._sent(data)
+        return True
+
+    def _taking(self, data: bytes) -> None:
+        """``data`` is about to be written: it is captured, and the output the reader may wait for is taken."""
+        self._output_taken.set()
+        self._output_taken = trio.Event()
+        if data and self.capture is not None:
+            self.capture.sent(data, self._wall_time())
+
+    def _sent(self, data: bytes) -> None:
+        """``data`` is written: deliveries held back for the peer may go on."""
+        if data and self.wire.take_throttled():
+            self.broker.resume(self.engine)
+            wake_writers(self.broker)
 
     def _wall_time(self) -> float:
         """The broker's wall-clock time now (what captured frames are stamped with)."""
         return trio.current_time() + self.broker.clock.wall.offset
 
+    async def _receive(self, deadline: float | None) -> bytes | bytearray | None:
+        """The next octets from the stream (``b""``: it ended or broke); None when ``deadline`` passes first."""
+        try:
+            if deadline is None:  # the common case, without a cancel scope to set up
+                return await self.stream.receive_some(_RECEIVE_SIZE)
+            with trio.move_on_at(deadline):
+                return await self.stream.receive_some(_RECEIVE_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return b""
+        return None
+
     async def _reader(self) -> None:
         engine = self.wire
-        stream = self.stream
+        plain = self._plain
+        receive = self._receive if plain is None else plain.receive
         while not engine.finished:
             deadline = engine.next_deadline()
             data = None
-            if deadline is None and engine.output_size < _PAUSE_READING:
-                try:  # the common case, without a cancel scope to set up
-                    data = await stream.receive_some(_RECEIVE_SIZE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
+            if engine.output_size < _PAUSE_READING:
+                data = await receive(deadline)
             else:
                 with trio.move_on_at(deadline if deadline is not None else float("inf")):
-                    if engine.output_size >= _PAUSE_READING:
-                        # the peer is not reading our answers: stop reading its requests until it does, so what
-                        # we buffer for it stays bounded (a peer sending flows with echo, say, without reading)
-                        await self._output_taken.wait()
-                        continue
-                    try:
-                        data = await stream.receive_some(_RECEIVE_SIZE)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        data = b""
+                    # the peer is not reading our answers: stop reading its requests until it does, so what
+                    # we buffer for it stays bounded (a peer sending flows with echo, say, without reading)
+                    await self._output_taken.wait()
+                    continue
             if data is None:
                 self._handle(engine.handle_timeout(trio.current_time()))
                 self._publish()
@@ -314,8 +372,11 @@ class ConnectionTask:
             self._publish(answer_here=True)
             # a small answer goes out from this task: no hand-off to the writer, one wake-up less per request
             # (bulk output is the writer's: a peer that stops reading must only ever block the writer)
-            if self._answers_here() and not await self._send(engine.data_to_send()):
-                return
+            if self._answers_here():
+                # (on a plain socket without waiting: what the socket does not take goes to the writer)
+                sent = self._answer_now(plain) if plain is not None else await self._send(engine.data_to_send())
+                if not sent:
+                    return
 
     async def _verify(self) -> None:
         """Check the credentials the engine holds, off the event loop, and give it the verdict. A failure is

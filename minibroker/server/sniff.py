@@ -66,6 +66,12 @@ class PrefixedStream(trio.abc.Stream):
             return prefix
         return await self.transport_stream.receive_some(max_bytes)
 
+    def take_prefix(self) -> bytes:
+        """The octets read to tell the protocol that ``receive_some`` has not returned yet; afterwards none (for a
+        reader that reads the transport stream's socket itself, ``minibroker.server.plainsocket``)."""
+        prefix, self._prefix = self._prefix, b""
+        return prefix
+
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.transport_stream.send_all(data)
 
