@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
@@ -56,7 +56,6 @@ from minibroker.broker.recovery import restore
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Topic
 from minibroker.broker.transactions import TransactionInfo, TransactionStats, counter_ids
-from minibroker.broker.views import ConnectionInfo
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import (
     ConnectionClosed,
@@ -71,6 +70,9 @@ from minibroker.engine.events import (
     TransferReceived,
 )
 from minibroker.store.state import DurableState
+
+if TYPE_CHECKING:
+    from minibroker.broker.views import ConnectionInfo
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "SHARED-SUBS", "DELAYED_DELIVERY")
 """What the broker's open offers (Qpid JMS checks each before using the feature): the anonymous relay (a null target
@@ -574,6 +576,8 @@ class Broker:
 
     def connection_infos(self, namespace: Namespace | None = None) -> list[ConnectionInfo]:
         """The open connections (of ``namespace`` when given), in the order they came."""
+        from minibroker.broker.views import ConnectionInfo  # the views load on the first read (issue 19)
+
         conns = self.nodes.connections if namespace is None else namespace.connections
         infos = []
         for conn in conns:

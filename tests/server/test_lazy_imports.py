@@ -54,6 +54,9 @@ NOT_NEEDED = (
     "minibroker.http.metrics",
     "minibroker.http.console",
     "h11",
+    # the read-only views (message views, counts, connection and exchange infos, their dataclasses): on the first
+    # read through a handle or the HTTP API
+    "minibroker.broker.views",
     # the frame printer: only with --trace-frames
     "minibroker.server.trace",
     # AMQP 0-9-1: only when the first 0-9-1 client connects (its wire definitions alone take tens of ms to load)
