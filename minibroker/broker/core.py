@@ -469,7 +469,7 @@ class Broker:
         for txn in self.coordinator.check_back.of_namespace(namespace):  # held in doubt by those connections
             self.coordinator.resolve(txn.id, commit=False)
         self.nodes.reset(namespace)
-        self.endpoints.event_hubs.forget(namespace.name)
+        self.endpoints.namespace_reset(namespace.name)
         self._changed()
 
     def purge(self, queue: Queue) -> int:

@@ -57,6 +57,15 @@ NOT_NEEDED = (
     # the read-only views (message views, counts, connection and exchange infos, their dataclasses): on the first
     # read through a handle or the HTTP API
     "minibroker.broker.views",
+    # the Service Bus side of the endpoints ($management, $cbs, event hubs): at the first attach in a namespace of
+    # the servicebus personality
+    "minibroker.broker.servicebus_links",
+    "minibroker.broker.management",
+    "minibroker.broker.services",
+    "minibroker.broker.eventhubs",
+    "minibroker.servicebus.management",
+    "minibroker.servicebus.cbs",
+    "minibroker.servicebus.eventhubs",
     # the frame printer: only with --trace-frames
     "minibroker.server.trace",
     # AMQP 0-9-1: only when the first 0-9-1 client connects (its wire definitions alone take tens of ms to load)
