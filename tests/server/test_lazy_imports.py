@@ -83,6 +83,8 @@ NOT_NEEDED = (
     "http.client",
     "urllib.request",
     "email.parser",
+    # the password prompt of `minibroker hash-password` (with termios)
+    "getpass",
 )
 
 
