@@ -52,7 +52,6 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import Personality
 from minibroker.broker.queue import Queue
 from minibroker.broker.recorder import Action, JournalEntry, Recorder
-from minibroker.broker.recovery import restore
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Topic
 from minibroker.broker.transactions import TransactionInfo, TransactionStats, counter_ids
@@ -69,10 +68,10 @@ from minibroker.engine.events import (
     TransferDiscarded,
     TransferReceived,
 )
-from minibroker.store.state import DurableState
 
 if TYPE_CHECKING:
     from minibroker.broker.views import ConnectionInfo
+    from minibroker.store.state import DurableState
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "SHARED-SUBS", "DELAYED_DELIVERY")
 """What the broker's open offers (Qpid JMS checks each before using the feature): the anonymous relay (a null target
@@ -415,6 +414,8 @@ class Broker:
         """Recreate durable nodes, subscriptions and messages from a recovered journal, at broker time ``now``;
         how many messages. Messages that expired meanwhile go at once (to the expiry address, or away, and out
         of the journal); scheduled ones wait for their delivery time."""
+        from minibroker.broker.recovery import restore  # with a data dir only: not at start-up without (issue 19)
+
         self.clock.now = now
         restored = restore(state, self.nodes, self.dispatcher, self.recorder)
         self.dispatcher.handle_timeout(now)

@@ -44,6 +44,8 @@ NOT_NEEDED = (
     "minibroker.store.journal",
     "minibroker.store.crash",
     "minibroker.server.journal",
+    "minibroker.store.state",
+    "minibroker.broker.recovery",
     # capture and pcap: only with [broker] capture; selectors: only when a link asks for one
     "minibroker.server.capture",
     "minibroker.server.pcap",
