@@ -12,7 +12,6 @@ the time in, and runs ``PasswordBook.check`` (up to ~0.3 s of CPU) in a worker t
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import hmac
 import secrets
@@ -250,6 +249,8 @@ def main(argv: Sequence[str]) -> int:
     if argv:
         print("usage: minibroker hash-password  (reads the password from stdin or a prompt)", file=sys.stderr)
         return 2
+    import getpass  # the hash-password command only: not at the broker's start (issue 19)
+
     password = getpass.getpass("password: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
     if not password:
         print("minibroker hash-password: empty password", file=sys.stderr)

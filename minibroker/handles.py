@@ -25,7 +25,7 @@ runner. So one set of classes serves both, and a test never touches broker state
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.types import Symbol
@@ -33,18 +33,12 @@ from minibroker.broker.core import Broker
 from minibroker.broker.faults import FaultInfo, FaultSpec
 from minibroker.broker.namespace import DEFAULT_NAMESPACE, Namespace
 from minibroker.broker.queue import Queue
+from minibroker.broker.reads import QueueReads
 from minibroker.broker.topic import Subscription, Topic
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
-from minibroker.broker.views import (
-    ConnectionInfo,
-    ExchangeInfo,
-    MessageView,
-    NodeCounts,
-    QueueReads,
-    QueueStats,
-    SubscriptionStats,
-    view_message,
-)
+
+if TYPE_CHECKING:
+    from minibroker.broker.views import ConnectionInfo, ExchangeInfo, MessageView, QueueStats, SubscriptionStats
 
 T = TypeVar("T")
 
@@ -82,6 +76,8 @@ def _namespace(broker: Broker, name: str) -> Namespace:
 
 def _counts(broker: Broker, queue: Queue | None) -> dict[str, int]:
     """The ``NodeCounts`` of ``queue`` (a subscription is one too), zeros when there is none."""
+    from minibroker.broker.views import NodeCounts  # the views load on the first read (issue 19: lazy imports)
+
     return NodeCounts.counts_from_json({}) if queue is None else broker.node_counts(queue)
 
 
@@ -95,6 +91,8 @@ def _ready(queue: Queue | None, limit: int | None) -> list[tuple[bytes, int]]:
 
 def _views(items: list[tuple[bytes, int]]) -> list[MessageView]:
     """Messages read by ``_ready``, decoded in the caller's thread."""
+    from minibroker.broker.views import view_message  # loaded on the first read
+
     return [view_message(payload, delivery_count=count) for payload, count in items]
 
 
@@ -121,6 +119,7 @@ class QueueHandle(_NodeHandle, QueueReads):
 
     def stats(self) -> QueueStats:
         """Ready, acquired, staged and scheduled counts at one instant (zeros when the queue does not exist)."""
+        from minibroker.broker.views import QueueStats  # loaded on the first read
 
         return self._owner._call(lambda broker: QueueStats(name=self.name, **_counts(broker, self._queue(broker))))
 
@@ -202,6 +201,7 @@ class TopicHandle(_NodeHandle):
     def subscriptions(self) -> list[SubscriptionStats]:
         """Each subscription's name, kind and counts at one instant, in the order they were made (none when the
         topic does not exist)."""
+        from minibroker.broker.views import SubscriptionStats  # loaded on the first read
 
         def read(broker: Broker) -> list[SubscriptionStats]:
             topic = self._topic(broker)
@@ -350,6 +350,8 @@ class NamespaceView(Inspectable):
     def exchanges(self) -> list[ExchangeInfo]:
         """The namespace's RabbitMQ exchanges by name (the default one is ""; the predeclared ``amq.*`` ones and
         those AMQP 0-9-1 clients declared), each with its bindings: snapshots (issue 18)."""
+        from minibroker.broker.views import ExchangeInfo  # loaded on the first read
+
         return self._call(
             lambda broker: [ExchangeInfo.of(e) for _, e in sorted(self._namespace(broker).exchanges.items())]
         )

@@ -35,6 +35,7 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from minibroker.broker.faults import FaultInfo, FaultSpec
 from minibroker.broker.namespace import DEFAULT_NAMESPACE
+from minibroker.broker.reads import QueueReads
 from minibroker.broker.transactions import TransactionInfo, TransactionStats
 from minibroker.broker.views import (
     PROPERTY_FIELDS,
@@ -42,7 +43,6 @@ from minibroker.broker.views import (
     ConnectionInfo,
     ExchangeInfo,
     MessageView,
-    QueueReads,
     QueueStats,
     SubscriptionStats,
 )

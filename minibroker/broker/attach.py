@@ -31,12 +31,12 @@ from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import shared_subscription_name
 from minibroker.engine.endpoints import Link
 from minibroker.servicebus import addresses as sb_addresses
-from minibroker.servicebus import eventhubs as sb_eventhubs
 from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus import via as sb_via
 
 if TYPE_CHECKING:
     from minibroker.broker.selector import Selector
+    from minibroker.servicebus import eventhubs as sb_eventhubs
 
 OUTCOMES: list[str] = [
     Symbol(o) for o in ("amqp:accepted:list", "amqp:rejected:list", "amqp:released:list", "amqp:modified:list")
@@ -236,6 +236,8 @@ class AttachEventHub:
 def _event_hub(link: Link, path: str, context: AttachContext) -> AttachEventHub | Refuse | None:
     """An attach to an address of the Event Hubs form, or a producer's to a hub's plain name (a hub already, or an
     event hub producer's attach to a name that is no queue or topic), else None."""
+    from minibroker.servicebus import eventhubs as sb_eventhubs  # Service Bus attaches only: not at start (issue 19)
+
     address = sb_eventhubs.parse_address(path)
     if address is None:
         if link.is_sender:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp.definitions import Error
 from minibroker.amqp.errors import Condition, error
@@ -52,11 +52,9 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import Personality
 from minibroker.broker.queue import Queue
 from minibroker.broker.recorder import Action, JournalEntry, Recorder
-from minibroker.broker.recovery import restore
 from minibroker.broker.settings import BrokerSettings
 from minibroker.broker.topic import Topic
 from minibroker.broker.transactions import TransactionInfo, TransactionStats, counter_ids
-from minibroker.broker.views import ConnectionInfo
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.events import (
     ConnectionClosed,
@@ -70,7 +68,10 @@ from minibroker.engine.events import (
     TransferDiscarded,
     TransferReceived,
 )
-from minibroker.store.state import DurableState
+
+if TYPE_CHECKING:
+    from minibroker.broker.views import ConnectionInfo
+    from minibroker.store.state import DurableState
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "SHARED-SUBS", "DELAYED_DELIVERY")
 """What the broker's open offers (Qpid JMS checks each before using the feature): the anonymous relay (a null target
@@ -413,6 +414,8 @@ class Broker:
         """Recreate durable nodes, subscriptions and messages from a recovered journal, at broker time ``now``;
         how many messages. Messages that expired meanwhile go at once (to the expiry address, or away, and out
         of the journal); scheduled ones wait for their delivery time."""
+        from minibroker.broker.recovery import restore  # with a data dir only: not at start-up without (issue 19)
+
         self.clock.now = now
         restored = restore(state, self.nodes, self.dispatcher, self.recorder)
         self.dispatcher.handle_timeout(now)
@@ -467,7 +470,7 @@ class Broker:
         for txn in self.coordinator.check_back.of_namespace(namespace):  # held in doubt by those connections
             self.coordinator.resolve(txn.id, commit=False)
         self.nodes.reset(namespace)
-        self.endpoints.event_hubs.forget(namespace.name)
+        self.endpoints.namespace_reset(namespace.name)
         self._changed()
 
     def purge(self, queue: Queue) -> int:
@@ -574,6 +577,8 @@ class Broker:
 
     def connection_infos(self, namespace: Namespace | None = None) -> list[ConnectionInfo]:
         """The open connections (of ``namespace`` when given), in the order they came."""
+        from minibroker.broker.views import ConnectionInfo  # the views load on the first read (issue 19)
+
         conns = self.nodes.connections if namespace is None else namespace.connections
         infos = []
         for conn in conns:

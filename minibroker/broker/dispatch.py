@@ -44,6 +44,7 @@ from minibroker.broker.clock import BrokerClock
 from minibroker.broker.exchanges import Route
 from minibroker.broker.exchanges import route as route_queues
 from minibroker.broker.injection import Injection
+from minibroker.broker.lazy import lazy_module
 from minibroker.broker.links import RELEASED, Consumer, ConsumerGroup, Dispatched
 from minibroker.broker.message import DEFAULT_PRIORITY, MAX_DELIVERY_COUNT, Message
 from minibroker.broker.namespace import QUEUE, Node
@@ -60,12 +61,14 @@ from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import IncomingDelivery, LinkState
 from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
-from minibroker.servicebus import rules as sb_rules
 from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus.entities import DEFAULT, EntityProperties
 
 if TYPE_CHECKING:
     from minibroker.broker.selector import MessageFields, Selector
+    from minibroker.servicebus import rules as sb_rules
+else:  # Service Bus topics only (read per message there): loaded on its first read, not at start-up (issue 19)
+    sb_rules = lazy_module("minibroker.servicebus.rules")
 
 _LOCK_LOST_OUTCOME = Modified(delivery_failed=True)  # a Service Bus lock ran out: back, a delivery counted
 _MAX_TIME_MS = 10**15  # about 31,700 years: a delay, delivery time or expiry beyond it is ignored

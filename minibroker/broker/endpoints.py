@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp import definitions
 from minibroker.amqp.definitions import Error, Modified, Rejected, Source, Target, TransactionalState
@@ -56,12 +56,10 @@ from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
 from minibroker.broker.coordinator import Coordinator, named_transactions
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher, entity_properties, servicebus_entity
-from minibroker.broker.eventhubs import EventHubs, Reader, Writer
 from minibroker.broker.exchanges import DEFAULT, Route, is_v2, missing_exchange, named_node, parse_v2, resource
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
 from minibroker.broker.injection import Injection
 from minibroker.broker.links import RELEASED, Consumer, Controller, Producer
-from minibroker.broker.management import Management
 from minibroker.broker.message import Message
 from minibroker.broker.namespace import QUEUE, TOPIC, Namespace, Node, parse_address
 from minibroker.broker.nodes import Nodes, is_servicebus_subscription
@@ -69,7 +67,6 @@ from minibroker.broker.outbox import Outbox
 from minibroker.broker.personality import with_transactions
 from minibroker.broker.queue import Queue
 from minibroker.broker.rabbit import RabbitModel
-from minibroker.broker.services import ServiceLink, Services
 from minibroker.broker.session_gate import SessionGate
 from minibroker.broker.sessions import SessionLock, Waiter, missing_session
 from minibroker.broker.settings import BrokerSettings
@@ -89,11 +86,18 @@ from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import sessions as sb_sessions
 from minibroker.servicebus import via as sb_via
-from minibroker.servicebus.cbs import Request
 from minibroker.servicebus.entities import key as entity_key
 
+if TYPE_CHECKING:
+    from minibroker.broker.eventhubs import EventHubs, Reader, Writer
+    from minibroker.broker.management import Management
+    from minibroker.broker.servicebus_links import ServiceBusLinks
+    from minibroker.broker.services import ServiceLink, Services
+    from minibroker.servicebus.cbs import Request
+
+    Linked = Consumer | Producer | Controller | CheckLink | ServiceLink | Writer | Reader
+
 Decide = Callable[[Link, AttachContext], AttachDecision]
-Linked = Consumer | Producer | Controller | CheckLink | ServiceLink | Writer | Reader
 
 
 def _transactional(delivery: IncomingDelivery) -> bool:
@@ -152,17 +156,54 @@ class Endpoints:
         """Fault injection (set by the core): points ``attach`` and ``transfer``."""
         self._late: dict[int, TransferReceived] = {}  # transfers a ``delay`` fault held back, being taken now
         self._sb_ids = 0  # message-ids stamped on Service Bus messages that came without one
-        self.management = Management(nodes, dispatcher, self.clock, self._servicebus_arrival)
-        self.event_hubs = EventHubs(outbox, self.clock, self._top_up)
-        """Event hubs of the ``servicebus`` personality (``eventhubs.py``)."""
+        self._servicebus: ServiceBusLinks | None = None
+        # the link contexts counted in ``_linked``: the Service Bus ones join when that side is made (issue 19)
+        self._linked_types: tuple[type[Linked], ...] = (Consumer, Producer, Controller, CheckLink)
         dispatcher.sessions.granted = self._session_granted
         dispatcher.sessions.wait_over = self._session_wait_over
         self.rabbit = RabbitModel(nodes, dispatcher, self.delete_node)
         """RabbitMQ's queues, exchanges and bindings (``rabbit.py``)."""
-        self.services = Services(
-            outbox, self.management.answer, self.settings.sas_keys, self.clock, read=self._read_event_hub
-        )
+
+    @property
+    def servicebus(self) -> ServiceBusLinks:
+        """The Service Bus side (``servicebus_links.py``): ``$management``, ``$cbs``, event hubs. Made at the first
+        use, a Service Bus namespace's first attach, so that other personalities never load its modules (issue
+        19); a link event reaches it only once it exists (``_servicebus is not None``: no import per message)."""
+        if self._servicebus is None:
+            from minibroker.broker.servicebus_links import LINK_TYPES, ServiceBusLinks
+
+            self._servicebus = ServiceBusLinks(
+                self.nodes,
+                self.dispatcher,
+                self.outbox,
+                self.clock,
+                self.settings.sas_keys,
+                arrival=self._servicebus_arrival,
+                top_up=self._top_up,
+                read=self._read_event_hub,
+            )
+            self._linked_types += LINK_TYPES
+        return self._servicebus
+
+    @property
+    def management(self) -> Management:
+        """Service Bus ``$management`` operations (``management.py``)."""
+        return self.servicebus.management
+
+    @property
+    def event_hubs(self) -> EventHubs:
+        """Event hubs of the ``servicebus`` personality (``eventhubs.py``)."""
+        return self.servicebus.event_hubs
+
+    @property
+    def services(self) -> Services:
         """Service nodes of the ``servicebus`` personality (``$cbs``, ``ENTITY/$management``)."""
+        return self.servicebus.services
+
+    def namespace_reset(self, namespace: str) -> None:
+        """``namespace`` was reset: its event hubs go (there are none before the Service Bus side exists)."""
+        if self._servicebus is not None:
+            self._servicebus.event_hubs.forget(namespace)
 
     def _context(self, conn: ServerConnection) -> AttachContext:
         remote = conn.remote_open
@@ -205,7 +246,7 @@ class Endpoints:
         else:
             self._attach_coordinator(conn, link, decision)
         context = link.context
-        if isinstance(context, Linked):
+        if isinstance(context, self._linked_types):
             linked = self._linked.setdefault(conn, set())
             if context not in linked:
                 linked.add(context)
@@ -548,6 +589,8 @@ class Endpoints:
 
     def _attach_service(self, conn: ServerConnection, link: Link, decision: AttachService) -> None:
         """A link to or from a Service Bus service node (``services.py``)."""
+        from minibroker.broker.services import ServiceLink  # loaded with ``self.servicebus`` (in ``_context``)
+
         service = ServiceLink(conn, link, decision.node, outgoing=decision.outgoing)
         conn.accept_attach(link, source=link.source, target=link.target, context=service)
         if not decision.outgoing:
@@ -560,6 +603,8 @@ class Endpoints:
 
     def _attach_event_hub(self, conn: ServerConnection, link: Link, decision: AttachEventHub) -> None:
         """A link to an event hub or from one of its partitions (``eventhubs.py``)."""
+        from minibroker.broker.eventhubs import Writer  # loaded with ``self.servicebus`` (in ``_context``)
+
         hubs = self.event_hubs
         namespace = self.nodes.namespace_of(conn).name
         if decision.address.consumer_group is None:
@@ -580,7 +625,7 @@ class Endpoints:
     # -- detach -----------------------------------------------------------------------------------------
     def detached(self, conn: ServerConnection, event: LinkDetached) -> None:
         context = event.link.context
-        if isinstance(context, Linked):
+        if isinstance(context, self._linked_types):
             linked = self._linked.get(conn)
             if linked is not None and context in linked:
                 linked.discard(context)
@@ -602,10 +647,8 @@ class Endpoints:
             self.coordinator.controller_gone(context)
         elif isinstance(context, CheckLink):
             self.coordinator.check_back.detached(context)
-        elif isinstance(context, ServiceLink):
-            self.services.detached(context)
-        elif isinstance(context, Writer | Reader):
-            self.event_hubs.detached(context)
+        elif self._servicebus is not None:  # $cbs, $management, event hubs: once a Service Bus link attached
+            self._servicebus.detached(context)
 
     def _consumer_detached(self, consumer: Consumer, *, closed: bool) -> None:
         self.dispatcher.remove_consumer(consumer)
@@ -643,10 +686,8 @@ class Endpoints:
         if not isinstance(consumer, Consumer):
             if isinstance(consumer, CheckLink):
                 self.coordinator.check_back.flow(consumer)
-            elif isinstance(consumer, ServiceLink):
-                self.services.flow(consumer)
-            elif isinstance(consumer, Reader):
-                self.event_hubs.flow(consumer)
+            elif self._servicebus is not None:
+                self._servicebus.flow(consumer)
             return
         if event.properties is not None:
             err = self.coordinator.flow(conn, consumer, event.properties)
@@ -678,11 +719,8 @@ class Endpoints:
             if isinstance(context, CheckLink):
                 self.coordinator.check_message(conn, context, event)
                 self._top_up(conn, context.link)
-            elif isinstance(context, ServiceLink):
-                self.services.request(context, event.payload, event.delivery)
-                self._top_up(conn, context.link)
-            elif isinstance(context, Writer):
-                self.event_hubs.transfer(context, event.payload, event.message_format, event.delivery)
+            elif self._servicebus is not None:
+                self._servicebus.transfer(conn, context, event)
             return
         if self.injection.rules and self._transfer_fault(conn, context, event):
             return

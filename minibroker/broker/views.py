@@ -8,7 +8,6 @@ seconds. Decoding happens only here, on request, never on the hot path.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,33 +191,6 @@ class QueueStats(NodeCounts):
     """Counts of one queue at one moment."""
 
     name: str
-
-
-class QueueReads(ABC):
-    """The one-figure reads of a queue handle, each from a fresh ``stats()`` (embedded and remote alike)."""
-
-    @abstractmethod
-    def stats(self) -> QueueStats:
-        """Every count of the queue at one instant."""
-
-    @property
-    def depth(self) -> int:
-        """Messages ready for delivery (not counting acquired ones or ones staged in transactions)."""
-        return self.stats().ready
-
-    @property
-    def ready(self) -> int:
-        return self.stats().ready
-
-    @property
-    def acquired(self) -> int:
-        """Messages delivered to a consumer and not yet settled."""
-        return self.stats().acquired
-
-    @property
-    def staged(self) -> int:
-        """Messages posted in open transactions, invisible until commit."""
-        return self.stats().staged
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ import sys
 real = sys.stdout
 class Tap:
     def write(self, text):
-        if "listening" in text:
-            real.write("MODULES " + " ".join(sorted(sys.modules)) + "\\n")
+        if "listening" in text:  # (a _LazyModule is bound, not loaded: minibroker/broker/lazy.py)
+            loaded = [name for name, module in sys.modules.items() if type(module).__name__ != "_LazyModule"]
+            real.write("MODULES " + " ".join(sorted(loaded)) + "\\n")
         return real.write(text)
     def flush(self):
         real.flush()
@@ -43,6 +44,8 @@ NOT_NEEDED = (
     "minibroker.store.journal",
     "minibroker.store.crash",
     "minibroker.server.journal",
+    "minibroker.store.state",
+    "minibroker.broker.recovery",
     # capture and pcap: only with [broker] capture; selectors: only when a link asks for one
     "minibroker.server.capture",
     "minibroker.server.pcap",
@@ -54,6 +57,21 @@ NOT_NEEDED = (
     "minibroker.http.metrics",
     "minibroker.http.console",
     "h11",
+    # the read-only views (message views, counts, connection and exchange infos, their dataclasses): on the first
+    # read through a handle or the HTTP API
+    "minibroker.broker.views",
+    # the Service Bus side of the endpoints ($management, $cbs, event hubs): at the first attach in a namespace of
+    # the servicebus personality
+    "minibroker.broker.servicebus_links",
+    "minibroker.broker.management",
+    "minibroker.broker.services",
+    "minibroker.broker.eventhubs",
+    "minibroker.servicebus.management",
+    "minibroker.servicebus.cbs",
+    "minibroker.servicebus.eventhubs",
+    # Service Bus subscription rules (SQL filters and actions): on the first message published to a Service Bus
+    # topic, or the first rule made
+    "minibroker.servicebus.rules",
     # the frame printer: only with --trace-frames
     "minibroker.server.trace",
     # AMQP 0-9-1: only when the first 0-9-1 client connects (its wire definitions alone take tens of ms to load)
@@ -67,6 +85,8 @@ NOT_NEEDED = (
     "http.client",
     "urllib.request",
     "email.parser",
+    # the password prompt of `minibroker hash-password` (with termios)
+    "getpass",
 )
 
 
