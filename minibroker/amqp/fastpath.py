@@ -349,16 +349,24 @@ def state_bytes(state: Any) -> bytes | None:
     return None
 
 
+_last_state: Any = None  # the state ``encode_disposition`` encoded last (held, so its identity is not reused)
+_last_state_bytes = b""
+
+
 def encode_disposition(role: bool, first: int, last: int | None, settled: bool, state: Any) -> bytes | None:
     """The encoded disposition performative, as ``codec.encode(Disposition(role, UInt(first), ...))``, or None
     when ``state`` is not one ``state_bytes`` builds (then the caller uses the codec)."""
+    global _last_state, _last_state_bytes
     if state is None:
         tail = b""
+    elif state is _last_state:  # a transaction's posts share one provisional state: encoded once for them all
+        tail = _last_state_bytes
     else:
         encoded = state_bytes(state)
         if encoded is None:
             return None
-        tail = encoded
+        tail = _last_state_bytes = encoded
+        _last_state = state
     body = b"".join(
         (
             b"\x41" if role else b"\x42",

@@ -1324,7 +1324,9 @@ class ServerConnection:
     ) -> None:
         # One disposition per run of consecutive delivery ids on the same session.
         run: list[Any] = []
-        for delivery in sorted(deliveries, key=lambda d: (d.link.session.channel, d.delivery_id)):
+        # one delivery (each declare/discharge answer) needs no sort: issue 19's transaction path
+        ordered = deliveries if len(deliveries) == 1 else sorted(deliveries, key=_session_order)
+        for delivery in ordered:
             session = delivery.link.session
             if session.ended:
                 continue
@@ -1371,6 +1373,10 @@ class ServerConnection:
         """Set how many messages we have ready to send on ``link`` (where we are sender): the ``available`` of our
         next flows on it (§2.7.4: the answer to an echo, the end of a drain)."""
         link.available = available
+
+
+def _session_order(delivery: Any) -> tuple[int, int]:
+    return delivery.link.session.channel, delivery.delivery_id
 
 
 def _no_fast_encoding(*_: Any) -> None:
