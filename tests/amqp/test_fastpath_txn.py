@@ -157,7 +157,9 @@ def test_transactional_disposition_in_any_encoding_decodes_like_the_codec(
     state=states,
 )
 @settings(max_examples=500, deadline=None)
-def test_disposition_encodes_like_the_codec(role: bool, first: int, last: int | None, settled: bool, state: Any) -> None:
+def test_disposition_encodes_like_the_codec(
+    role: bool, first: int, last: int | None, settled: bool, state: Any
+) -> None:
     fast = encode_disposition(role, first, last, settled, state)
     general = Disposition(
         role=role, first=UInt(first), last=None if last is None else UInt(last), settled=settled, state=state
