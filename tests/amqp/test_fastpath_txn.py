@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,7 +43,9 @@ from minibroker.amqp.types import DecodeError, Symbol, UInt
 from tests.amqp.test_fastpath import dispositions, transfers
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
-_CLASSES = {int(key): make.__self__ for key, make in codec.DESCRIBED_TYPES.items() if not isinstance(key, str)}
+_CLASSES = {  # descriptor code -> the class its ``from_described`` belongs to (sections included)
+    int(key): cast(Any, make).__self__ for key, make in codec.DESCRIBED_TYPES.items() if not isinstance(key, str)
+}
 
 txn_ids = st.binary(min_size=1, max_size=32)
 flags = st.one_of(st.none(), st.booleans())
