@@ -12,7 +12,10 @@ gives the cost of building the client's frames, which is subtracted. ``--tree`` 
 
 Scenarios: ``presettled_send`` (one pre-settled 256-byte transfer into a queue), ``presettled_receive`` (the
 same, then sent on to a consumer that takes it pre-settled), ``txn_one`` (declare, one transactional post,
-commit: three requests). Needs Debian's valgrind.
+commit: three requests), ``txn_roundtrip`` (declare, then commit an empty transaction), ``txn_10`` (declare, ten
+transactional posts, commit), ``txn_accept_100`` (as proton's ``tx_recv``: declare, flow 100, accept each of the
+100 deliveries in the transaction unsettled, commit, then settle them in one ranged disposition). Each
+transactional figure is per transaction. Needs Debian's valgrind.
 """
 
 from __future__ import annotations
@@ -23,14 +26,30 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZES = {"presettled_send": (400, 2400), "presettled_receive": (300, 2400), "txn_one": (20, 220)}
+SIZES = {
+    "presettled_send": (400, 2400),
+    "presettled_receive": (300, 2400),
+    "txn_one": (20, 220),
+    "txn_roundtrip": (20, 220),
+    "txn_10": (5, 45),
+    "txn_accept_100": (2, 12),
+}
 
 
 def _drive(scenario: str, n: int, build_only: bool) -> None:
     """Run ``scenario`` ``n`` times against an in-process broker (``build_only``: make the frames only)."""
-    from minibroker.amqp.definitions import AmqpValue, Coordinator, Declare, Discharge, Source, TransactionalState
+    from minibroker.amqp.definitions import (
+        Accepted,
+        AmqpValue,
+        Coordinator,
+        Declare,
+        Discharge,
+        Source,
+        TransactionalState,
+    )
     from minibroker.amqp.framing import AMQP_HEADER
     from minibroker.amqp.types import UInt
     from minibroker.broker.core import Broker
@@ -78,12 +97,43 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
         return
     feed(frames.frame(0, frames.attach_sender(None, 0, "ctl", target=Coordinator(), source=Source())))
     feed(frames.frame(0, frames.attach_sender("q", 1)))
+    declare = frames.message(AmqpValue(Declare()))
+    next_id = 0  # the client's next delivery-id (one sequence for the session's transfers)
+
+    def post(handle: int, payload: bytes, **fields: Any) -> None:
+        nonlocal next_id
+        feed(frames.frame(0, frames.transfer(handle, next_id, **fields), payload))
+        next_id += 1
+
+    if scenario == "txn_accept_100":  # a queue deep enough for the larger run, filled the same in both runs
+        for chunk in transfers(100 * SIZES[scenario][1], handle=1):
+            feed(chunk)
+        next_id = 100 * SIZES[scenario][1]
+        feed(frames.frame(0, frames.attach_receiver("q", 2)))
+    per_txn = {"txn_one": 1, "txn_roundtrip": 0, "txn_10": 10, "txn_accept_100": 0}[scenario]
     for i in range(n):
         txn_id = (i + 1).to_bytes(8, "big")  # the broker's default ids count from 1
-        feed(frames.frame(0, frames.transfer(0, 3 * i), frames.message(AmqpValue(Declare()))))
-        feed(frames.frame(0, frames.transfer(1, 3 * i + 1, state=TransactionalState(txn_id=txn_id)), body))
-        discharge = frames.message(AmqpValue(Discharge(txn_id=txn_id)))
-        feed(frames.frame(0, frames.transfer(0, 3 * i + 2), discharge))
+        post(0, declare)
+        for _ in range(per_txn):
+            post(1, body, state=TransactionalState(txn_id=txn_id))
+        if scenario == "txn_accept_100":
+            got = 100 * i
+            flow = frames.flow(
+                next_incoming_id=got,
+                incoming_window=1 << 30,
+                next_outgoing_id=next_id,
+                outgoing_window=1 << 30,
+                handle=2,
+                delivery_count=got,
+                link_credit=100,
+            )
+            feed(frames.frame(0, flow))
+            accepted = TransactionalState(txn_id=txn_id, outcome=Accepted())
+            for d in range(got, got + 100):
+                feed(frames.frame(0, frames.disposition(d, settled=False, state=accepted)))
+        post(0, frames.message(AmqpValue(Discharge(txn_id=txn_id))))
+        if scenario == "txn_accept_100":
+            feed(frames.frame(0, frames.disposition(100 * i, 100 * i + 99)))
 
 
 def _instructions(tree: Path, scenario: str, n: int, build_only: bool) -> int:

@@ -1,10 +1,13 @@
-"""Fast paths for the performatives of the message hot path: transfer and disposition (Part 2 §2.7.5-6).
+"""Fast paths for the performatives of the message hot path: transfer and disposition (Part 2 §2.7.5-6),
+and for the transaction path: the declare and discharge a coordinator receives (Part 4 §4.3), and the
+dispositions that answer them and transactional posts (``declared``, ``accepted``, ``transactional-state``).
 
 A transfer and its disposition are decoded and encoded once per message, so they get hand-written code
 for the encodings real clients use (uint0/smalluint/uint, vbin8 tags, true/false/null flags, the empty
-list of ``accepted``). Anything else (an unusual width, a described state other than accepted) falls
-back to the general codec, so these functions only ever return exactly what the codec would: a test
-checks that for generated performatives.
+list of ``accepted``). Anything else (an unusual width, a described state other than accepted, a
+descriptor by symbol) falls back to the general codec, so these functions only ever return exactly what
+the codec would: tests/amqp/test_fastpath.py and test_fastpath_txn.py check that for generated values in
+odd-but-legal encodings.
 """
 
 from __future__ import annotations
@@ -13,7 +16,17 @@ import struct
 from typing import Any
 
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, Disposition, TransactionalState, Transfer
+from minibroker.amqp.definitions import (
+    Accepted,
+    AmqpValue,
+    Declare,
+    Declared,
+    Discharge,
+    Disposition,
+    TransactionalState,
+    Transfer,
+)
+from minibroker.amqp.sections import AMQP_VALUE, walk
 from minibroker.amqp.states import DeliveryState
 from minibroker.amqp.types import DecodeError
 
@@ -234,3 +247,133 @@ def encode_transfer_all_fields(
     if len(body) + 1 < 256:
         return TRANSFER_PREFIX + _BBB.pack(0xC0, len(body) + 1, _TRANSFER_FIELDS) + body
     return TRANSFER_PREFIX + _BII.pack(0xD0, len(body) + 4, _TRANSFER_FIELDS) + body
+
+
+# -- the transaction path (Part 4) -----------------------------------------------------------------------
+_AMQP_VALUE_PREFIX = b"\x00\x53\x77"
+_DECLARE_PREFIX = b"\x00\x53\x31"
+_DISCHARGE_PREFIX = b"\x00\x53\x32"
+_DECLARED_PREFIX = b"\x00\x53\x33"
+_TXN_STATE_PREFIX = b"\x00\x53\x34"
+_DISCHARGE_FLAGS = {0x41: True, 0x42: False, 0x40: None}
+
+
+def _control_fields(data: bytes, pos: int) -> tuple[int, int, int]:
+    """(count, first field offset, end offset) of the list at ``pos``: list0, list8 or list32."""
+    code = data[pos]
+    if code == 0x45:
+        return 0, pos + 1, pos + 1
+    if code == 0xC0:
+        return data[pos + 2], pos + 3, pos + 2 + data[pos + 1]
+    if code == 0xD0:
+        return _I.unpack_from(data, pos + 5)[0], pos + 9, pos + 5 + _I.unpack_from(data, pos + 1)[0]
+    raise _Fallback
+
+
+def _fast_control(payload: bytes) -> Any:
+    """The declare or discharge of a payload that is one amqp-value section of the compact encodings."""
+    if payload[:3] != _AMQP_VALUE_PREFIX:
+        raise _Fallback
+    kind = payload[3:6]
+    count, pos, end = _control_fields(payload, 6)
+    if end > len(payload):
+        raise _Fallback
+    if kind == _DECLARE_PREFIX:
+        if count > 1 or (count == 1 and payload[pos] != 0x40) or pos + count != end:
+            raise _Fallback
+        return Declare()
+    if kind != _DISCHARGE_PREFIX or count not in (1, 2):
+        raise _Fallback
+    code = payload[pos]
+    if code == 0xA0:
+        n, at = payload[pos + 1], pos + 2
+    elif code == 0xB0:
+        n, at = _I.unpack_from(payload, pos + 1)[0], pos + 5
+    else:
+        raise _Fallback
+    txn_id, pos = payload[at : at + n], at + n
+    fail = _DISCHARGE_FLAGS[payload[pos]] if count == 2 else None  # KeyError: another type, the codec says what
+    if pos + count - 1 != end:
+        raise _Fallback
+    return Discharge(txn_id=txn_id, fail=fail)
+
+
+def control_value(payload: bytes) -> Any:
+    """The value of the first amqp-value section of a coordinator message (§4.3), or None when it has none.
+
+    Only that section (and the sections before it) is decoded; ``DecodeError`` when it does not decode. A
+    declare or discharge in its usual encoding is decoded here without the general codec (one per transaction
+    each: Part 4's hot path); any other takes ``control_value_general``, which gives the same.
+    """
+    try:
+        return _fast_control(payload)
+    except (_Fallback, IndexError, KeyError, struct.error):
+        return control_value_general(payload)
+
+
+def control_value_general(payload: bytes) -> Any:
+    """``control_value`` by the general codec."""
+    for section in walk(payload):
+        if section.code == AMQP_VALUE:
+            value = codec.decode(payload, section.start)[0]
+            return value.value if isinstance(value, AmqpValue) else None
+    return None
+
+
+def _binary_bytes(value: bytes) -> bytes:
+    return bytes((0xA0, len(value))) + value if len(value) < 256 else b"\xb0" + _I.pack(len(value)) + value
+
+
+def _list_bytes(prefix: bytes, count: int, body: bytes) -> bytes:
+    """A described list (``prefix``: its descriptor) as the codec writes it: list8 when it fits, else list32."""
+    if len(body) + 1 < 256:
+        return prefix + _BBB.pack(0xC0, len(body) + 1, count) + body
+    return prefix + _BII.pack(0xD0, len(body) + 4, count) + body
+
+
+def state_bytes(state: Any) -> bytes | None:
+    """The encoding of a delivery state the transaction path sends (``accepted``, ``declared``, a
+    ``transactional-state`` with no outcome or ``accepted``) built without the codec, or None for any other."""
+    kind = type(state)
+    if kind is Accepted:
+        return ACCEPTED_BYTES
+    if kind is TransactionalState:
+        txn_id, outcome = state.txn_id, state.outcome
+        if type(txn_id) is bytes:
+            if outcome is None:
+                return _list_bytes(_TXN_STATE_PREFIX, 1, _binary_bytes(txn_id))
+            if type(outcome) is Accepted:
+                return _list_bytes(_TXN_STATE_PREFIX, 2, _binary_bytes(txn_id) + ACCEPTED_BYTES)
+    elif kind is Declared and type(state.txn_id) is bytes:
+        return _list_bytes(_DECLARED_PREFIX, 1, _binary_bytes(state.txn_id))
+    return None
+
+
+_last_state: Any = None  # the state ``encode_disposition`` encoded last (held, so its identity is not reused)
+_last_state_bytes = b""
+
+
+def encode_disposition(role: bool, first: int, last: int | None, settled: bool, state: Any) -> bytes | None:
+    """The encoded disposition performative, as ``codec.encode(Disposition(role, UInt(first), ...))``, or None
+    when ``state`` is not one ``state_bytes`` builds (then the caller uses the codec)."""
+    global _last_state, _last_state_bytes
+    if state is None:
+        tail = b""
+    elif state is _last_state:  # a transaction's posts share one provisional state: encoded once for them all
+        tail = _last_state_bytes
+    else:
+        encoded = state_bytes(state)
+        if encoded is None:
+            return None
+        tail = _last_state_bytes = encoded
+        _last_state = state
+    body = b"".join(
+        (
+            b"\x41" if role else b"\x42",
+            _uint_bytes(first),
+            b"\x40" if last is None else _uint_bytes(last),
+            b"\x41" if settled else b"\x42",
+            tail,
+        )
+    )
+    return _list_bytes(DISPOSITION_PREFIX, 5 if tail else 4, body)

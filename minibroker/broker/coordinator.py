@@ -607,11 +607,12 @@ class Coordinator:
             err = journal_full_error() if message.durable and not self.recorder.accepting else None
         else:
             err = self.dispatcher.admit(target, message, conn) or self.dispatcher.journal_refusal(target, message, conn)
+        size = message.size  # (read once: a post is per message, issue 19)
         limit = self.settings.max_staged_bytes
-        if err is None and txn.staged_bytes + message.size > limit:
+        if err is None and txn.staged_bytes + size > limit:
             err = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"a transaction may post at most {limit} bytes")
         total = self.settings.max_total_staged_bytes
-        if err is None and total and self.staged_bytes + message.size > total:
+        if err is None and total and self.staged_bytes + size > total:
             err = error(
                 Condition.RESOURCE_LIMIT_EXCEEDED,
                 f"open transactions may post at most {total} bytes together on this broker",
@@ -626,8 +627,8 @@ class Coordinator:
             )
             return
         txn.posts.append(Post(target, message))
-        txn.staged_bytes += message.size
-        self.staged_bytes += message.size
+        txn.staged_bytes += size
+        self.staged_bytes += size
         if not isinstance(target, Deferred):
             target.staged += 1
         provisional = personality.provisional

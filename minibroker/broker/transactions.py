@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Any, NamedTuple
 
-from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, AmqpValue, Error, TransactionalState
-from minibroker.amqp.sections import AMQP_VALUE, walk
+from minibroker.amqp.definitions import Accepted, Error, TransactionalState
+from minibroker.amqp.fastpath import control_value
 from minibroker.amqp.states import Outcome
 from minibroker.broker.exchanges import Route
 from minibroker.broker.links import Consumer, Controller, Dispatched
@@ -205,8 +204,5 @@ def info(txn: Transaction, now: float, state: str = "open") -> TransactionInfo:
 def control_body(payload: bytes) -> Any:
     """The value of the amqp-value section of a coordinator message (§4.3), or None. Only that section is
     decoded; ``DecodeError`` when it does not decode, or the sections before it cannot be told apart."""
-    for section in walk(payload):
-        if section.code == AMQP_VALUE:
-            value = codec.decode(payload, section.start)[0]
-            return value.value if isinstance(value, AmqpValue) else None
-    return None
+    # declare and discharge in their usual encodings skip the general codec (issue 19: 2 of a transaction's 3)
+    return control_value(payload)

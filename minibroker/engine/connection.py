@@ -73,6 +73,7 @@ from minibroker.amqp.errors import (
 from minibroker.amqp.fastpath import (
     TRANSFER_PREFIX,
     decode_performative,
+    encode_disposition,
     encode_transfer,
     encode_transfer_all_fields,
 )
@@ -206,6 +207,7 @@ class ServerConnection:
         pay nothing for it."""
         self._encode_frame = encode_frame
         self._encode_transfer = encode_transfer
+        self._encode_disposition: Callable[[bool, int, int | None, bool, Any], bytes | None] = encode_disposition
         self.external_identity = external_identity
         """The TLS client certificate's identity, offered as SASL EXTERNAL (Part 5 §5.3.3.1)."""
         self.throttled = False
@@ -609,6 +611,7 @@ class ServerConnection:
         if self.all_fields is not None and self.all_fields(open_):
             self._encode_frame = encode_frame_all_fields
             self._encode_transfer = encode_transfer_all_fields
+            self._encode_disposition = _no_fast_encoding
         self._send(
             0,
             Open(
@@ -1321,7 +1324,9 @@ class ServerConnection:
     ) -> None:
         # One disposition per run of consecutive delivery ids on the same session.
         run: list[Any] = []
-        for delivery in sorted(deliveries, key=lambda d: (d.link.session.channel, d.delivery_id)):
+        # one delivery (each declare/discharge answer) needs no sort: issue 19's transaction path
+        ordered = deliveries if len(deliveries) == 1 else sorted(deliveries, key=_session_order)
+        for delivery in ordered:
             session = delivery.link.session
             if session.ended:
                 continue
@@ -1337,8 +1342,15 @@ class ServerConnection:
 
     def _send_disposition(self, run: list[Any], role: bool, state: DeliveryState | None, settled: bool) -> None:
         first, last = run[0].delivery_id, run[-1].delivery_id
+        channel = run[0].link.session.channel
+        # the transaction path's answers (accepted, declared, transactional-state) skip the codec: issue 19
+        body = self._encode_disposition(role, first, last if last != first else None, settled, state)
+        if body is not None and self.trace is None and 8 + len(body) <= self.remote_max_frame_size:
+            if self.phase not in (Phase.CLOSE_SENT, Phase.FINISHED):  # §2.4.3: nothing follows our close
+                self._write(FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, channel) + body)
+            return
         self._send(
-            run[0].link.session.channel,
+            channel,
             Disposition(
                 role=role,
                 first=UInt(first),
@@ -1361,6 +1373,15 @@ class ServerConnection:
         """Set how many messages we have ready to send on ``link`` (where we are sender): the ``available`` of our
         next flows on it (§2.7.4: the answer to an echo, the end of a drain)."""
         link.available = available
+
+
+def _session_order(delivery: Any) -> tuple[int, int]:
+    return delivery.link.session.channel, delivery.delivery_id
+
+
+def _no_fast_encoding(*_: Any) -> None:
+    """The fast encoder of a connection whose performatives carry all their fields: none, use the codec."""
+    return None
 
 
 def _with_short_error(performative: Any, excess: int) -> Any:
