@@ -4,6 +4,7 @@ and the channel errors RabbitMQ gives, against the real broker in a thread (one 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,14 @@ def connection(minibroker: ThreadedBroker) -> Iterator[pika.BlockingConnection]:
 @pytest.fixture
 def channel(connection: pika.BlockingConnection) -> Any:
     return connection.channel()
+
+
+def pump_until(connection: Any, condition: Any, timeout: float = 5.0) -> None:
+    """Let pika deliver until ``condition()`` holds (fails after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        connection.process_data_events(time_limit=0.05)
 
 
 def get_all(channel: Any, queue: str, *, ack: bool = True) -> list[bytes]:
@@ -134,10 +143,13 @@ def test_prefetch_limits_unacked_deliveries(channel: Any, minibroker: ThreadedBr
     channel.basic_qos(prefetch_count=2)
     held = []
     channel.basic_consume("limited", lambda ch, method, props, body: held.append(method.delivery_tag))
-    channel.connection.process_data_events(time_limit=0.5)
+    pump_until(channel.connection, lambda: len(held) == 2)
+    channel.connection.process_data_events(time_limit=0.2)  # (nothing to wait for: a third must not come)
     assert len(held) == 2
+    assert minibroker.queue("limited").depth == 3
     channel.basic_ack(held[-1], multiple=True)
-    channel.connection.process_data_events(time_limit=0.5)
+    pump_until(channel.connection, lambda: len(held) == 4)
+    channel.connection.process_data_events(time_limit=0.2)
     assert len(held) == 4
     assert minibroker.queue("limited").depth == 1
 
@@ -156,8 +168,7 @@ def test_cancel_then_ack_what_was_held(channel: Any, minibroker: ThreadedBroker)
     channel.basic_publish("", "held", b"x")
     tags: list[int] = []
     tag = channel.basic_consume("held", lambda ch, method, props, body: tags.append(method.delivery_tag))
-    channel.connection.process_data_events(time_limit=0.5)
-    assert len(tags) == 1
+    pump_until(channel.connection, lambda: len(tags) == 1)
     channel.basic_cancel(tag)
     assert minibroker.queue("held").depth == 0  # still held by the client
     channel.basic_ack(tags[0])
