@@ -65,7 +65,6 @@ class Consumer:
     cancelled: bool = False
     """``basic.cancel`` was answered: nothing more goes to the client; the link stays until its deliveries are
     settled (0-9-1 lets a client ack after cancelling), then detaches."""
-    attached: bool = False
 
 
 @dataclass(slots=True)

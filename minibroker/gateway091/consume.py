@@ -75,6 +75,7 @@ _CONDITION_CODES = {
     "amqp:unauthorized-access": ReplyCode.ACCESS_REFUSED,
     "amqp:precondition-failed": ReplyCode.PRECONDITION_FAILED,
 }
+_REPLY_CODES = frozenset(ReplyCode)
 REPLY_CODE = "rabbitmq:reply-code"
 """Where a refusal from the RabbitMQ model carries its 0-9-1 reply code (the error's info map)."""
 
@@ -85,7 +86,7 @@ def refusal(err: Error) -> tuple[ReplyCode, str]:
     code: ReplyCode | None = None
     info = err.info or {}
     for key, value in info.items():
-        if str(key) == REPLY_CODE and isinstance(value, int) and value in ReplyCode._value2member_map_:
+        if str(key) == REPLY_CODE and isinstance(value, int) and value in _REPLY_CODES:
             code = ReplyCode(value)
     if code is None:
         code = _CONDITION_CODES.get(str(err.condition), ReplyCode.PRECONDITION_FAILED)
@@ -113,7 +114,6 @@ def _attach(
             code, text = refusal(event.error)
             gateway.fail(channel, code, text, method.CLASS_ID, method.METHOD_ID)
             return
-        consumer.attached = True
         then()
 
     channel.wait("attach", consumer.handle, attached)
