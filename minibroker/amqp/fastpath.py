@@ -270,19 +270,46 @@ def _control_fields(data: bytes, pos: int) -> tuple[int, int, int]:
     raise _Fallback
 
 
-def _fast_control(payload: bytes) -> Any:
-    """The declare or discharge of a payload that is one amqp-value section of the compact encodings."""
-    if payload[:3] != _AMQP_VALUE_PREFIX:
+# a coordinator message's leading sections as python-qpid-proton writes every message: an empty header and an
+# empty properties (list0), which the fast path steps over rather than hand the message to the codec
+_EMPTY_HEADER = b"\x00\x53\x70\x45"
+_EMPTY_PROPERTIES = b"\x00\x53\x73\x45"
+# the control's descriptor: smallulong (most clients), or the symbol python-qpid-proton and rhea write
+_CONTROL_KINDS = {
+    _DECLARE_PREFIX: _DECLARE_PREFIX,
+    _DISCHARGE_PREFIX: _DISCHARGE_PREFIX,
+    b"\x00\xa3\x11amqp:declare:list": _DECLARE_PREFIX,
+    b"\x00\xa3\x13amqp:discharge:list": _DISCHARGE_PREFIX,
+}
+
+
+def _control_kind(payload: bytes, pos: int) -> tuple[bytes, int]:
+    """The control's kind (``_DECLARE_PREFIX`` or ``_DISCHARGE_PREFIX``) from its descriptor at ``pos``, and the
+    offset after the descriptor."""
+    end = pos + 3 + payload[pos + 2] if payload[pos + 1] == 0xA3 else pos + 3
+    kind = _CONTROL_KINDS.get(bytes(payload[pos:end]))  # (bytes: a bytearray slice is no dict key)
+    if kind is None:
         raise _Fallback
-    kind = payload[3:6]
-    count, pos, end = _control_fields(payload, 6)
+    return kind, end
+
+
+def _fast_control(payload: bytes) -> Any:
+    """The declare or discharge of a payload that is one amqp-value section of the compact encodings, maybe after
+    an empty header and an empty properties section."""
+    pos = 4 if payload[:4] == _EMPTY_HEADER else 0
+    if payload[pos : pos + 4] == _EMPTY_PROPERTIES:
+        pos += 4
+    if payload[pos : pos + 3] != _AMQP_VALUE_PREFIX:
+        raise _Fallback
+    kind, pos = _control_kind(payload, pos + 3)
+    count, pos, end = _control_fields(payload, pos)
     if end > len(payload):
         raise _Fallback
     if kind == _DECLARE_PREFIX:
         if count > 1 or (count == 1 and payload[pos] != 0x40) or pos + count != end:
             raise _Fallback
         return Declare()
-    if kind != _DISCHARGE_PREFIX or count not in (1, 2):
+    if count not in (1, 2):
         raise _Fallback
     code = payload[pos]
     if code == 0xA0:

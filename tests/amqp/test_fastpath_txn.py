@@ -13,6 +13,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, cast
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ from minibroker.amqp.definitions import (
     Error,
     Header,
     Modified,
+    Properties,
     Rejected,
     Released,
     TransactionalState,
@@ -41,6 +43,10 @@ from minibroker.amqp.fastpath import (
 )
 from minibroker.amqp.types import DecodeError, Symbol, UInt
 from tests.amqp.test_fastpath import dispositions, transfers
+
+_EMPTY_HEADER = codec.encode(Header())  # list0, as python-qpid-proton writes an empty one
+_EMPTY_PROPERTIES = codec.encode(Properties())
+_EMPTY_BOTH = _EMPTY_HEADER + _EMPTY_PROPERTIES
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 _CLASSES = {  # descriptor code -> the class its ``from_described`` belongs to (sections included)
@@ -184,7 +190,8 @@ def test_control_message_decodes_like_the_codec(value: Any, odd: bool, data: st.
     payload = codec.encode(AmqpValue(value))
     if odd:
         payload = _recode(payload, data.draw)
-        payload = data.draw(st.sampled_from([b"", codec.encode(Header(durable=True))])) + payload
+        leading = [b"", codec.encode(Header(durable=True)), _EMPTY_HEADER, _EMPTY_PROPERTIES, _EMPTY_BOTH]
+        payload = data.draw(st.sampled_from(leading)) + payload
         payload += data.draw(st.sampled_from([b"", b"\x00\x53\x78\xc1\x01\x00", b"\xff"]))  # a footer, or junk
     assert _result(control_value, payload) == _result(control_value_general, payload)
     cut = data.draw(st.integers(0, len(payload)))
@@ -202,3 +209,21 @@ def test_a_usual_declare_and_discharge_decode() -> None:
     assert control_value(bytes.fromhex("00537700533145")) == Declare()
     discharge = bytes.fromhex("005377005332c00502a0013141")
     assert control_value(discharge) == Discharge(txn_id=b"1", fail=True)
+
+
+def test_what_python_qpid_proton_sends_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """python-qpid-proton 0.39 writes each control as a whole message (an empty header and properties before the
+    amqp-value), the descriptor as a symbol and the list as list32: these bytes (its ``Message.encode()`` of
+    ``Described(symbol("amqp:declare:list"), [None])`` and of the discharge) are decoded without the codec."""
+    from minibroker.amqp import fastpath
+
+    def general(payload: bytes) -> Any:
+        raise AssertionError("the general codec was used")
+
+    monkeypatch.setattr(fastpath, "control_value_general", general)
+    declare = "00537045005373450053770" + "0a311" + b"amqp:declare:list".hex() + "d0000000050000000140"
+    assert control_value(bytes.fromhex(declare)) == Declare()
+    discharge = "00537045005373450053770" + "0a313" + b"amqp:discharge:list".hex() + "d00000000f00000002a008"
+    discharge += b"txn-1234".hex() + "42"
+    assert control_value(bytes.fromhex(discharge)) == Discharge(txn_id=b"txn-1234", fail=False)
+    assert control_value(bytearray.fromhex(discharge)) == Discharge(txn_id=b"txn-1234", fail=False)
