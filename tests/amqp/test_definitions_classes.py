@@ -21,6 +21,7 @@ from minibroker.amqp import definitions
 from minibroker.amqp.composite import Composite, DescribedSection
 from minibroker.amqp.definitions import Accepted, AmqpValue, Data, Detach, Error, Released, Transfer
 from minibroker.amqp.types import Symbol, UInt
+from tests.amqp.compare import same
 
 ALL_TYPES: list[type[Any]] = list(definitions.ALL_TYPES)
 
@@ -147,3 +148,11 @@ def test_copy_and_pickle(cls: type[Any]) -> None:
         assert type(twin) is cls
         assert twin == value
         assert twin is not value
+
+
+def test_round_trip_comparison_sees_field_types() -> None:
+    # tests/amqp/compare.py compares composites field by field, by AMQP type: ``==`` takes a string for a symbol
+    assert Error(condition=Symbol("a")) == Error(condition="a")
+    assert not same(Error(condition=Symbol("a")), Error(condition="a"))
+    assert not same(Data(UInt(1)), Data(1))
+    assert same(Detach(UInt(1), error=Error(Symbol("a"))), Detach(UInt(1), error=Error(Symbol("a"))))
