@@ -63,6 +63,26 @@ def resolver(types: list[tuple[str, ET.Element]]):  # type: ignore[no-untyped-de
     return resolve
 
 
+def python_type(resolve, field: ET.Element) -> str:  # type: ignore[no-untyped-def]
+    """The annotation of a field's constructor parameter: its wire type's Python type, a list if multiple, or None."""
+    py = PY_TYPES[resolve(field.get("type", "*"))]
+    if field.get("multiple") == "true":
+        py = f"list[{py}]"
+    return py if py == "Any" else f"{py} | None"
+
+
+def slots_and_init(names: list[str], params: list[str]) -> tuple[list[str], list[str]]:
+    """``__slots__`` and ``__match_args__``, and ``__init__``, as ``@dataclass(slots=True)`` makes them, written out:
+    building 40 dataclasses at import was the largest part of importing minibroker (issue 19, start-up).
+    ``__eq__`` and ``__repr__`` are the bases' (``composite.py``), driven by the field table."""
+    fields = f"({', '.join(map(repr, names))}{',' if len(names) == 1 else ''})"
+    head = [f"    __slots__ = {fields}", f"    __match_args__ = {fields}", ""]
+    if not params:
+        return head, ["    def __init__(self) -> None:", "        pass"]
+    init = ["    def __init__(", "        self,", *(f"        {p}," for p in params), "    ) -> None:"]
+    return head, init + [f"        self.{n} = {n}" for n in names]
+
+
 def generate(spec_dir: Path) -> str:
     types = load(spec_dir)
     resolve = resolver(types)
@@ -70,19 +90,20 @@ def generate(spec_dir: Path) -> str:
         '"""AMQP 1.0 composite and described types, generated from the specification\'s XML.',
         "",
         "Do not edit: run ``python tools/gen_definitions.py > minibroker/amqp/definitions.py``.",
+        "",
+        "Plain slotted classes with the constructor ``@dataclass(slots=True)`` would make, written out, so that",
+        "importing this module builds no dataclass (issue 19: that was 19 ms of the broker's start-up).",
         '"""',
         "",
-        "# ruff: noqa: E501",
+        "# ruff: noqa: E501, RUF023 (slots in wire order, as the dataclasses had them)",
         "from __future__ import annotations",
         "",
-        "from dataclasses import dataclass",
         "from typing import Any, ClassVar",
         "from uuid import UUID",
         "",
         "from minibroker.amqp.composite import Composite, DescribedSection, FieldSpec",
         "",
         '__all__ = ["UUID"]',
-        "",
     ]
     names = []
     for part, t in types:
@@ -96,15 +117,18 @@ def generate(spec_dir: Path) -> str:
         dname = descriptor.get("name")
         code = int(descriptor.get("code", "").split(":")[1], 16)
         doc = f"{name} ({part}): ``{dname}``, descriptor 0x{code:08x}."
-        out += ["", "@dataclass(slots=True)"]
+        out += ["", ""]
         if t.get("class") == "composite":
-            out += [f"class {cls}(Composite):", f'    """{doc}"""', ""]
+            fields = t.findall(f"{NS}field")
+            field_names = [snake(f.get("name", "")) for f in fields]
+            params = [f"{n}: {python_type(resolve, f)} = None" for n, f in zip(field_names, fields, strict=True)]
+            head, init = slots_and_init(field_names, params)
+            out += [f"class {cls}(Composite):", f'    """{doc}"""', "", *head]
             out += [
                 f"    DESCRIPTOR_CODE: ClassVar[int] = 0x{code:08x}",
                 f'    DESCRIPTOR_NAME: ClassVar[str] = "{dname}"',
                 "    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (",
             ]
-            fields = t.findall(f"{NS}field")
             for f in fields:
                 fname = f.get("name", "")
                 args = [repr(snake(fname)), repr(fname), repr(resolve(f.get("type", "*")))]
@@ -115,28 +139,19 @@ def generate(spec_dir: Path) -> str:
                 if f.get("default") is not None:
                     args.append(f"default={f.get('default')!r}")
                 out.append(f"        FieldSpec({', '.join(args)}),")
-            out.append("    )")
-            if fields:
-                out.append("")
-            for f in fields:
-                py = PY_TYPES[resolve(f.get("type", "*"))]
-                if f.get("multiple") == "true":
-                    py = f"list[{py}]"
-                if py != "Any":
-                    py = f"{py} | None"
-                out.append(f"    {snake(f.get('name', ''))}: {py} = None")
+            out += ["    )", "", *init]
         else:
             source = resolve(t.get("source", "*"))
-            out += [f"class {cls}(DescribedSection):", f'    """{doc}"""', ""]
+            head, init = slots_and_init(["value"], [f"value: {PY_TYPES[source]}"])
+            out += [f"class {cls}(DescribedSection):", f'    """{doc}"""', "", *head]
             out += [
                 f"    DESCRIPTOR_CODE: ClassVar[int] = 0x{code:08x}",
                 f'    DESCRIPTOR_NAME: ClassVar[str] = "{dname}"',
                 f'    SOURCE: ClassVar[str] = "{source}"',
                 "",
-                f"    value: {PY_TYPES[source]}",
+                *init,
             ]
-        out.append("")
-    out += ["", "ALL_TYPES: tuple[type, ...] = ("]
+    out += ["", "", "ALL_TYPES: tuple[type, ...] = ("]
     out += [f"    {n}," for n in names]
     out += [")", ""]
     return "\n".join(out)

@@ -1,4 +1,4 @@
-"""Composite and described-restricted types (Part 1 §1.3, §1.4) as dataclasses.
+"""Composite and described-restricted types (Part 1 §1.3, §1.4): the bases of the generated classes.
 
 Theory of operation: every class in ``definitions.py`` (generated from the specification's XML) has a
 field table, ``FIELDS``, in wire order. Encoding writes the descriptor then a list of the fields, each
@@ -10,8 +10,12 @@ symbol); otherwise ``DecodeError``. One leniency, because real clients need it: 
 annotations) whose keys are strings instead of symbols (rhea, go-amqp and Azure's JavaScript SDK send an
 error's ``info`` so) decodes, its string keys turned into symbols; keys of any other type are still refused.
 
-Fields are all optional in the dataclasses (a missing mandatory field is a decode error, not a
-constructor error), so a decoded list maps positionally onto the constructor.
+Fields are all optional in the constructors (a missing mandatory field is a decode error, not a
+constructor error), so a decoded list maps positionally onto the constructor. The generated classes are what
+``@dataclass(slots=True)`` made of them before, written out (issue 19: building the dataclasses was the largest part
+of the import): each class has its slots, ``__match_args__`` and ``__init__``; equality and ``repr`` are the
+bases', as a dataclass's: equal when of the same class with equal field tuples, unhashable, ``Open(container_id=...,
+hostname=None, ...)``.
 """
 
 from __future__ import annotations
@@ -92,6 +96,18 @@ class Composite:
     def field_values(self) -> list[Any]:
         """The field values in wire order."""
         return [getattr(self, f.name) for f in self.FIELDS]
+
+    def __eq__(self, other: object) -> bool:
+        # as @dataclass's: the same class and equal fields, compared as sequences (identity first, so NaN is NaN)
+        if not isinstance(other, Composite) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.field_values() == other.field_values()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable and compared by value, as a @dataclass: unhashable
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in self.FIELDS)
+        return f"{self.__class__.__qualname__}({fields})"
 
     def encode_into(self, buf: bytearray) -> None:
         """Append the described-list encoding of this value, trailing nulls trimmed."""
@@ -179,8 +195,19 @@ class DescribedSection:
         codec.DESCRIBED_TYPES[ULong(cls.DESCRIPTOR_CODE)] = make
         codec.DESCRIBED_TYPES[Symbol(cls.DESCRIPTOR_NAME)] = make
 
-    def __init__(self, value: Any) -> None:  # replaced by the dataclass's own
+    def __init__(self, value: Any) -> None:  # each generated class has its own, typed
         raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        # as @dataclass's (and Composite's): the same class and an equal value, identity first as in a tuple
+        if not isinstance(other, DescribedSection) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.value,) == (other.value,)
+
+    __hash__ = None  # type: ignore[assignment]  # as Composite's
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__qualname__}(value={self.value!r})"
 
     def encode_into(self, buf: bytearray) -> None:
         """Append descriptor and value, the value encoded as the section's source type."""

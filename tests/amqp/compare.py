@@ -7,10 +7,10 @@ Python type at every level, floats by sign and NaN-ness, and composites field by
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
+from minibroker.amqp.composite import Composite, DescribedSection
 from minibroker.amqp.types import Array, Described
 
 
@@ -32,8 +32,10 @@ def same(a: Any, b: Any) -> bool:
         return a.type == b.type and same(a.descriptor, b.descriptor) and same(a.items, b.items)
     if isinstance(a, Described):
         return same(a.descriptor, b.descriptor) and same(a.value, b.value)
-    if dataclasses.is_dataclass(a):  # composites and message sections
-        return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    if isinstance(a, Composite):
+        return same(a.field_values(), b.field_values())
+    if isinstance(a, DescribedSection):  # message sections
+        return same(a.value, b.value)
     return bool(a == b)
 
 
