@@ -284,18 +284,20 @@ class ServerConnection:
         while handling an event (detaching a link, settling a delivery) is in force for every later frame of
         the same read, exactly as if each frame had been read on its own: a transfer on a link we detached
         meanwhile is dropped (§2.6.2), a disposition for a delivery we settled meanwhile finds nothing.
+
+        The bytes are taken at once; the frames are parsed as the events are taken.
         """
+        # a plain function handing back ``_parse``'s generator: every event passes one generator frame, not two
         self._now = now
         self._last_received = now
         if not data:
             if self.phase is not Phase.FINISHED:
                 self._finish(None, by_peer=True)
-            yield from self._take_events()
-            return
+            return iter(self._take_events())
         if self.phase is Phase.FINISHED:
-            return
+            return iter(())
         self._in += data
-        yield from self._parse()
+        return self._parse()
 
     def resume_events(self, now: float) -> Iterator[Event]:
         """After ``sasl_verdict``: the events it caused, then those of the input that arrived meanwhile (none is
