@@ -147,7 +147,12 @@ class Phase(Enum):
     FINISHED = "finished"  # nothing more to read or write but what is buffered
 
 
-_HANDSHAKE_PHASES = (Phase.HEADER, Phase.SASL, Phase.SASL_CHECKING, Phase.SASL_DONE, Phase.OPEN)
+# The phases and link states as module constants: on Python 3.11 looking an enum member up on its class
+# (``Phase.OPENED``) costs about ten times a global, and every frame checks the phase several times
+_HEADER, _SASL, _SASL_CHECKING, _SASL_DONE = Phase.HEADER, Phase.SASL, Phase.SASL_CHECKING, Phase.SASL_DONE
+_OPEN, _OPENED, _CLOSE_SENT, _FINISHED = Phase.OPEN, Phase.OPENED, Phase.CLOSE_SENT, Phase.FINISHED
+_ATTACHING, _ATTACHED, _DETACHED = LinkState.ATTACHING, LinkState.ATTACHED, LinkState.DETACHED
+_HANDSHAKE_PHASES = (_HEADER, _SASL, _SASL_CHECKING, _SASL_DONE, _OPEN)
 _OUTPUT_LIMIT = 1 << 20  # bytes queued for a peer beyond which no more deliveries are started
 
 
@@ -212,7 +217,7 @@ class ServerConnection:
         """The TLS client certificate's identity, offered as SASL EXTERNAL (Part 5 §5.3.3.1)."""
         self.throttled = False
         """True when a delivery was held back because output is piling up (the peer is not reading)."""
-        self.phase = Phase.HEADER
+        self.phase = _HEADER
         self.user: str | None = None
         self.remote_open: Open | None = None
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
@@ -248,12 +253,12 @@ class ServerConnection:
     @property
     def finished(self) -> bool:
         """True when the connection is over; flush ``data_to_send`` and close the socket."""
-        return self.phase is Phase.FINISHED
+        return self.phase is _FINISHED
 
     @property
     def closing(self) -> bool:
         """True once the connection is ending (our close sent, or over): links detached now go with it."""
-        return self.phase is Phase.CLOSE_SENT or self.phase is Phase.FINISHED
+        return self.phase is _CLOSE_SENT or self.phase is _FINISHED
 
     def data_to_send(self) -> bytes:
         """Take every byte queued for the peer."""
@@ -291,10 +296,10 @@ class ServerConnection:
         self._now = now
         self._last_received = now
         if not data:
-            if self.phase is not Phase.FINISHED:
+            if self.phase is not _FINISHED:
                 self._finish(None, by_peer=True)
             return iter(self._take_events())
-        if self.phase is Phase.FINISHED:
+        if self.phase is _FINISHED:
             return iter(())
         self._in += data
         return self._parse()
@@ -304,7 +309,7 @@ class ServerConnection:
         parsed while a verdict is awaited)."""
         self._now = now
         yield from self._take_events()
-        if self._in and self.phase is not Phase.FINISHED:
+        if self._in and self.phase is not _FINISHED:
             yield from self._parse()
 
     def _parse(self) -> Iterator[Event]:
@@ -319,9 +324,9 @@ class ServerConnection:
                 try:
                     phase: Phase = self.phase  # (not narrowed: commands run between frames)
                     pos = self._pos
-                    if len(buf) - pos < 8 or phase is Phase.FINISHED or phase is Phase.SASL_CHECKING:
+                    if len(buf) - pos < 8 or phase is _FINISHED or phase is _SASL_CHECKING:
                         break
-                    if phase is Phase.HEADER or phase is Phase.SASL_DONE:
+                    if phase is _HEADER or phase is _SASL_DONE:
                         self._pos = pos + 8
                         self._on_header(bytes(buf[pos : pos + 8]))
                     else:
@@ -388,7 +393,7 @@ class ServerConnection:
         """The transfers read ahead, one at a time, unless the connection was closed meanwhile (§2.4.3: after
         our close nothing the peer sent is acted on)."""
         for event in ahead:
-            if self.phase is Phase.CLOSE_SENT or self.phase is Phase.FINISHED:
+            if self.phase is _CLOSE_SENT or self.phase is _FINISHED:
                 return
             yield event
 
@@ -399,7 +404,7 @@ class ServerConnection:
             deadlines.append(self._close_deadline)
         if self.handshake_timeout and self.phase in _HANDSHAKE_PHASES:
             deadlines.append(self._started + self.handshake_timeout)
-        if self.phase is Phase.OPENED:
+        if self.phase is _OPENED:
             if self._heartbeat_interval:
                 deadlines.append(self._last_sent + self._heartbeat_interval)
             if self.idle_time_out:
@@ -417,7 +422,7 @@ class ServerConnection:
         ):
             # a peer that connects and sends nothing, or stalls in SASL, is dropped
             self._finish(error(Condition.RESOURCE_LIMIT_EXCEEDED, "handshake timed out"), by_peer=False)
-        elif self.phase is Phase.OPENED:
+        elif self.phase is _OPENED:
             if self.idle_time_out and now >= self._last_received + self.idle_time_out:
                 # §2.4.5: a peer silent past our idle time-out is gone
                 self._close_with(error(Condition.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired"))
@@ -434,7 +439,7 @@ class ServerConnection:
         self._last_sent = self._now
 
     def _send(self, channel: int, performative: Any, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
-        if self.phase in (Phase.CLOSE_SENT, Phase.FINISHED):
+        if self.phase in (_CLOSE_SENT, _FINISHED):
             return  # §2.4.3: nothing follows our close
         frame = self._encode_frame(channel, performative, payload, frame_type)
         if len(frame) > self.remote_max_frame_size:
@@ -458,17 +463,17 @@ class ServerConnection:
     def _on_header(self, header: bytes) -> None:
         if self.trace is not None:
             self.trace("<-", 0, header, 0)
-        if header == SASL_HEADER and self.phase is Phase.HEADER:
+        if header == SASL_HEADER and self.phase is _HEADER:
             self._write_header(SASL_HEADER)
             mechanisms: list[str] = [Symbol(m) for m in self.sasl.mechanisms_for(self.external_identity)]
             self._send(0, SaslMechanisms(sasl_server_mechanisms=mechanisms), frame_type=SASL_FRAME)
-            self.phase = Phase.SASL
-        elif header == AMQP_HEADER and (self.phase is Phase.SASL_DONE or not self.sasl.required):
+            self.phase = _SASL
+        elif header == AMQP_HEADER and (self.phase is _SASL_DONE or not self.sasl.required):
             self._write_header(AMQP_HEADER)
-            self.phase = Phase.OPEN
+            self.phase = _OPEN
         else:
             # §2.2: answer an unsupported (or, with SASL required, premature) header with ours, then close
-            self._write_header(SASL_HEADER if self.sasl.required and self.phase is Phase.HEADER else AMQP_HEADER)
+            self._write_header(SASL_HEADER if self.sasl.required and self.phase is _HEADER else AMQP_HEADER)
             self._finish(None, by_peer=False)
 
     def _write_header(self, header: bytes) -> None:
@@ -488,23 +493,23 @@ class ServerConnection:
         payload = body[end:]
         if self.trace is not None:
             self.trace("<-", channel, performative, len(payload))
-        if self.phase is Phase.SASL:
+        if self.phase is _SASL:
             if frame_type != SASL_FRAME or not isinstance(performative, SaslInit):
                 raise ConnectionNotAllowed(f"expected sasl-init, got {type(performative).__name__}")
             self._on_sasl_init(performative)
             return
         if frame_type != AMQP_FRAME:
             raise FramingError(f"frame type {frame_type} is not an AMQP frame")
-        if self.phase is Phase.CLOSE_SENT:
+        if self.phase is _CLOSE_SENT:
             if isinstance(performative, Close):
                 self._finish(None, by_peer=True)
             return  # §2.4.3: after close is sent, everything but close is ignored
         handler = self._HANDLERS.get(type(performative))
         if handler is None:
             raise ConnectionNotAllowed(f"{type(performative).__name__} is not a performative")
-        if self.phase is Phase.OPEN and not isinstance(performative, Open):
+        if self.phase is _OPEN and not isinstance(performative, Open):
             raise ConnectionNotAllowed("the first frame must be open")
-        if self.phase is Phase.OPENED and isinstance(performative, Open):
+        if self.phase is _OPENED and isinstance(performative, Open):
             raise ConnectionNotAllowed("open received twice")
         if isinstance(performative, Open | Close):
             if channel != 0 and isinstance(performative, Open):
@@ -532,7 +537,7 @@ class ServerConnection:
             self._end_session(session, exc.to_error())
         except LinkError as exc:
             link = session.links.get(exc.handle)
-            if link is not None and link.state is LinkState.ATTACHING:
+            if link is not None and link.state is _ATTACHING:
                 # the broker has not answered its attach yet (e.g. attach and transfer in one read): the peer
                 # must see our attach before our detach (§2.6.3), so refuse the link, and take back the event
                 # that asked the broker to answer it
@@ -548,7 +553,7 @@ class ServerConnection:
             # the embedder checks them (slowly, elsewhere): nothing more is parsed until its verdict
             self._credentials = credentials
             self._checking_user = credentials[0]
-            self.phase = Phase.SASL_CHECKING
+            self.phase = _SASL_CHECKING
             self._events.append(CredentialsReceived(str(init.mechanism), credentials[0]))
             return
         code, user = outcome_for(self.sasl, init, self.external_identity)
@@ -558,7 +563,7 @@ class ServerConnection:
         self._send(0, SaslOutcome(code=code), frame_type=SASL_FRAME)
         if code == SASL_OK:
             self.user = user
-            self.phase = Phase.SASL_DONE
+            self.phase = _SASL_DONE
             self._events.append(Authenticated(mechanism, user))
         else:
             assert code == SASL_AUTH
@@ -569,7 +574,7 @@ class ServerConnection:
     @property
     def awaiting_verdict(self) -> bool:
         """True while PLAIN credentials wait for ``sasl_verdict`` (see ``SaslPolicy.deferred``)."""
-        return self.phase is Phase.SASL_CHECKING
+        return self.phase is _SASL_CHECKING
 
     def take_credentials(self) -> tuple[str, str]:
         """The user and password to check, once; answer with ``sasl_verdict``."""
@@ -582,9 +587,9 @@ class ServerConnection:
         """Answer the credentials taken with ``take_credentials``: sasl-outcome ok, or auth and the end of the
         connection. Then ``resume_events`` parses what the peer sent meanwhile. Ignored once the connection is
         over (it may time out or be dropped while its password is checked)."""
-        if self.phase is Phase.FINISHED:
+        if self.phase is _FINISHED:
             return
-        if self.phase is not Phase.SASL_CHECKING:
+        if self.phase is not _SASL_CHECKING:
             raise LocalProtocolError(f"no SASL verdict is awaited in phase {self.phase.value}")
         self._credentials = None
         self._sasl_outcome(PLAIN, SASL_OK if ok else SASL_AUTH, self._checking_user if ok else None)
@@ -626,7 +631,7 @@ class ServerConnection:
                 ),
             ),
         )
-        self.phase = Phase.OPENED
+        self.phase = _OPENED
         if refusal is None and self.admit is not None:
             refusal = self.admit()
         if refusal is not None:
@@ -641,15 +646,15 @@ class ServerConnection:
 
     def _close_with(self, err: Error) -> None:
         """Send close with ``err``; wait briefly for the peer's close, then finish."""
-        if self.phase in (Phase.FINISHED, Phase.CLOSE_SENT):
+        if self.phase in (_FINISHED, _CLOSE_SENT):
             return
-        if self.phase in (Phase.OPEN, Phase.OPENED):
-            if self.phase is Phase.OPEN:
+        if self.phase in (_OPEN, _OPENED):
+            if self.phase is _OPEN:
                 # §2.4.1: a close must follow an open, so answer the open we never saw with ours first
                 self._send(0, Open(container_id=self.container_id))
             self._send(0, Close(error=err))
             self._detach_everything(err)
-            self.phase = Phase.CLOSE_SENT
+            self.phase = _CLOSE_SENT
             self._close_deadline = self._now + _CLOSE_GRACE
             self._events.append(ConnectionClosed(err, by_peer=False))
             self._closed_event_sent = True
@@ -657,10 +662,10 @@ class ServerConnection:
             self._finish(err, by_peer=False)
 
     def _finish(self, err: Error | None, *, by_peer: bool) -> None:
-        if self.phase is Phase.FINISHED:
+        if self.phase is _FINISHED:
             return
         self._detach_everything(err)
-        self.phase = Phase.FINISHED
+        self.phase = _FINISHED
         self._in.clear()  # input after the end is never read: do not hold on to it
         self._pos = 0
         self._close_deadline = None
@@ -769,12 +774,12 @@ class ServerConnection:
                 return
             raise UnattachedHandle(f"detach of handle {detach.handle}, which is not attached")
         closed = bool(detach.closed)
-        if link.state is LinkState.ATTACHING:
+        if link.state is _ATTACHING:
             # attached and detached before the broker answered (events taken all at once): §2.6.3 wants our
             # attach before our detach, and the broker is not to answer it any more
             self._events = [e for e in self._events if not (isinstance(e, LinkAttached) and e.link is link)]
             self._send_null_attach(link)
-        if link.state is not LinkState.DETACHED:
+        if link.state is not _DETACHED:
             self._send(session.channel, Detach(handle=UInt(link.output_handle), closed=closed or None))
         self._drop_link(link, closed=closed, err=detach.error)
 
@@ -784,7 +789,7 @@ class ServerConnection:
             del session.links[link.input_handle]
         if session.links_by_output.get(link.output_handle) is link:
             del session.links_by_output[link.output_handle]
-        link.state = LinkState.DETACHED
+        link.state = _DETACHED
         link.credit = 0
         if link.partial_delivery is not None:  # half received: it will never be whole
             self._events.append(TransferDiscarded(link, _states(link.partial_delivery)))
@@ -868,7 +873,7 @@ class ServerConnection:
         """Send our flow on each link whose peer asked for it with echo (§2.7.4) and got none since."""
         echoes, self._echoes = self._echoes, []
         for link in dict.fromkeys(echoes):
-            if link.state is not LinkState.DETACHED:
+            if link.state is not _DETACHED:
                 self._send_link_flow(link)
 
     def _send_link_flow(self, link: Link, *, drain: bool | None = None) -> None:
@@ -1051,9 +1056,9 @@ class ServerConnection:
         ``receive_events`` may then parse on past such transfers before they are handled, as long as the link
         has credit left, and the events come in bulk (in order still).
         """
-        if link.state is not LinkState.ATTACHING:
+        if link.state is not _ATTACHING:
             raise LocalProtocolError(f"{link!r} is {link.state.value}: only an attach not yet answered can be accepted")
-        link.state = LinkState.ATTACHED
+        link.state = _ATTACHED
         link.context = context
         link.read_ahead = read_ahead
         if lock_tokens:
@@ -1085,7 +1090,7 @@ class ServerConnection:
 
     def refuse_attach(self, link: Link, err: Error) -> None:
         """Refuse an attach: answer with a null terminus, then detach with ``err`` (§2.6.3)."""
-        if link.state is not LinkState.ATTACHING:
+        if link.state is not _ATTACHING:
             raise LocalProtocolError(f"{link!r} is {link.state.value}: only an attach not yet answered can be refused")
         self._send_null_attach(link)
         self._detach_link(link, err)
@@ -1107,12 +1112,12 @@ class ServerConnection:
     def detach(self, link: Link, err: Error | None = None) -> None:
         """Close a link from our side (a link already detached stays so: not a misuse, as either end may
         detach first)."""
-        if link.state is not LinkState.DETACHED:
+        if link.state is not _DETACHED:
             self._detach_link(link, err)
 
     def close(self, err: Error | None = None) -> None:
         """Close the connection from our side (e.g. broker shutdown)."""
-        if self.phase is Phase.OPENED:
+        if self.phase is _OPENED:
             self._close_with(err or error(Condition.CONNECTION_FORCED, "broker shutting down"))
         else:
             self._finish(err, by_peer=False)
@@ -1159,7 +1164,7 @@ class ServerConnection:
 
     def grant_credit(self, link: Link, credit: int) -> None:
         """Set the credit of a link where we are receiver and tell the peer (§2.6.7)."""
-        if link.state is LinkState.DETACHED:
+        if link.state is _DETACHED:
             return
         link.credit = credit
         self._send_link_flow(link)
@@ -1170,7 +1175,7 @@ class ServerConnection:
         A backlog is transfers held back by the peer's session window, or output the peer has not read
         yet; then ``throttled`` is set, and the I/O layer calls the broker again once it has written.
         """
-        if link.credit <= 0 or link.state is not LinkState.ATTACHED:
+        if link.credit <= 0 or link.state is not _ATTACHED:
             return False
         if len(link.session.pending) >= _PENDING_LIMIT or len(self._out) >= _OUTPUT_LIMIT:
             self.throttled = True
@@ -1188,7 +1193,7 @@ class ServerConnection:
         message_format: int = 0,
     ) -> OutgoingDelivery:
         """Send one message on ``link`` (our role: sender), split into frames that fit (§2.7.5)."""
-        if link.state is not LinkState.ATTACHED or link.role != SENDER or link.credit <= 0:
+        if link.state is not _ATTACHED or link.role != SENDER or link.credit <= 0:
             raise LocalProtocolError(f"cannot deliver on {link!r} ({link.state.value}, credit {link.credit})")
         session = link.session
         delivery_id = session.next_delivery_id
@@ -1348,7 +1353,7 @@ class ServerConnection:
         # the transaction path's answers (accepted, declared, transactional-state) skip the codec: issue 19
         body = self._encode_disposition(role, first, last if last != first else None, settled, state)
         if body is not None and self.trace is None and 8 + len(body) <= self.remote_max_frame_size:
-            if self.phase not in (Phase.CLOSE_SENT, Phase.FINISHED):  # §2.4.3: nothing follows our close
+            if self.phase not in (_CLOSE_SENT, _FINISHED):  # §2.4.3: nothing follows our close
                 self._write(FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, channel) + body)
             return
         self._send(
@@ -1364,7 +1369,7 @@ class ServerConnection:
 
     def complete_drain(self, link: Link) -> None:
         """End a drain: use up the remaining credit and tell the peer (§2.6.7)."""
-        if link.state is LinkState.DETACHED or not link.drain:
+        if link.state is _DETACHED or not link.drain:
             return
         link.delivery_count = (link.delivery_count + link.credit) & SERIAL_MASK
         link.credit = 0
