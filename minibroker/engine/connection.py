@@ -493,43 +493,24 @@ class ServerConnection:
         payload = body[end:]
         if self.trace is not None:
             self.trace("<-", channel, performative, len(payload))
-        if self.phase is _SASL:
-            if frame_type != SASL_FRAME or not isinstance(performative, SaslInit):
-                raise ConnectionNotAllowed(f"expected sasl-init, got {type(performative).__name__}")
-            self._on_sasl_init(performative)
-            return
-        if frame_type != AMQP_FRAME:
-            raise FramingError(f"frame type {frame_type} is not an AMQP frame")
-        if self.phase is _CLOSE_SENT:
-            if isinstance(performative, Close):
-                self._finish(None, by_peer=True)
-            return  # §2.4.3: after close is sent, everything but close is ignored
-        handler = self._HANDLERS.get(type(performative))
-        if handler is None:
-            raise ConnectionNotAllowed(f"{type(performative).__name__} is not a performative")
-        if self.phase is _OPEN and not isinstance(performative, Open):
-            raise ConnectionNotAllowed("the first frame must be open")
-        if self.phase is _OPENED and isinstance(performative, Open):
-            raise ConnectionNotAllowed("open received twice")
-        if isinstance(performative, Open | Close):
-            if channel != 0 and isinstance(performative, Open):
-                raise ConnectionNotAllowed("open must be sent on channel 0")
-            handler(self, performative)
-            return
-        if isinstance(performative, Begin):
-            self._on_begin(channel, performative)
+        kind = type(performative)
+        handler = _SESSION_HANDLERS.get(kind)
+        if handler is None or self.phase is not _OPENED or frame_type != AMQP_FRAME:
+            # the handshake, the connection's own performatives, and whatever is out of place; a session's frames on
+            # an open connection (every frame of the message and transaction paths) skip these checks in one test
+            self._on_connection_frame(frame_type, channel, performative)
             return
         session = self.sessions.get(channel)
         if session is None:
             if channel in self._end_sent:
                 # §2.5.2: we ended this session; frames sent before the peer saw our end are dropped,
                 # and its end frees the channel
-                if isinstance(performative, End):
+                if kind is End:
                     self._end_sent.discard(channel)
                 return
             raise ConnectionNotAllowed(f"frame on channel {channel}, where no session has begun")
         try:
-            if isinstance(performative, Transfer):
+            if kind is Transfer:
                 self._on_transfer(session, performative, payload)
             else:
                 handler(self, session, performative)
@@ -545,6 +526,36 @@ class ServerConnection:
                 self.refuse_attach(link, exc.to_error())
             elif link is not None:
                 self._detach_link(link, exc.to_error())
+
+    def _on_connection_frame(self, frame_type: int, channel: int, performative: Any) -> None:
+        """A frame that is not a session's on an open connection: SASL, open, close, begin, or out of place."""
+        if self.phase is _SASL:
+            if frame_type != SASL_FRAME or not isinstance(performative, SaslInit):
+                raise ConnectionNotAllowed(f"expected sasl-init, got {type(performative).__name__}")
+            self._on_sasl_init(performative)
+            return
+        if frame_type != AMQP_FRAME:
+            raise FramingError(f"frame type {frame_type} is not an AMQP frame")
+        if self.phase is _CLOSE_SENT:
+            if isinstance(performative, Close):
+                self._finish(None, by_peer=True)
+            return  # §2.4.3: after close is sent, everything but close is ignored
+        if type(performative) not in _PERFORMATIVES:
+            raise ConnectionNotAllowed(f"{type(performative).__name__} is not a performative")
+        if self.phase is _OPEN and not isinstance(performative, Open):
+            raise ConnectionNotAllowed("the first frame must be open")
+        if self.phase is _OPENED and isinstance(performative, Open):
+            raise ConnectionNotAllowed("open received twice")
+        if isinstance(performative, Open):
+            if channel != 0:
+                raise ConnectionNotAllowed("open must be sent on channel 0")
+            self._on_open(performative)
+        elif isinstance(performative, Close):
+            self._on_close(performative)
+        elif isinstance(performative, Begin):
+            self._on_begin(channel, performative)
+        else:  # (a session's frame: only once open, and then ``_on_frame`` took it)
+            raise ConnectionNotAllowed(f"{type(performative).__name__} before the connection is open")
 
     # -- SASL -----------------------------------------------------------------------------------------
     def _on_sasl_init(self, init: SaslInit) -> None:
@@ -1013,18 +1024,6 @@ class ServerConnection:
             if inc:
                 self._events.append(IncomingSettled(inc, disposition.state))
 
-    _HANDLERS: dict[type, Callable[..., None]] = {
-        Open: _on_open,
-        Close: _on_close,
-        Begin: _on_begin,
-        End: _on_end,
-        Attach: _on_attach,
-        Detach: _on_detach,
-        Flow: _on_flow,
-        Transfer: _on_transfer,
-        Disposition: _on_disposition,
-    }
-
     # -- commands from the broker core ----------------------------------------------------------------
     def accept_attach(
         self,
@@ -1380,6 +1379,18 @@ class ServerConnection:
         """Set how many messages we have ready to send on ``link`` (where we are sender): the ``available`` of our
         next flows on it (§2.7.4: the answer to an echo, the end of a drain)."""
         link.available = available
+
+
+# the performatives of a session, each with its handler (a transfer's takes its payload too: ``_on_frame``)
+_SESSION_HANDLERS: dict[type, Callable[..., None]] = {
+    End: ServerConnection._on_end,
+    Attach: ServerConnection._on_attach,
+    Detach: ServerConnection._on_detach,
+    Flow: ServerConnection._on_flow,
+    Transfer: ServerConnection._on_transfer,
+    Disposition: ServerConnection._on_disposition,
+}
+_PERFORMATIVES = frozenset((Open, Close, Begin, *_SESSION_HANDLERS))  # §2.7: the nine AMQP performatives
 
 
 def _session_order(delivery: Any) -> tuple[int, int]:
