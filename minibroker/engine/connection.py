@@ -913,10 +913,15 @@ class ServerConnection:
 
     # -- transfers in -------------------------------------------------------------------------------
     def _on_transfer(self, session: Session, transfer: Transfer, payload: bytes) -> None:
-        self._check_handle(session, transfer.handle, "transfer")
-        # §2.6.2: a transfer sent before the peer saw our detach is counted by the session, then dropped
-        dropped = transfer.handle in session.detach_sent
-        link = None if dropped else self._link(session, transfer.handle)
+        handle = transfer.handle
+        assert handle is not None  # mandatory: a transfer without one does not decode
+        if handle > session.handle_max:  # the cheap test first: the check words the error
+            self._check_handle(session, handle, "transfer")
+        link = session.links.get(handle)
+        # §2.6.2: a transfer sent before the peer saw our detach is counted by the session, then dropped (a handle
+        # we detached is not attached again before the peer's detach frees it: ``_on_attach``)
+        if link is None and handle not in session.detach_sent:
+            self._link(session, handle)  # raises unattached-handle
         if session.incoming_window <= 0:
             # §2.5.6: a transfer beyond the incoming window
             raise WindowViolation("transfer received with the session's incoming window closed")
@@ -925,33 +930,32 @@ class ServerConnection:
         if session.incoming_window < _INCOMING_WINDOW // 2:
             session.incoming_window = _INCOMING_WINDOW
             self._send_session_flow(session)
+        state = transfer.state
         if link is None:
-            if transfer.state is not None:
-                self._events.append(TransferDiscarded(None, [transfer.state]))
+            if state is not None:
+                self._events.append(TransferDiscarded(None, [state]))
             return
         if link.role != RECEIVER:
             raise ConnectionNotAllowed("transfer on a link where the peer is the receiver")
         delivery = link.partial_delivery
         if delivery is None:
             if link.credit <= 0:
-                if transfer.state is not None:
-                    self._events.append(TransferDiscarded(link, [transfer.state]))
+                if state is not None:
+                    self._events.append(TransferDiscarded(link, [state]))
                 raise TransferLimitExceeded("transfer without link credit", handle=link.input_handle)
             if transfer.delivery_id is None:
                 raise ConnectionNotAllowed("the first transfer of a delivery must carry a delivery-id")
             link.credit -= 1
             link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
             settled = bool(transfer.settled) or link.snd_settle_mode == 1
-            delivery = IncomingDelivery(
-                link, transfer.delivery_id, transfer.delivery_tag or b"", settled, transfer.state
-            )
+            delivery = IncomingDelivery(link, transfer.delivery_id, transfer.delivery_tag or b"", settled, state)
         else:
             if transfer.settled:
                 delivery.settled = True
-            if transfer.state is not None and delivery.state is not None and transfer.state != delivery.state:
-                _remember_state(delivery, delivery.state)
-        if transfer.state is not None:
-            delivery.state = transfer.state
+            if state is not None:
+                if delivery.state is not None and state != delivery.state:
+                    _remember_state(delivery, delivery.state)
+                delivery.state = state
         if transfer.aborted:
             # §2.6.14: an aborted delivery is discarded; it needs no settlement (the broker may top up credit)
             self._drop_partial(link)
@@ -959,10 +963,11 @@ class ServerConnection:
             return
         whole: bytes | bytearray
         partial = link.partial
+        more = transfer.more
         if partial is None:
             # the first frame: a message in one frame is passed on as it came (the common case)
             whole = payload
-            if transfer.more:
+            if more:
                 # reassembled in one buffer: tiny frames cost their bytes, not an object each
                 whole = link.partial = bytearray(payload)
                 link.partial_frames = 1
@@ -985,7 +990,7 @@ class ServerConnection:
                 self._drop_partial(link)
                 self._events.append(TransferDiscarded(link, _states(delivery)))
                 raise MessageSizeExceeded(reason, handle=link.input_handle)
-        if transfer.more:
+        if more:
             if link.partial_delivery is None:
                 link.partial_delivery = delivery
                 self._partials += 1
