@@ -1271,7 +1271,7 @@ class ServerConnection:
             if not delivery.open:
                 who = "we" if delivery.settled else "the peer"
                 raise LocalProtocolError(f"{delivery!r} cannot be settled: {who} settled it already")
-        self._dispose(deliveries, SENDER, state, lambda d: d.link.session.outgoing_unsettled)
+        self._dispose(deliveries, SENDER, state)
 
     def update(self, deliveries: list[OutgoingDelivery], state: DeliveryState) -> None:
         """Tell the peer the state of deliveries we sent, leaving them unsettled (disposition, role=sender,
@@ -1279,7 +1279,7 @@ class ServerConnection:
         for delivery in deliveries:
             if not delivery.open:
                 raise LocalProtocolError(f"{delivery!r} cannot be updated: it is settled")
-        self._dispose(deliveries, SENDER, state, lambda d: d.link.session.outgoing_unsettled, settled=False)
+        self._dispose(deliveries, SENDER, state, settled=False)
 
     def abort(self, delivery: OutgoingDelivery) -> None:
         """Abort a delivery not completely sent (§2.6.14), settled or not: its frames held back by the peer's
@@ -1323,37 +1323,35 @@ class ServerConnection:
         for delivery in deliveries:
             if delivery.settled:
                 raise LocalProtocolError(f"{delivery!r} is settled already")
-        self._dispose(deliveries, RECEIVER, state, lambda d: d.link.session.incoming_unsettled, settled)
+        self._dispose(deliveries, RECEIVER, state, settled)
 
-    def _dispose(
-        self,
-        deliveries: list[Any],
-        role: bool,
-        state: DeliveryState | None,
-        table: Callable[[Any], dict[int, Any]],
-        settled: bool = True,
-    ) -> None:
-        # One disposition per run of consecutive delivery ids on the same session.
-        run: list[Any] = []
+    def _dispose(self, deliveries: list[Any], role: bool, state: DeliveryState | None, settled: bool = True) -> None:
+        """One disposition per run of consecutive delivery ids on the same session; ``role`` is ours (RECEIVER:
+        the peer's deliveries, SENDER: ours)."""
+        # the run is kept as its session and ends, not a list: most dispositions answer one delivery (issue 19)
+        run_session: Session | None = None
+        first = last = 0
         # one delivery (each declare/discharge answer) needs no sort: issue 19's transaction path
         ordered = deliveries if len(deliveries) == 1 else sorted(deliveries, key=_session_order)
         for delivery in ordered:
             session = delivery.link.session
             if session.ended:
                 continue
+            delivery_id = delivery.delivery_id
             if settled:
-                table(delivery).pop(delivery.delivery_id, None)
+                (session.incoming_unsettled if role == RECEIVER else session.outgoing_unsettled).pop(delivery_id, None)
                 delivery.settled = True
-            if run and (run[-1].link.session is not session or run[-1].delivery_id + 1 != delivery.delivery_id):
-                self._send_disposition(run, role, state, settled)
-                run = []
-            run.append(delivery)
-        if run:
-            self._send_disposition(run, role, state, settled)
+            if run_session is not session or last + 1 != delivery_id:
+                if run_session is not None:
+                    self._send_disposition(run_session.channel, first, last, role, state, settled)
+                run_session, first = session, delivery_id
+            last = delivery_id
+        if run_session is not None:
+            self._send_disposition(run_session.channel, first, last, role, state, settled)
 
-    def _send_disposition(self, run: list[Any], role: bool, state: DeliveryState | None, settled: bool) -> None:
-        first, last = run[0].delivery_id, run[-1].delivery_id
-        channel = run[0].link.session.channel
+    def _send_disposition(
+        self, channel: int, first: int, last: int, role: bool, state: DeliveryState | None, settled: bool
+    ) -> None:
         # the transaction path's answers (accepted, declared, transactional-state) skip the codec: issue 19
         body = self._encode_disposition(role, first, last if last != first else None, settled, state)
         if body is not None and self.trace is None and 8 + len(body) <= self.remote_max_frame_size:
