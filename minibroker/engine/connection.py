@@ -1015,19 +1015,20 @@ class ServerConnection:
         first = disposition.first or 0
         last = first if disposition.last is None else disposition.last
         settled = bool(disposition.settled)
+        state = disposition.state
         if disposition.role == RECEIVER:
             out = _take_range(session.outgoing_unsettled, first, last, settled)
             for delivery in out:
-                delivery.remote_state = disposition.state
+                delivery.remote_state = state
                 delivery.remote_settled = settled
             if out:
-                self._events.append(DeliveryUpdated(out, disposition.state, settled))
+                self._events.append(DeliveryUpdated(out, state, settled))
         else:
             inc = _take_range(session.incoming_unsettled, first, last, settled)
             for delivery in inc:
                 delivery.settled = settled
             if inc:
-                self._events.append(IncomingSettled(inc, disposition.state))
+                self._events.append(IncomingSettled(inc, state))
 
     # -- commands from the broker core ----------------------------------------------------------------
     def accept_attach(
@@ -1446,6 +1447,9 @@ def _states(delivery: IncomingDelivery) -> list[object]:
 
 def _take_range(table: dict[int, Any], first: int, last: int, settled: bool) -> list[Any]:
     """Deliveries in ``table`` with ids in [first, last], removed from it when ``settled``."""
+    if first == last:  # one delivery (proton's tx_recv accepts each apart): one lookup, no range to walk
+        delivery = table.pop(first, None) if settled else table.get(first)
+        return [] if delivery is None else [delivery]
     span = (last - first) & SERIAL_MASK
     if span < len(table):
         ids = [(first + i) & SERIAL_MASK for i in range(span + 1)]
