@@ -106,35 +106,43 @@ def decode_transfer(body: bytes) -> tuple[Transfer, int]:
     """
     try:
         count, pos, end = _list_start(body)
-        if count > 11 or end > len(body):
+        if count > 11 or count == 0 or end > len(body):
             raise _Fallback
         fields: list[Any] = [None] * 11
-        for index in range(count):
-            if index in (0, 1, 3):  # handle, delivery-id, message-format
-                fields[index], pos = _uint(body, pos)
-            elif index == 2:  # delivery-tag
-                code = body[pos]
-                if code == 0xA0:
-                    n = body[pos + 1]
-                    fields[2] = body[pos + 2 : pos + 2 + n]
-                    pos += 2 + n
-                elif code == 0x40:
-                    pos += 1
-                else:
-                    raise _Fallback
-            elif index == 6:  # rcv-settle-mode
-                code = body[pos]
-                if code == 0x40:
-                    pos += 1
-                elif code == 0x50:
-                    fields[6] = body[pos + 1]
-                    pos += 2
-                else:
-                    raise _Fallback
-            elif index == 7:
-                fields[7], pos = _state(body, pos)
+        # the fields in order, each read where it stands rather than found by its index in a loop: every transfer
+        # carries the first five, a transactional post eight (issue 19)
+        fields[0], pos = _uint(body, pos)  # handle
+        if count > 1:
+            fields[1], pos = _uint(body, pos)  # delivery-id
+        if count > 2:  # delivery-tag
+            code = body[pos]
+            if code == 0xA0:
+                n = body[pos + 1]
+                fields[2] = body[pos + 2 : pos + 2 + n]
+                pos += 2 + n
+            elif code == 0x40:
+                pos += 1
             else:
-                fields[index], pos = _flag(body, pos)
+                raise _Fallback
+        if count > 3:
+            fields[3], pos = _uint(body, pos)  # message-format
+        if count > 4:
+            fields[4], pos = _flag(body, pos)  # settled
+        if count > 5:
+            fields[5], pos = _flag(body, pos)  # more
+        if count > 6:  # rcv-settle-mode
+            code = body[pos]
+            if code == 0x40:
+                pos += 1
+            elif code == 0x50:
+                fields[6] = body[pos + 1]
+                pos += 2
+            else:
+                raise _Fallback
+        if count > 7:
+            fields[7], pos = _state(body, pos)
+        for index in range(8, count):  # resume, aborted, batchable
+            fields[index], pos = _flag(body, pos)
         if pos != end or fields[0] is None or end > len(body):
             raise _Fallback
         return Transfer(*fields), end
@@ -149,16 +157,20 @@ def decode_disposition(body: bytes) -> tuple[Disposition, int]:
     """Decode a disposition performative at the start of ``body`` (see ``decode_transfer``)."""
     try:
         count, pos, end = _list_start(body)
-        if count > 6 or end > len(body):
+        if count > 6 or count < 2 or end > len(body):  # (role and first are mandatory)
             raise _Fallback
         fields: list[Any] = [None] * 6
-        for index in range(count):
-            if index in (1, 2):
-                fields[index], pos = _uint(body, pos)
-            elif index == 4:
-                fields[4], pos = _state(body, pos)
-            else:
-                fields[index], pos = _flag(body, pos)
+        # the fields in order, as in ``decode_transfer``: a transactional accept carries the first five
+        fields[0], pos = _flag(body, pos)  # role
+        fields[1], pos = _uint(body, pos)  # first
+        if count > 2:
+            fields[2], pos = _uint(body, pos)  # last
+        if count > 3:
+            fields[3], pos = _flag(body, pos)  # settled
+        if count > 4:
+            fields[4], pos = _state(body, pos)
+        if count > 5:
+            fields[5], pos = _flag(body, pos)  # batchable
         if pos != end or fields[0] is None or fields[1] is None:
             raise _Fallback
         return Disposition(*fields), end

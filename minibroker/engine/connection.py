@@ -147,7 +147,12 @@ class Phase(Enum):
     FINISHED = "finished"  # nothing more to read or write but what is buffered
 
 
-_HANDSHAKE_PHASES = (Phase.HEADER, Phase.SASL, Phase.SASL_CHECKING, Phase.SASL_DONE, Phase.OPEN)
+# The phases and link states as module constants: on Python 3.11 looking an enum member up on its class
+# (``Phase.OPENED``) costs about ten times a global, and every frame checks the phase several times
+_HEADER, _SASL, _SASL_CHECKING, _SASL_DONE = Phase.HEADER, Phase.SASL, Phase.SASL_CHECKING, Phase.SASL_DONE
+_OPEN, _OPENED, _CLOSE_SENT, _FINISHED = Phase.OPEN, Phase.OPENED, Phase.CLOSE_SENT, Phase.FINISHED
+_ATTACHING, _ATTACHED, _DETACHED = LinkState.ATTACHING, LinkState.ATTACHED, LinkState.DETACHED
+_HANDSHAKE_PHASES = (_HEADER, _SASL, _SASL_CHECKING, _SASL_DONE, _OPEN)
 _OUTPUT_LIMIT = 1 << 20  # bytes queued for a peer beyond which no more deliveries are started
 
 
@@ -212,7 +217,7 @@ class ServerConnection:
         """The TLS client certificate's identity, offered as SASL EXTERNAL (Part 5 §5.3.3.1)."""
         self.throttled = False
         """True when a delivery was held back because output is piling up (the peer is not reading)."""
-        self.phase = Phase.HEADER
+        self.phase = _HEADER
         self.user: str | None = None
         self.remote_open: Open | None = None
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
@@ -248,12 +253,12 @@ class ServerConnection:
     @property
     def finished(self) -> bool:
         """True when the connection is over; flush ``data_to_send`` and close the socket."""
-        return self.phase is Phase.FINISHED
+        return self.phase is _FINISHED
 
     @property
     def closing(self) -> bool:
         """True once the connection is ending (our close sent, or over): links detached now go with it."""
-        return self.phase is Phase.CLOSE_SENT or self.phase is Phase.FINISHED
+        return self.phase is _CLOSE_SENT or self.phase is _FINISHED
 
     def data_to_send(self) -> bytes:
         """Take every byte queued for the peer."""
@@ -284,25 +289,27 @@ class ServerConnection:
         while handling an event (detaching a link, settling a delivery) is in force for every later frame of
         the same read, exactly as if each frame had been read on its own: a transfer on a link we detached
         meanwhile is dropped (§2.6.2), a disposition for a delivery we settled meanwhile finds nothing.
+
+        The bytes are taken at once; the frames are parsed as the events are taken.
         """
+        # a plain function handing back ``_parse``'s generator: every event passes one generator frame, not two
         self._now = now
         self._last_received = now
         if not data:
-            if self.phase is not Phase.FINISHED:
+            if self.phase is not _FINISHED:
                 self._finish(None, by_peer=True)
-            yield from self._take_events()
-            return
-        if self.phase is Phase.FINISHED:
-            return
+            return iter(self._take_events())
+        if self.phase is _FINISHED:
+            return iter(())
         self._in += data
-        yield from self._parse()
+        return self._parse()
 
     def resume_events(self, now: float) -> Iterator[Event]:
         """After ``sasl_verdict``: the events it caused, then those of the input that arrived meanwhile (none is
         parsed while a verdict is awaited)."""
         self._now = now
         yield from self._take_events()
-        if self._in and self.phase is not Phase.FINISHED:
+        if self._in and self.phase is not _FINISHED:
             yield from self._parse()
 
     def _parse(self) -> Iterator[Event]:
@@ -317,9 +324,9 @@ class ServerConnection:
                 try:
                     phase: Phase = self.phase  # (not narrowed: commands run between frames)
                     pos = self._pos
-                    if len(buf) - pos < 8 or phase is Phase.FINISHED or phase is Phase.SASL_CHECKING:
+                    if len(buf) - pos < 8 or phase is _FINISHED or phase is _SASL_CHECKING:
                         break
-                    if phase is Phase.HEADER or phase is Phase.SASL_DONE:
+                    if phase is _HEADER or phase is _SASL_DONE:
                         self._pos = pos + 8
                         self._on_header(bytes(buf[pos : pos + 8]))
                     else:
@@ -386,7 +393,7 @@ class ServerConnection:
         """The transfers read ahead, one at a time, unless the connection was closed meanwhile (§2.4.3: after
         our close nothing the peer sent is acted on)."""
         for event in ahead:
-            if self.phase is Phase.CLOSE_SENT or self.phase is Phase.FINISHED:
+            if self.phase is _CLOSE_SENT or self.phase is _FINISHED:
                 return
             yield event
 
@@ -397,7 +404,7 @@ class ServerConnection:
             deadlines.append(self._close_deadline)
         if self.handshake_timeout and self.phase in _HANDSHAKE_PHASES:
             deadlines.append(self._started + self.handshake_timeout)
-        if self.phase is Phase.OPENED:
+        if self.phase is _OPENED:
             if self._heartbeat_interval:
                 deadlines.append(self._last_sent + self._heartbeat_interval)
             if self.idle_time_out:
@@ -415,7 +422,7 @@ class ServerConnection:
         ):
             # a peer that connects and sends nothing, or stalls in SASL, is dropped
             self._finish(error(Condition.RESOURCE_LIMIT_EXCEEDED, "handshake timed out"), by_peer=False)
-        elif self.phase is Phase.OPENED:
+        elif self.phase is _OPENED:
             if self.idle_time_out and now >= self._last_received + self.idle_time_out:
                 # §2.4.5: a peer silent past our idle time-out is gone
                 self._close_with(error(Condition.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired"))
@@ -432,7 +439,7 @@ class ServerConnection:
         self._last_sent = self._now
 
     def _send(self, channel: int, performative: Any, payload: bytes = b"", frame_type: int = AMQP_FRAME) -> None:
-        if self.phase in (Phase.CLOSE_SENT, Phase.FINISHED):
+        if self.phase in (_CLOSE_SENT, _FINISHED):
             return  # §2.4.3: nothing follows our close
         frame = self._encode_frame(channel, performative, payload, frame_type)
         if len(frame) > self.remote_max_frame_size:
@@ -456,17 +463,17 @@ class ServerConnection:
     def _on_header(self, header: bytes) -> None:
         if self.trace is not None:
             self.trace("<-", 0, header, 0)
-        if header == SASL_HEADER and self.phase is Phase.HEADER:
+        if header == SASL_HEADER and self.phase is _HEADER:
             self._write_header(SASL_HEADER)
             mechanisms: list[str] = [Symbol(m) for m in self.sasl.mechanisms_for(self.external_identity)]
             self._send(0, SaslMechanisms(sasl_server_mechanisms=mechanisms), frame_type=SASL_FRAME)
-            self.phase = Phase.SASL
-        elif header == AMQP_HEADER and (self.phase is Phase.SASL_DONE or not self.sasl.required):
+            self.phase = _SASL
+        elif header == AMQP_HEADER and (self.phase is _SASL_DONE or not self.sasl.required):
             self._write_header(AMQP_HEADER)
-            self.phase = Phase.OPEN
+            self.phase = _OPEN
         else:
             # §2.2: answer an unsupported (or, with SASL required, premature) header with ours, then close
-            self._write_header(SASL_HEADER if self.sasl.required and self.phase is Phase.HEADER else AMQP_HEADER)
+            self._write_header(SASL_HEADER if self.sasl.required and self.phase is _HEADER else AMQP_HEADER)
             self._finish(None, by_peer=False)
 
     def _write_header(self, header: bytes) -> None:
@@ -486,43 +493,24 @@ class ServerConnection:
         payload = body[end:]
         if self.trace is not None:
             self.trace("<-", channel, performative, len(payload))
-        if self.phase is Phase.SASL:
-            if frame_type != SASL_FRAME or not isinstance(performative, SaslInit):
-                raise ConnectionNotAllowed(f"expected sasl-init, got {type(performative).__name__}")
-            self._on_sasl_init(performative)
-            return
-        if frame_type != AMQP_FRAME:
-            raise FramingError(f"frame type {frame_type} is not an AMQP frame")
-        if self.phase is Phase.CLOSE_SENT:
-            if isinstance(performative, Close):
-                self._finish(None, by_peer=True)
-            return  # §2.4.3: after close is sent, everything but close is ignored
-        handler = self._HANDLERS.get(type(performative))
-        if handler is None:
-            raise ConnectionNotAllowed(f"{type(performative).__name__} is not a performative")
-        if self.phase is Phase.OPEN and not isinstance(performative, Open):
-            raise ConnectionNotAllowed("the first frame must be open")
-        if self.phase is Phase.OPENED and isinstance(performative, Open):
-            raise ConnectionNotAllowed("open received twice")
-        if isinstance(performative, Open | Close):
-            if channel != 0 and isinstance(performative, Open):
-                raise ConnectionNotAllowed("open must be sent on channel 0")
-            handler(self, performative)
-            return
-        if isinstance(performative, Begin):
-            self._on_begin(channel, performative)
+        kind = type(performative)
+        handler = _SESSION_HANDLERS.get(kind)
+        if handler is None or self.phase is not _OPENED or frame_type != AMQP_FRAME:
+            # the handshake, the connection's own performatives, and whatever is out of place; a session's frames on
+            # an open connection (every frame of the message and transaction paths) skip these checks in one test
+            self._on_connection_frame(frame_type, channel, performative)
             return
         session = self.sessions.get(channel)
         if session is None:
             if channel in self._end_sent:
                 # §2.5.2: we ended this session; frames sent before the peer saw our end are dropped,
                 # and its end frees the channel
-                if isinstance(performative, End):
+                if kind is End:
                     self._end_sent.discard(channel)
                 return
             raise ConnectionNotAllowed(f"frame on channel {channel}, where no session has begun")
         try:
-            if isinstance(performative, Transfer):
+            if kind is Transfer:
                 self._on_transfer(session, performative, payload)
             else:
                 handler(self, session, performative)
@@ -530,7 +518,7 @@ class ServerConnection:
             self._end_session(session, exc.to_error())
         except LinkError as exc:
             link = session.links.get(exc.handle)
-            if link is not None and link.state is LinkState.ATTACHING:
+            if link is not None and link.state is _ATTACHING:
                 # the broker has not answered its attach yet (e.g. attach and transfer in one read): the peer
                 # must see our attach before our detach (§2.6.3), so refuse the link, and take back the event
                 # that asked the broker to answer it
@@ -539,6 +527,36 @@ class ServerConnection:
             elif link is not None:
                 self._detach_link(link, exc.to_error())
 
+    def _on_connection_frame(self, frame_type: int, channel: int, performative: Any) -> None:
+        """A frame that is not a session's on an open connection: SASL, open, close, begin, or out of place."""
+        if self.phase is _SASL:
+            if frame_type != SASL_FRAME or not isinstance(performative, SaslInit):
+                raise ConnectionNotAllowed(f"expected sasl-init, got {type(performative).__name__}")
+            self._on_sasl_init(performative)
+            return
+        if frame_type != AMQP_FRAME:
+            raise FramingError(f"frame type {frame_type} is not an AMQP frame")
+        if self.phase is _CLOSE_SENT:
+            if isinstance(performative, Close):
+                self._finish(None, by_peer=True)
+            return  # §2.4.3: after close is sent, everything but close is ignored
+        if type(performative) not in _PERFORMATIVES:
+            raise ConnectionNotAllowed(f"{type(performative).__name__} is not a performative")
+        if self.phase is _OPEN and not isinstance(performative, Open):
+            raise ConnectionNotAllowed("the first frame must be open")
+        if self.phase is _OPENED and isinstance(performative, Open):
+            raise ConnectionNotAllowed("open received twice")
+        if isinstance(performative, Open):
+            if channel != 0:
+                raise ConnectionNotAllowed("open must be sent on channel 0")
+            self._on_open(performative)
+        elif isinstance(performative, Close):
+            self._on_close(performative)
+        elif isinstance(performative, Begin):
+            self._on_begin(channel, performative)
+        else:  # (a session's frame: only once open, and then ``_on_frame`` took it)
+            raise ConnectionNotAllowed(f"{type(performative).__name__} before the connection is open")
+
     # -- SASL -----------------------------------------------------------------------------------------
     def _on_sasl_init(self, init: SaslInit) -> None:
         credentials = deferred_credentials(self.sasl, init, self.external_identity)
@@ -546,7 +564,7 @@ class ServerConnection:
             # the embedder checks them (slowly, elsewhere): nothing more is parsed until its verdict
             self._credentials = credentials
             self._checking_user = credentials[0]
-            self.phase = Phase.SASL_CHECKING
+            self.phase = _SASL_CHECKING
             self._events.append(CredentialsReceived(str(init.mechanism), credentials[0]))
             return
         code, user = outcome_for(self.sasl, init, self.external_identity)
@@ -556,7 +574,7 @@ class ServerConnection:
         self._send(0, SaslOutcome(code=code), frame_type=SASL_FRAME)
         if code == SASL_OK:
             self.user = user
-            self.phase = Phase.SASL_DONE
+            self.phase = _SASL_DONE
             self._events.append(Authenticated(mechanism, user))
         else:
             assert code == SASL_AUTH
@@ -567,7 +585,7 @@ class ServerConnection:
     @property
     def awaiting_verdict(self) -> bool:
         """True while PLAIN credentials wait for ``sasl_verdict`` (see ``SaslPolicy.deferred``)."""
-        return self.phase is Phase.SASL_CHECKING
+        return self.phase is _SASL_CHECKING
 
     def take_credentials(self) -> tuple[str, str]:
         """The user and password to check, once; answer with ``sasl_verdict``."""
@@ -580,9 +598,9 @@ class ServerConnection:
         """Answer the credentials taken with ``take_credentials``: sasl-outcome ok, or auth and the end of the
         connection. Then ``resume_events`` parses what the peer sent meanwhile. Ignored once the connection is
         over (it may time out or be dropped while its password is checked)."""
-        if self.phase is Phase.FINISHED:
+        if self.phase is _FINISHED:
             return
-        if self.phase is not Phase.SASL_CHECKING:
+        if self.phase is not _SASL_CHECKING:
             raise LocalProtocolError(f"no SASL verdict is awaited in phase {self.phase.value}")
         self._credentials = None
         self._sasl_outcome(PLAIN, SASL_OK if ok else SASL_AUTH, self._checking_user if ok else None)
@@ -624,7 +642,7 @@ class ServerConnection:
                 ),
             ),
         )
-        self.phase = Phase.OPENED
+        self.phase = _OPENED
         if refusal is None and self.admit is not None:
             refusal = self.admit()
         if refusal is not None:
@@ -639,15 +657,15 @@ class ServerConnection:
 
     def _close_with(self, err: Error) -> None:
         """Send close with ``err``; wait briefly for the peer's close, then finish."""
-        if self.phase in (Phase.FINISHED, Phase.CLOSE_SENT):
+        if self.phase in (_FINISHED, _CLOSE_SENT):
             return
-        if self.phase in (Phase.OPEN, Phase.OPENED):
-            if self.phase is Phase.OPEN:
+        if self.phase in (_OPEN, _OPENED):
+            if self.phase is _OPEN:
                 # §2.4.1: a close must follow an open, so answer the open we never saw with ours first
                 self._send(0, Open(container_id=self.container_id))
             self._send(0, Close(error=err))
             self._detach_everything(err)
-            self.phase = Phase.CLOSE_SENT
+            self.phase = _CLOSE_SENT
             self._close_deadline = self._now + _CLOSE_GRACE
             self._events.append(ConnectionClosed(err, by_peer=False))
             self._closed_event_sent = True
@@ -655,10 +673,10 @@ class ServerConnection:
             self._finish(err, by_peer=False)
 
     def _finish(self, err: Error | None, *, by_peer: bool) -> None:
-        if self.phase is Phase.FINISHED:
+        if self.phase is _FINISHED:
             return
         self._detach_everything(err)
-        self.phase = Phase.FINISHED
+        self.phase = _FINISHED
         self._in.clear()  # input after the end is never read: do not hold on to it
         self._pos = 0
         self._close_deadline = None
@@ -767,12 +785,12 @@ class ServerConnection:
                 return
             raise UnattachedHandle(f"detach of handle {detach.handle}, which is not attached")
         closed = bool(detach.closed)
-        if link.state is LinkState.ATTACHING:
+        if link.state is _ATTACHING:
             # attached and detached before the broker answered (events taken all at once): §2.6.3 wants our
             # attach before our detach, and the broker is not to answer it any more
             self._events = [e for e in self._events if not (isinstance(e, LinkAttached) and e.link is link)]
             self._send_null_attach(link)
-        if link.state is not LinkState.DETACHED:
+        if link.state is not _DETACHED:
             self._send(session.channel, Detach(handle=UInt(link.output_handle), closed=closed or None))
         self._drop_link(link, closed=closed, err=detach.error)
 
@@ -782,7 +800,7 @@ class ServerConnection:
             del session.links[link.input_handle]
         if session.links_by_output.get(link.output_handle) is link:
             del session.links_by_output[link.output_handle]
-        link.state = LinkState.DETACHED
+        link.state = _DETACHED
         link.credit = 0
         if link.partial_delivery is not None:  # half received: it will never be whole
             self._events.append(TransferDiscarded(link, _states(link.partial_delivery)))
@@ -866,7 +884,7 @@ class ServerConnection:
         """Send our flow on each link whose peer asked for it with echo (§2.7.4) and got none since."""
         echoes, self._echoes = self._echoes, []
         for link in dict.fromkeys(echoes):
-            if link.state is not LinkState.DETACHED:
+            if link.state is not _DETACHED:
                 self._send_link_flow(link)
 
     def _send_link_flow(self, link: Link, *, drain: bool | None = None) -> None:
@@ -895,10 +913,15 @@ class ServerConnection:
 
     # -- transfers in -------------------------------------------------------------------------------
     def _on_transfer(self, session: Session, transfer: Transfer, payload: bytes) -> None:
-        self._check_handle(session, transfer.handle, "transfer")
-        # §2.6.2: a transfer sent before the peer saw our detach is counted by the session, then dropped
-        dropped = transfer.handle in session.detach_sent
-        link = None if dropped else self._link(session, transfer.handle)
+        handle = transfer.handle
+        assert handle is not None  # mandatory: a transfer without one does not decode
+        if handle > session.handle_max:  # the cheap test first: the check words the error
+            self._check_handle(session, handle, "transfer")
+        link = session.links.get(handle)
+        # §2.6.2: a transfer sent before the peer saw our detach is counted by the session, then dropped (a handle
+        # we detached is not attached again before the peer's detach frees it: ``_on_attach``)
+        if link is None and handle not in session.detach_sent:
+            self._link(session, handle)  # raises unattached-handle
         if session.incoming_window <= 0:
             # §2.5.6: a transfer beyond the incoming window
             raise WindowViolation("transfer received with the session's incoming window closed")
@@ -907,33 +930,32 @@ class ServerConnection:
         if session.incoming_window < _INCOMING_WINDOW // 2:
             session.incoming_window = _INCOMING_WINDOW
             self._send_session_flow(session)
+        state = transfer.state
         if link is None:
-            if transfer.state is not None:
-                self._events.append(TransferDiscarded(None, [transfer.state]))
+            if state is not None:
+                self._events.append(TransferDiscarded(None, [state]))
             return
         if link.role != RECEIVER:
             raise ConnectionNotAllowed("transfer on a link where the peer is the receiver")
         delivery = link.partial_delivery
         if delivery is None:
             if link.credit <= 0:
-                if transfer.state is not None:
-                    self._events.append(TransferDiscarded(link, [transfer.state]))
+                if state is not None:
+                    self._events.append(TransferDiscarded(link, [state]))
                 raise TransferLimitExceeded("transfer without link credit", handle=link.input_handle)
             if transfer.delivery_id is None:
                 raise ConnectionNotAllowed("the first transfer of a delivery must carry a delivery-id")
             link.credit -= 1
             link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
             settled = bool(transfer.settled) or link.snd_settle_mode == 1
-            delivery = IncomingDelivery(
-                link, transfer.delivery_id, transfer.delivery_tag or b"", settled, transfer.state
-            )
+            delivery = IncomingDelivery(link, transfer.delivery_id, transfer.delivery_tag or b"", settled, state)
         else:
             if transfer.settled:
                 delivery.settled = True
-            if transfer.state is not None and delivery.state is not None and transfer.state != delivery.state:
-                _remember_state(delivery, delivery.state)
-        if transfer.state is not None:
-            delivery.state = transfer.state
+            if state is not None:
+                if delivery.state is not None and state != delivery.state:
+                    _remember_state(delivery, delivery.state)
+                delivery.state = state
         if transfer.aborted:
             # §2.6.14: an aborted delivery is discarded; it needs no settlement (the broker may top up credit)
             self._drop_partial(link)
@@ -941,10 +963,11 @@ class ServerConnection:
             return
         whole: bytes | bytearray
         partial = link.partial
+        more = transfer.more
         if partial is None:
             # the first frame: a message in one frame is passed on as it came (the common case)
             whole = payload
-            if transfer.more:
+            if more:
                 # reassembled in one buffer: tiny frames cost their bytes, not an object each
                 whole = link.partial = bytearray(payload)
                 link.partial_frames = 1
@@ -967,7 +990,7 @@ class ServerConnection:
                 self._drop_partial(link)
                 self._events.append(TransferDiscarded(link, _states(delivery)))
                 raise MessageSizeExceeded(reason, handle=link.input_handle)
-        if transfer.more:
+        if more:
             if link.partial_delivery is None:
                 link.partial_delivery = delivery
                 self._partials += 1
@@ -992,31 +1015,20 @@ class ServerConnection:
         first = disposition.first or 0
         last = first if disposition.last is None else disposition.last
         settled = bool(disposition.settled)
+        state = disposition.state
         if disposition.role == RECEIVER:
             out = _take_range(session.outgoing_unsettled, first, last, settled)
             for delivery in out:
-                delivery.remote_state = disposition.state
+                delivery.remote_state = state
                 delivery.remote_settled = settled
             if out:
-                self._events.append(DeliveryUpdated(out, disposition.state, settled))
+                self._events.append(DeliveryUpdated(out, state, settled))
         else:
             inc = _take_range(session.incoming_unsettled, first, last, settled)
             for delivery in inc:
                 delivery.settled = settled
             if inc:
-                self._events.append(IncomingSettled(inc, disposition.state))
-
-    _HANDLERS: dict[type, Callable[..., None]] = {
-        Open: _on_open,
-        Close: _on_close,
-        Begin: _on_begin,
-        End: _on_end,
-        Attach: _on_attach,
-        Detach: _on_detach,
-        Flow: _on_flow,
-        Transfer: _on_transfer,
-        Disposition: _on_disposition,
-    }
+                self._events.append(IncomingSettled(inc, state))
 
     # -- commands from the broker core ----------------------------------------------------------------
     def accept_attach(
@@ -1049,9 +1061,9 @@ class ServerConnection:
         ``receive_events`` may then parse on past such transfers before they are handled, as long as the link
         has credit left, and the events come in bulk (in order still).
         """
-        if link.state is not LinkState.ATTACHING:
+        if link.state is not _ATTACHING:
             raise LocalProtocolError(f"{link!r} is {link.state.value}: only an attach not yet answered can be accepted")
-        link.state = LinkState.ATTACHED
+        link.state = _ATTACHED
         link.context = context
         link.read_ahead = read_ahead
         if lock_tokens:
@@ -1083,7 +1095,7 @@ class ServerConnection:
 
     def refuse_attach(self, link: Link, err: Error) -> None:
         """Refuse an attach: answer with a null terminus, then detach with ``err`` (§2.6.3)."""
-        if link.state is not LinkState.ATTACHING:
+        if link.state is not _ATTACHING:
             raise LocalProtocolError(f"{link!r} is {link.state.value}: only an attach not yet answered can be refused")
         self._send_null_attach(link)
         self._detach_link(link, err)
@@ -1105,12 +1117,12 @@ class ServerConnection:
     def detach(self, link: Link, err: Error | None = None) -> None:
         """Close a link from our side (a link already detached stays so: not a misuse, as either end may
         detach first)."""
-        if link.state is not LinkState.DETACHED:
+        if link.state is not _DETACHED:
             self._detach_link(link, err)
 
     def close(self, err: Error | None = None) -> None:
         """Close the connection from our side (e.g. broker shutdown)."""
-        if self.phase is Phase.OPENED:
+        if self.phase is _OPENED:
             self._close_with(err or error(Condition.CONNECTION_FORCED, "broker shutting down"))
         else:
             self._finish(err, by_peer=False)
@@ -1157,7 +1169,7 @@ class ServerConnection:
 
     def grant_credit(self, link: Link, credit: int) -> None:
         """Set the credit of a link where we are receiver and tell the peer (§2.6.7)."""
-        if link.state is LinkState.DETACHED:
+        if link.state is _DETACHED:
             return
         link.credit = credit
         self._send_link_flow(link)
@@ -1168,7 +1180,7 @@ class ServerConnection:
         A backlog is transfers held back by the peer's session window, or output the peer has not read
         yet; then ``throttled`` is set, and the I/O layer calls the broker again once it has written.
         """
-        if link.credit <= 0 or link.state is not LinkState.ATTACHED:
+        if link.credit <= 0 or link.state is not _ATTACHED:
             return False
         if len(link.session.pending) >= _PENDING_LIMIT or len(self._out) >= _OUTPUT_LIMIT:
             self.throttled = True
@@ -1186,7 +1198,7 @@ class ServerConnection:
         message_format: int = 0,
     ) -> OutgoingDelivery:
         """Send one message on ``link`` (our role: sender), split into frames that fit (§2.7.5)."""
-        if link.state is not LinkState.ATTACHED or link.role != SENDER or link.credit <= 0:
+        if link.state is not _ATTACHED or link.role != SENDER or link.credit <= 0:
             raise LocalProtocolError(f"cannot deliver on {link!r} ({link.state.value}, credit {link.credit})")
         session = link.session
         delivery_id = session.next_delivery_id
@@ -1260,7 +1272,7 @@ class ServerConnection:
             if not delivery.open:
                 who = "we" if delivery.settled else "the peer"
                 raise LocalProtocolError(f"{delivery!r} cannot be settled: {who} settled it already")
-        self._dispose(deliveries, SENDER, state, lambda d: d.link.session.outgoing_unsettled)
+        self._dispose(deliveries, SENDER, state)
 
     def update(self, deliveries: list[OutgoingDelivery], state: DeliveryState) -> None:
         """Tell the peer the state of deliveries we sent, leaving them unsettled (disposition, role=sender,
@@ -1268,7 +1280,7 @@ class ServerConnection:
         for delivery in deliveries:
             if not delivery.open:
                 raise LocalProtocolError(f"{delivery!r} cannot be updated: it is settled")
-        self._dispose(deliveries, SENDER, state, lambda d: d.link.session.outgoing_unsettled, settled=False)
+        self._dispose(deliveries, SENDER, state, settled=False)
 
     def abort(self, delivery: OutgoingDelivery) -> None:
         """Abort a delivery not completely sent (§2.6.14), settled or not: its frames held back by the peer's
@@ -1312,41 +1324,39 @@ class ServerConnection:
         for delivery in deliveries:
             if delivery.settled:
                 raise LocalProtocolError(f"{delivery!r} is settled already")
-        self._dispose(deliveries, RECEIVER, state, lambda d: d.link.session.incoming_unsettled, settled)
+        self._dispose(deliveries, RECEIVER, state, settled)
 
-    def _dispose(
-        self,
-        deliveries: list[Any],
-        role: bool,
-        state: DeliveryState | None,
-        table: Callable[[Any], dict[int, Any]],
-        settled: bool = True,
-    ) -> None:
-        # One disposition per run of consecutive delivery ids on the same session.
-        run: list[Any] = []
+    def _dispose(self, deliveries: list[Any], role: bool, state: DeliveryState | None, settled: bool = True) -> None:
+        """One disposition per run of consecutive delivery ids on the same session; ``role`` is ours (RECEIVER:
+        the peer's deliveries, SENDER: ours)."""
+        # the run is kept as its session and ends, not a list: most dispositions answer one delivery (issue 19)
+        run_session: Session | None = None
+        first = last = 0
         # one delivery (each declare/discharge answer) needs no sort: issue 19's transaction path
         ordered = deliveries if len(deliveries) == 1 else sorted(deliveries, key=_session_order)
         for delivery in ordered:
             session = delivery.link.session
             if session.ended:
                 continue
+            delivery_id = delivery.delivery_id
             if settled:
-                table(delivery).pop(delivery.delivery_id, None)
+                (session.incoming_unsettled if role == RECEIVER else session.outgoing_unsettled).pop(delivery_id, None)
                 delivery.settled = True
-            if run and (run[-1].link.session is not session or run[-1].delivery_id + 1 != delivery.delivery_id):
-                self._send_disposition(run, role, state, settled)
-                run = []
-            run.append(delivery)
-        if run:
-            self._send_disposition(run, role, state, settled)
+            if run_session is not session or last + 1 != delivery_id:
+                if run_session is not None:
+                    self._send_disposition(run_session.channel, first, last, role, state, settled)
+                run_session, first = session, delivery_id
+            last = delivery_id
+        if run_session is not None:
+            self._send_disposition(run_session.channel, first, last, role, state, settled)
 
-    def _send_disposition(self, run: list[Any], role: bool, state: DeliveryState | None, settled: bool) -> None:
-        first, last = run[0].delivery_id, run[-1].delivery_id
-        channel = run[0].link.session.channel
+    def _send_disposition(
+        self, channel: int, first: int, last: int, role: bool, state: DeliveryState | None, settled: bool
+    ) -> None:
         # the transaction path's answers (accepted, declared, transactional-state) skip the codec: issue 19
         body = self._encode_disposition(role, first, last if last != first else None, settled, state)
         if body is not None and self.trace is None and 8 + len(body) <= self.remote_max_frame_size:
-            if self.phase not in (Phase.CLOSE_SENT, Phase.FINISHED):  # §2.4.3: nothing follows our close
+            if self.phase not in (_CLOSE_SENT, _FINISHED):  # §2.4.3: nothing follows our close
                 self._write(FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, channel) + body)
             return
         self._send(
@@ -1362,7 +1372,7 @@ class ServerConnection:
 
     def complete_drain(self, link: Link) -> None:
         """End a drain: use up the remaining credit and tell the peer (§2.6.7)."""
-        if link.state is LinkState.DETACHED or not link.drain:
+        if link.state is _DETACHED or not link.drain:
             return
         link.delivery_count = (link.delivery_count + link.credit) & SERIAL_MASK
         link.credit = 0
@@ -1373,6 +1383,18 @@ class ServerConnection:
         """Set how many messages we have ready to send on ``link`` (where we are sender): the ``available`` of our
         next flows on it (§2.7.4: the answer to an echo, the end of a drain)."""
         link.available = available
+
+
+# the performatives of a session, each with its handler (a transfer's takes its payload too: ``_on_frame``)
+_SESSION_HANDLERS: dict[type, Callable[..., None]] = {
+    End: ServerConnection._on_end,
+    Attach: ServerConnection._on_attach,
+    Detach: ServerConnection._on_detach,
+    Flow: ServerConnection._on_flow,
+    Transfer: ServerConnection._on_transfer,
+    Disposition: ServerConnection._on_disposition,
+}
+_PERFORMATIVES = frozenset((Open, Close, Begin, *_SESSION_HANDLERS))  # §2.7: the nine AMQP performatives
 
 
 def _session_order(delivery: Any) -> tuple[int, int]:
@@ -1425,6 +1447,9 @@ def _states(delivery: IncomingDelivery) -> list[object]:
 
 def _take_range(table: dict[int, Any], first: int, last: int, settled: bool) -> list[Any]:
     """Deliveries in ``table`` with ids in [first, last], removed from it when ``settled``."""
+    if first == last:  # one delivery (proton's tx_recv accepts each apart): one lookup, no range to walk
+        delivery = table.pop(first, None) if settled else table.get(first)
+        return [] if delivery is None else [delivery]
     span = (last - first) & SERIAL_MASK
     if span < len(table):
         ids = [(first + i) & SERIAL_MASK for i in range(span + 1)]

@@ -117,3 +117,53 @@ def test_garbage_raises_only_decode_error(tail: bytes) -> None:
 def test_transfer_without_handle_is_a_decode_error() -> None:
     with pytest.raises(DecodeError):
         decode_transfer(b"\x00\x53\x14\xc0\x02\x01\x40")
+
+
+usual_states = st.one_of(
+    st.none(),
+    st.just(Accepted()),
+    st.builds(TransactionalState, txn_id=st.binary(max_size=32), outcome=st.sampled_from([None, Accepted()])),
+)
+
+
+@given(transfers, dispositions, usual_states, st.binary(max_size=20))
+@settings(max_examples=200, deadline=None)
+def test_what_clients_usually_send_takes_the_fast_path(
+    transfer: Transfer, disposition: Disposition, state: Any, payload: bytes
+) -> None:
+    """Transfers and dispositions as the codec writes them (the compact encodings clients use), with no state,
+    ``accepted`` or a ``transactional-state``, are decoded without the general codec (issue 19: one per frame)."""
+    from minibroker.amqp import fastpath
+
+    transfer.state = disposition.state = state
+    transfer_body = codec.encode(transfer) + payload
+    disposition_body = codec.encode(disposition)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fastpath, "codec", None)  # any use of the codec fails
+        assert decode_transfer(transfer_body) == (transfer, len(transfer_body) - len(payload))
+        assert decode_disposition(disposition_body) == (disposition, len(disposition_body))
+
+
+def _result(decode: Any, data: bytes) -> Any:
+    """What ``decode`` gives for ``data``: its value (the performative, without where it ends), or a refusal."""
+    try:
+        return decode(data)[0]
+    except DecodeError:
+        return DecodeError
+
+
+@given(st.one_of(transfers, dispositions), st.data())
+@settings(max_examples=400, deadline=None)
+def test_damaged_input_is_refused_or_decoded_like_the_codec(performative: Any, data: st.DataObject) -> None:
+    """An encoding cut short, or with one byte changed, decodes to what the codec makes of it, or is refused by
+    both: the fast paths never accept what the codec refuses, nor read a field differently."""
+    body = bytearray(codec.encode(performative))
+    if data.draw(st.booleans()):
+        body = body[: data.draw(st.integers(3, len(body)))]
+    else:
+        body[data.draw(st.integers(3, len(body) - 1))] = data.draw(st.integers(0, 255))
+    decoder = decode_transfer if isinstance(performative, Transfer) else decode_disposition
+    fast, slow = _result(decoder, bytes(body)), _result(codec.decode, bytes(body))
+    if slow is not DecodeError and not isinstance(slow, type(performative)):
+        slow = DecodeError  # (another performative altogether: the fast path refuses it, as the engine would)
+    assert fast == slow

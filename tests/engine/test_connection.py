@@ -1414,3 +1414,15 @@ def test_raw_frame_header_fields() -> None:
 def test_parse_frames_refuses_what_is_not_whole_frames(data: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_frames(data)
+
+
+def test_the_bytes_are_taken_when_given_and_parsed_as_the_events_are_taken() -> None:
+    """``receive_events`` keeps the bytes at once (a read whose events are taken later, with the next read's, loses
+    nothing); its frames are parsed only as the events are taken, in order."""
+    h = Harness().opened().session()
+    link = h.receiving_link(0)
+    first = h.conn.receive_events(frames.frame(0, frames.transfer(0, 0), b"m0"), 0.0)
+    assert link.credit == 10  # nothing parsed yet
+    second = h.conn.receive_events(frames.frame(0, frames.transfer(0, 1), b"m1"), 0.0)
+    assert [e.payload for e in first if isinstance(e, TransferReceived)] == [b"m0", b"m1"]
+    assert list(second) == []
