@@ -175,9 +175,10 @@ class Coordinator:
         they send nothing until told what comes next (§4.4.3; §4: further work on it "will lead to failure")."""
         self.check_back = CheckBack(settings.check_back, outbox)
         """In-doubt transactions, their checks, remembered outcomes and ``$txn-check`` links (``checkback.py``)."""
-        self._waiting: dict[ServerConnection, list[_Waiting]] = {}
+        self.waiting: dict[ServerConnection, list[_Waiting]] = {}
         """Answers to discharges that rolled back, sent once the aborted transfers are out, by the connection of
-        those transfers (only a read of that connection can let them out: ``answer_waiting``)."""
+        those transfers (only a read of that connection can let them out: ``answer_waiting``; the core reads
+        this map, never writes it, to call that only when something waits)."""
         dispatcher.acquirer = self
         self.injection = Injection()
         """Fault injection (set by the core): points ``declare``, ``discharge`` and ``post``."""
@@ -462,12 +463,12 @@ class Coordinator:
             return
         entry = _Waiting(pending, answer)
         for conn in {d.link.context.conn for d in pending}:
-            self._waiting.setdefault(conn, []).append(entry)
+            self.waiting.setdefault(conn, []).append(entry)
 
     def answer_waiting(self, conn: ServerConnection) -> None:
         """Send the answers that waited for aborted transfers of ``conn`` once they have gone out (or never will:
         their link is gone)."""
-        entries = self._waiting.pop(conn, None)
+        entries = self.waiting.pop(conn, None)
         if entries is None:
             return
         still = []
@@ -480,7 +481,7 @@ class Coordinator:
             else:
                 still.append(entry)
         if still:
-            self._waiting[conn] = still
+            self.waiting[conn] = still
 
     def _control_error(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, err: Error
