@@ -203,7 +203,8 @@ class Coordinator:
         personality = controller.personality
         unsettled = _unsettled_of_session(controller) if personality.strict else 0
         # §4.4.1: the provisional outcomes of posts go out before any declare or discharge is answered
-        self.outbox.flush(conn)
+        if self.outbox.pending:  # (a declare usually finds none: no call, issue 19)
+            self.outbox.flush(conn)
         self.replenish(conn, controller)
         delivery = event.delivery
         if delivery.settled:
@@ -414,8 +415,11 @@ class Coordinator:
             err = _commit_failure(personality, failure, refused_post=failure is txn.failed)
             self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
-        # one journal record for all the durable work; ``accepted`` once it is on disk
-        self.recorder.record_then(work, lambda: self._reply(conn, controller, delivery, ACCEPTED))
+        if self.recorder.durable:
+            # one journal record for all the durable work; ``accepted`` once it is on disk
+            self.recorder.record_then(work, lambda: self._reply(conn, controller, delivery, ACCEPTED))
+        else:
+            self._reply(conn, controller, delivery, ACCEPTED)  # nothing waits for a disk: no closure (issue 19)
 
     def _try_commit(self, txn: Transaction) -> tuple[Error | None, list[Any]]:
         """Commit ``txn``: None and its journal work (to record before answering), or why it could not be applied
@@ -854,11 +858,22 @@ class Coordinator:
                 node = target
                 node.staged -= 1
             touched.update(self.dispatcher.post(node, post.message, txn.conn))
+        if txn.acquired or txn.outcomes:  # (a commit of posts only builds no settlements, issue 19)
+            self._retire_held(txn, touched)
+        self.counters.committed += 1
+        if txn.check_back:
+            self.check_back.ended(txn, COMMITTED, self.clock.now, self._key(txn.conn))
+        self.dispatcher.dispatch_all(touched)
+        return None
+
+    def _retire_held(self, txn: Transaction, touched: set[Queue]) -> None:
+        """Apply the outcomes a committing ``txn`` holds, and finish what was acquired under it (§4.4.2, §4.4.3)."""
         settle = _Settlements()
-        for dispatched in txn.held() if txn.acquired or txn.outcomes else ():
+        outcomes = txn.outcomes
+        for dispatched in txn.held():
             consumer = dispatched.consumer
             delivery = dispatched.delivery
-            outcome = txn.outcomes.get(dispatched)
+            outcome = outcomes.get(dispatched)
             if outcome is None:  # acquired under it, no outcome staged
                 if consumer.presettled:
                     outcome = ACCEPTED  # sent settled: consumed by the commit
@@ -871,11 +886,6 @@ class Coordinator:
                 settle.add(delivery, outcome)  # §4.4.2: the broker settles what it still holds unsettled
             touched.add(consumer.queue)
         settle.send(self.outbox)
-        self.counters.committed += 1
-        if txn.check_back:
-            self.check_back.ended(txn, COMMITTED, self.clock.now, self._key(txn.conn))
-        self.dispatcher.dispatch_all(touched)
-        return None
 
     def _check(self, txn: Transaction) -> Error | None:
         """Why a staged post can no longer be applied (its node was deleted, or is full), or None."""
