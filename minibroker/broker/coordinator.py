@@ -611,7 +611,9 @@ class Coordinator:
             # created by the commit, which checks its limits; a new queue journals durable messages
             err = journal_full_error() if message.durable and not self.recorder.accepting else None
         else:
-            err = self.dispatcher.admit(target, message, conn) or self.dispatcher.journal_refusal(target, message, conn)
+            err = self.dispatcher.admit(target, message, conn)
+            if err is None and self.recorder.durable:  # (only a journal refuses: no call without one, issue 19)
+                err = self.dispatcher.journal_refusal(target, message, conn)
         size = message.size  # (read once: a post is per message, issue 19)
         limit = self.settings.max_staged_bytes
         if err is None and txn.staged_bytes + size > limit:
