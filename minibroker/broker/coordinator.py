@@ -754,9 +754,10 @@ class Coordinator:
                     del holder.outcomes[dispatched]
                     del self._holder[dispatched]
                 plain.append(dispatched)
-        # a browsed copy is settled with the outcome it was given, never as work of a transaction
-        given = state.outcome if isinstance(state, TransactionalState) else state
-        self.outbox.settle(conn, browsed, as_delivery_state(given))
+        if browsed:  # (tested first: a transactional accept's disposition has none, issue 19)
+            # a browsed copy is settled with the outcome it was given, never as work of a transaction
+            given = state.outcome if isinstance(state, TransactionalState) else state
+            self.outbox.settle(conn, browsed, as_delivery_state(given))
         if lost:
             # Service Bus answers the settlement of a message whose lock was lost with a rejected outcome naming
             # com.microsoft:message-lock-lost; azure-servicebus raises MessageLockLostError for it
@@ -764,7 +765,8 @@ class Coordinator:
             self.outbox.settle(conn, lost, Rejected(error=sb_messages.lock_lost_error()))
         if plain:
             self.dispatcher.apply_outcome(conn, plain, state, settled)
-        self.dispatcher.dispatch_all(touched)
+        if touched:
+            self.dispatcher.dispatch_all(touched)
 
     def _retire(
         self,
@@ -870,7 +872,7 @@ class Coordinator:
 
     def _retire_held(self, txn: Transaction, touched: set[Queue]) -> None:
         """Apply the outcomes a committing ``txn`` holds, and finish what was acquired under it (§4.4.2, §4.4.3)."""
-        settle = _Settlements()
+        settle: list[tuple[OutgoingDelivery, Outcome]] = []
         outcomes = txn.outcomes
         for dispatched in txn.held():
             consumer = dispatched.consumer
@@ -885,9 +887,9 @@ class Coordinator:
                     continue  # stays acquired by its link, an ordinary unsettled delivery
             self.dispatcher.finish(dispatched, outcome)
             if delivery.open:
-                settle.add(delivery, outcome)  # §4.4.2: the broker settles what it still holds unsettled
+                settle.append((delivery, outcome))  # §4.4.2: the broker settles what it still holds unsettled
             touched.add(consumer.queue)
-        settle.send(self.outbox)
+        _settle(self.outbox, settle)
 
     def _check(self, txn: Transaction) -> Error | None:
         """Why a staged post can no longer be applied (its node was deleted, or is full), or None."""
@@ -974,7 +976,7 @@ class Coordinator:
             if not isinstance(post.target, Deferred):
                 post.target.staged -= 1
         touched: set[Queue] = set()
-        settle = _Settlements()
+        settle: list[tuple[OutgoingDelivery, Outcome]] = []
         for dispatched in txn.held() if txn.acquired or txn.outcomes else ():
             consumer = dispatched.consumer
             delivery = dispatched.delivery
@@ -984,14 +986,14 @@ class Coordinator:
                 # resource MUST abort or complete the sending of the remainder of the message")
                 self.dispatcher.finish(dispatched, RELEASED)
                 if delivery.open:
-                    settle.add(delivery, RELEASED)
+                    settle.append((delivery, RELEASED))
             elif delivery.open:
                 continue  # back to the state it had: acquired by its link, and the client may settle it again
             else:
                 # the client settled it, or its link is gone: the source's default outcome (§3.5.3)
                 self.dispatcher.finish(dispatched, consumer.default_outcome)
             touched.add(consumer.queue)
-        settle.send(self.outbox)
+        _settle(self.outbox, settle)
         self.counters.rolled_back += 1
         if txn.check_back:
             self.check_back.ended(txn, ROLLED_BACK, self.clock.now, self._key(txn.conn))
@@ -1280,20 +1282,18 @@ def _held_back(txn: Transaction) -> list[OutgoingDelivery]:
     return [d.delivery for d in txn.acquired if not d.delivery.complete]
 
 
-class _Settlements:
-    """Deliveries to settle, grouped by connection and outcome, sent as ranged dispositions."""
-
-    __slots__ = ("_by_conn",)
-
-    def __init__(self) -> None:
-        self._by_conn: dict[ServerConnection, dict[int, tuple[Outcome, list[OutgoingDelivery]]]] = {}
-
-    def add(self, delivery: OutgoingDelivery, outcome: Outcome) -> None:
-        conn = delivery.link.context.conn
-        by_outcome = self._by_conn.setdefault(conn, {})
-        by_outcome.setdefault(id(outcome), (outcome, []))[1].append(delivery)
-
-    def send(self, outbox: Outbox) -> None:
-        for conn, by_outcome in self._by_conn.items():
-            for outcome, deliveries in by_outcome.values():
-                outbox.settle(conn, deliveries, outcome)
+def _settle(outbox: Outbox, settle: list[tuple[OutgoingDelivery, Outcome]]) -> None:
+    """Settle deliveries, grouped by connection and outcome, as ranged dispositions (collected as pairs and grouped
+    here once: no call per delivery, issue 19)."""
+    by_conn: dict[ServerConnection, dict[int, tuple[Outcome, list[OutgoingDelivery]]]] = {}
+    for delivery, outcome in settle:
+        by_outcome = by_conn.get(conn := delivery.link.context.conn)
+        if by_outcome is None:
+            by_outcome = by_conn[conn] = {}
+        group = by_outcome.get(id(outcome))
+        if group is None:
+            group = by_outcome[id(outcome)] = (outcome, [])
+        group[1].append(delivery)
+    for conn, groups in by_conn.items():
+        for outcome, deliveries in groups.values():
+            outbox.settle(conn, deliveries, outcome)

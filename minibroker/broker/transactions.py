@@ -114,7 +114,12 @@ class Transaction:
 
     def held(self) -> list[Dispatched]:
         """Every delivery whose fate it decides, acquired ones first."""
-        return [*self.acquired, *(d for d in self.outcomes if d not in self.acquired)]
+        acquired = self.acquired
+        if not acquired:  # the usual case, one or the other: no generator to sift (issue 19)
+            return list(self.outcomes)
+        if not self.outcomes:
+            return list(acquired)
+        return [*acquired, *(d for d in self.outcomes if d not in acquired)]
 
     def __repr__(self) -> str:
         return (
