@@ -735,7 +735,8 @@ class Dispatcher:
         ready = queue.ready
         while ready:
             message: Message = ready[0]
-            if message.expires_at is not None and message.expires_at <= self.clock.now:
+            expires_at = message.content.expires_at  # (the field, read once: per delivery, issue 19)
+            if expires_at is not None and expires_at <= self.clock.now:
                 with self.recorder.together():
                     queue.remove_ready(message)
                     self._expire(queue, message)
@@ -860,7 +861,7 @@ class Dispatcher:
                 locked_until = self.clock.now + entity_properties(consumer.queue).lock_duration
                 payload = self._servicebus_payload(message, locked_until)
         delivery = conn.deliver(consumer.link, payload, settled=presettled, state=state)
-        self.outbox.touch(conn)
+        self.outbox.dirty.add(conn)  # (``touch``'s one line, without its call: per delivery, issue 19)
         if state is not None:
             # §4.4.3: acquired under the transaction, settled or not, until it is discharged
             dispatched = consumer.unsettled[delivery] = Dispatched(consumer, delivery, message)

@@ -52,8 +52,14 @@ class Outbox:
         if delivery.link.rcv_settle_mode == _RCV_SETTLE_SECOND and not settle:
             self.answer_now(conn, delivery, state)
             return
-        batch = self.pending.setdefault(conn, {})
-        batch.setdefault(id(state), (state, []))[1].append(delivery)
+        # get-then-set rather than setdefault: no tuple and list built and thrown away per answer (issue 19)
+        batch = self.pending.get(conn)
+        if batch is None:
+            batch = self.pending[conn] = {}
+        group = batch.get(id(state))
+        if group is None:
+            group = batch[id(state)] = (state, [])
+        group[1].append(delivery)
 
     def answer_now(self, conn: ServerConnection, delivery: IncomingDelivery, state: DeliveryState) -> None:
         """Give the peer's ``delivery`` the outcome ``state`` now.
