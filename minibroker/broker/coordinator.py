@@ -42,6 +42,7 @@ from minibroker.amqp.definitions import (
     Discharge,
     Error,
     Rejected,
+    Released,
     TransactionalState,
 )
 from minibroker.amqp.errors import Condition, error
@@ -1285,14 +1286,16 @@ def _held_back(txn: Transaction) -> list[OutgoingDelivery]:
 def _settle(outbox: Outbox, settle: list[tuple[OutgoingDelivery, Outcome]]) -> None:
     """Settle deliveries, grouped by connection and outcome, as ranged dispositions (collected as pairs and grouped
     here once: no call per delivery, issue 19)."""
-    by_conn: dict[ServerConnection, dict[int, tuple[Outcome, list[OutgoingDelivery]]]] = {}
+    by_conn: dict[ServerConnection, dict[object, tuple[Outcome, list[OutgoingDelivery]]]] = {}
     for delivery, outcome in settle:
         by_outcome = by_conn.get(conn := delivery.link.context.conn)
         if by_outcome is None:
             by_outcome = by_conn[conn] = {}
-        group = by_outcome.get(id(outcome))
+        # outcomes without fields are equal whatever object each client disposition decoded to: one run for them
+        key = type(outcome) if isinstance(outcome, Accepted | Released) else id(outcome)
+        group = by_outcome.get(key)
         if group is None:
-            group = by_outcome[id(outcome)] = (outcome, [])
+            group = by_outcome[key] = (outcome, [])
         group[1].append(delivery)
     for conn, groups in by_conn.items():
         for outcome, deliveries in groups.values():
