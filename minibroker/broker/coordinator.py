@@ -214,7 +214,8 @@ class Coordinator:
             text = f"{_strict(personality, '§4.3')}declare and discharge must not be sent settled"
             self._detach(controller, error(Condition.NOT_ALLOWED, text))
             return
-        if named_transactions(delivery):
+        # (the one-frame case tested inline, as ``endpoints.transfer`` does: two per transaction, issue 19)
+        if isinstance(delivery.state, TransactionalState) or (delivery.earlier_states and named_transactions(delivery)):
             # §4 intro: "No transactional work is allowed on the control link"
             err = error(Condition.NOT_ALLOWED, "a declare or discharge cannot itself be transactional work")
             self._control_error(conn, controller, delivery, err)
@@ -578,23 +579,28 @@ class Coordinator:
         """Stage a transactional post and answer with its provisional outcome (``target`` None: unroutable;
         ``refusal``: the post is refused, e.g. not permitted, and so is the commit; ``entity``: the Service Bus
         entity the post is work on, for ``Personality.one_entity``)."""
-        named = named_transactions(delivery)
-        if len(named) > 1:
-            # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
-            mixed = error(Condition.TRANSACTION_ROLLBACK, "the frames of one transfer named different transactions")
-            self.outbox.answer_now(conn, delivery, Rejected(error=mixed))
-            self._conflict([t for i in named if (t := self._live(conn, i)) is not None], mixed)
-            return
-        txn = self._live(conn, named[0])
+        state = delivery.state
+        if not delivery.earlier_states and isinstance(state, TransactionalState):
+            txn_id = state.txn_id  # one frame, one state: the usual post reads it directly (issue 19)
+        else:
+            named = named_transactions(delivery)
+            if len(named) > 1:
+                # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
+                mixed = error(Condition.TRANSACTION_ROLLBACK, "the frames of one transfer named different transactions")
+                self.outbox.answer_now(conn, delivery, Rejected(error=mixed))
+                self._conflict([t for i in named if (t := self._live(conn, i)) is not None], mixed)
+                return
+            txn_id = named[0]
+        txn = self._live(conn, txn_id)
         if txn is None:
             detaches = self.nodes.personality_of(conn).unknown_txn_detaches
-            if self._unknown_closes(conn, named[0]):
+            if self._unknown_closes(conn, txn_id):
                 pass
-            elif detaches is not None and not self._timed_out(conn, named[0]):
-                conn.detach(delivery.link, wire_error(*detaches, txn_id=named[0]))
+            elif detaches is not None and not self._timed_out(conn, txn_id):
+                conn.detach(delivery.link, wire_error(*detaches, txn_id=txn_id))
                 self.outbox.touch(conn)
             else:
-                self.outbox.answer_now(conn, delivery, Rejected(error=self.unknown_error(conn, named[0])))
+                self.outbox.answer_now(conn, delivery, Rejected(error=self.unknown_error(conn, txn_id)))
             return
         personality = txn.controller.personality
         if txn.deadline is None and personality.timeout_from == "first-operation":
