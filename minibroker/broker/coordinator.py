@@ -42,6 +42,7 @@ from minibroker.amqp.definitions import (
     Discharge,
     Error,
     Rejected,
+    Released,
     TransactionalState,
 )
 from minibroker.amqp.errors import Condition, error
@@ -175,9 +176,10 @@ class Coordinator:
         they send nothing until told what comes next (§4.4.3; §4: further work on it "will lead to failure")."""
         self.check_back = CheckBack(settings.check_back, outbox)
         """In-doubt transactions, their checks, remembered outcomes and ``$txn-check`` links (``checkback.py``)."""
-        self._waiting: dict[ServerConnection, list[_Waiting]] = {}
+        self.waiting: dict[ServerConnection, list[_Waiting]] = {}
         """Answers to discharges that rolled back, sent once the aborted transfers are out, by the connection of
-        those transfers (only a read of that connection can let them out: ``answer_waiting``)."""
+        those transfers (only a read of that connection can let them out: ``answer_waiting``; the core reads
+        this map, never writes it, to call that only when something waits)."""
         dispatcher.acquirer = self
         self.injection = Injection()
         """Fault injection (set by the core): points ``declare``, ``discharge`` and ``post``."""
@@ -202,7 +204,8 @@ class Coordinator:
         personality = controller.personality
         unsettled = _unsettled_of_session(controller) if personality.strict else 0
         # §4.4.1: the provisional outcomes of posts go out before any declare or discharge is answered
-        self.outbox.flush(conn)
+        if self.outbox.pending:  # (a declare usually finds none: no call, issue 19)
+            self.outbox.flush(conn)
         self.replenish(conn, controller)
         delivery = event.delivery
         if delivery.settled:
@@ -211,7 +214,8 @@ class Coordinator:
             text = f"{_strict(personality, '§4.3')}declare and discharge must not be sent settled"
             self._detach(controller, error(Condition.NOT_ALLOWED, text))
             return
-        if named_transactions(delivery):
+        # (the one-frame case tested inline, as ``endpoints.transfer`` does: two per transaction, issue 19)
+        if isinstance(delivery.state, TransactionalState) or (delivery.earlier_states and named_transactions(delivery)):
             # §4 intro: "No transactional work is allowed on the control link"
             err = error(Condition.NOT_ALLOWED, "a declare or discharge cannot itself be transactional work")
             self._control_error(conn, controller, delivery, err)
@@ -413,8 +417,11 @@ class Coordinator:
             err = _commit_failure(personality, failure, refused_post=failure is txn.failed)
             self._after(_held_back(txn), lambda: self._control_error(conn, controller, delivery, err))
             return
-        # one journal record for all the durable work; ``accepted`` once it is on disk
-        self.recorder.record_then(work, lambda: self._reply(conn, controller, delivery, ACCEPTED))
+        if self.recorder.durable:
+            # one journal record for all the durable work; ``accepted`` once it is on disk
+            self.recorder.record_then(work, lambda: self._reply(conn, controller, delivery, ACCEPTED))
+        else:
+            self._reply(conn, controller, delivery, ACCEPTED)  # nothing waits for a disk: no closure (issue 19)
 
     def _try_commit(self, txn: Transaction) -> tuple[Error | None, list[Any]]:
         """Commit ``txn``: None and its journal work (to record before answering), or why it could not be applied
@@ -462,12 +469,12 @@ class Coordinator:
             return
         entry = _Waiting(pending, answer)
         for conn in {d.link.context.conn for d in pending}:
-            self._waiting.setdefault(conn, []).append(entry)
+            self.waiting.setdefault(conn, []).append(entry)
 
     def answer_waiting(self, conn: ServerConnection) -> None:
         """Send the answers that waited for aborted transfers of ``conn`` once they have gone out (or never will:
         their link is gone)."""
-        entries = self._waiting.pop(conn, None)
+        entries = self.waiting.pop(conn, None)
         if entries is None:
             return
         still = []
@@ -480,7 +487,7 @@ class Coordinator:
             else:
                 still.append(entry)
         if still:
-            self._waiting[conn] = still
+            self.waiting[conn] = still
 
     def _control_error(
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, err: Error
@@ -572,23 +579,28 @@ class Coordinator:
         """Stage a transactional post and answer with its provisional outcome (``target`` None: unroutable;
         ``refusal``: the post is refused, e.g. not permitted, and so is the commit; ``entity``: the Service Bus
         entity the post is work on, for ``Personality.one_entity``)."""
-        named = named_transactions(delivery)
-        if len(named) > 1:
-            # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
-            mixed = error(Condition.TRANSACTION_ROLLBACK, "the frames of one transfer named different transactions")
-            self.outbox.answer_now(conn, delivery, Rejected(error=mixed))
-            self._conflict([t for i in named if (t := self._live(conn, i)) is not None], mixed)
-            return
-        txn = self._live(conn, named[0])
+        state = delivery.state
+        if not delivery.earlier_states and isinstance(state, TransactionalState):
+            txn_id = state.txn_id  # one frame, one state: the usual post reads it directly (issue 19)
+        else:
+            named = named_transactions(delivery)
+            if len(named) > 1:
+                # §4.4.1: "all frames MUST be explicitly associated with the same transaction"
+                mixed = error(Condition.TRANSACTION_ROLLBACK, "the frames of one transfer named different transactions")
+                self.outbox.answer_now(conn, delivery, Rejected(error=mixed))
+                self._conflict([t for i in named if (t := self._live(conn, i)) is not None], mixed)
+                return
+            txn_id = named[0]
+        txn = self._live(conn, txn_id)
         if txn is None:
             detaches = self.nodes.personality_of(conn).unknown_txn_detaches
-            if self._unknown_closes(conn, named[0]):
+            if self._unknown_closes(conn, txn_id):
                 pass
-            elif detaches is not None and not self._timed_out(conn, named[0]):
-                conn.detach(delivery.link, wire_error(*detaches, txn_id=named[0]))
+            elif detaches is not None and not self._timed_out(conn, txn_id):
+                conn.detach(delivery.link, wire_error(*detaches, txn_id=txn_id))
                 self.outbox.touch(conn)
             else:
-                self.outbox.answer_now(conn, delivery, Rejected(error=self.unknown_error(conn, named[0])))
+                self.outbox.answer_now(conn, delivery, Rejected(error=self.unknown_error(conn, txn_id)))
             return
         personality = txn.controller.personality
         if txn.deadline is None and personality.timeout_from == "first-operation":
@@ -606,7 +618,9 @@ class Coordinator:
             # created by the commit, which checks its limits; a new queue journals durable messages
             err = journal_full_error() if message.durable and not self.recorder.accepting else None
         else:
-            err = self.dispatcher.admit(target, message, conn) or self.dispatcher.journal_refusal(target, message, conn)
+            err = self.dispatcher.admit(target, message, conn)
+            if err is None and self.recorder.durable:  # (only a journal refuses: no call without one, issue 19)
+                err = self.dispatcher.journal_refusal(target, message, conn)
         size = message.size  # (read once: a post is per message, issue 19)
         limit = self.settings.max_staged_bytes
         if err is None and txn.staged_bytes + size > limit:
@@ -747,9 +761,10 @@ class Coordinator:
                     del holder.outcomes[dispatched]
                     del self._holder[dispatched]
                 plain.append(dispatched)
-        # a browsed copy is settled with the outcome it was given, never as work of a transaction
-        given = state.outcome if isinstance(state, TransactionalState) else state
-        self.outbox.settle(conn, browsed, as_delivery_state(given))
+        if browsed:  # (tested first: a transactional accept's disposition has none, issue 19)
+            # a browsed copy is settled with the outcome it was given, never as work of a transaction
+            given = state.outcome if isinstance(state, TransactionalState) else state
+            self.outbox.settle(conn, browsed, as_delivery_state(given))
         if lost:
             # Service Bus answers the settlement of a message whose lock was lost with a rejected outcome naming
             # com.microsoft:message-lock-lost; azure-servicebus raises MessageLockLostError for it
@@ -757,7 +772,8 @@ class Coordinator:
             self.outbox.settle(conn, lost, Rejected(error=sb_messages.lock_lost_error()))
         if plain:
             self.dispatcher.apply_outcome(conn, plain, state, settled)
-        self.dispatcher.dispatch_all(touched)
+        if touched:
+            self.dispatcher.dispatch_all(touched)
 
     def _retire(
         self,
@@ -853,11 +869,22 @@ class Coordinator:
                 node = target
                 node.staged -= 1
             touched.update(self.dispatcher.post(node, post.message, txn.conn))
-        settle = _Settlements()
-        for dispatched in txn.held() if txn.acquired or txn.outcomes else ():
+        if txn.acquired or txn.outcomes:  # (a commit of posts only builds no settlements, issue 19)
+            self._retire_held(txn, touched)
+        self.counters.committed += 1
+        if txn.check_back:
+            self.check_back.ended(txn, COMMITTED, self.clock.now, self._key(txn.conn))
+        self.dispatcher.dispatch_all(touched)
+        return None
+
+    def _retire_held(self, txn: Transaction, touched: set[Queue]) -> None:
+        """Apply the outcomes a committing ``txn`` holds, and finish what was acquired under it (§4.4.2, §4.4.3)."""
+        settle: list[tuple[OutgoingDelivery, Outcome]] = []
+        outcomes = txn.outcomes
+        for dispatched in txn.held():
             consumer = dispatched.consumer
             delivery = dispatched.delivery
-            outcome = txn.outcomes.get(dispatched)
+            outcome = outcomes.get(dispatched)
             if outcome is None:  # acquired under it, no outcome staged
                 if consumer.presettled:
                     outcome = ACCEPTED  # sent settled: consumed by the commit
@@ -867,14 +894,9 @@ class Coordinator:
                     continue  # stays acquired by its link, an ordinary unsettled delivery
             self.dispatcher.finish(dispatched, outcome)
             if delivery.open:
-                settle.add(delivery, outcome)  # §4.4.2: the broker settles what it still holds unsettled
+                settle.append((delivery, outcome))  # §4.4.2: the broker settles what it still holds unsettled
             touched.add(consumer.queue)
-        settle.send(self.outbox)
-        self.counters.committed += 1
-        if txn.check_back:
-            self.check_back.ended(txn, COMMITTED, self.clock.now, self._key(txn.conn))
-        self.dispatcher.dispatch_all(touched)
-        return None
+        _settle(self.outbox, settle)
 
     def _check(self, txn: Transaction) -> Error | None:
         """Why a staged post can no longer be applied (its node was deleted, or is full), or None."""
@@ -961,7 +983,7 @@ class Coordinator:
             if not isinstance(post.target, Deferred):
                 post.target.staged -= 1
         touched: set[Queue] = set()
-        settle = _Settlements()
+        settle: list[tuple[OutgoingDelivery, Outcome]] = []
         for dispatched in txn.held() if txn.acquired or txn.outcomes else ():
             consumer = dispatched.consumer
             delivery = dispatched.delivery
@@ -971,14 +993,14 @@ class Coordinator:
                 # resource MUST abort or complete the sending of the remainder of the message")
                 self.dispatcher.finish(dispatched, RELEASED)
                 if delivery.open:
-                    settle.add(delivery, RELEASED)
+                    settle.append((delivery, RELEASED))
             elif delivery.open:
                 continue  # back to the state it had: acquired by its link, and the client may settle it again
             else:
                 # the client settled it, or its link is gone: the source's default outcome (§3.5.3)
                 self.dispatcher.finish(dispatched, consumer.default_outcome)
             touched.add(consumer.queue)
-        settle.send(self.outbox)
+        _settle(self.outbox, settle)
         self.counters.rolled_back += 1
         if txn.check_back:
             self.check_back.ended(txn, ROLLED_BACK, self.clock.now, self._key(txn.conn))
@@ -1267,20 +1289,20 @@ def _held_back(txn: Transaction) -> list[OutgoingDelivery]:
     return [d.delivery for d in txn.acquired if not d.delivery.complete]
 
 
-class _Settlements:
-    """Deliveries to settle, grouped by connection and outcome, sent as ranged dispositions."""
-
-    __slots__ = ("_by_conn",)
-
-    def __init__(self) -> None:
-        self._by_conn: dict[ServerConnection, dict[int, tuple[Outcome, list[OutgoingDelivery]]]] = {}
-
-    def add(self, delivery: OutgoingDelivery, outcome: Outcome) -> None:
-        conn = delivery.link.context.conn
-        by_outcome = self._by_conn.setdefault(conn, {})
-        by_outcome.setdefault(id(outcome), (outcome, []))[1].append(delivery)
-
-    def send(self, outbox: Outbox) -> None:
-        for conn, by_outcome in self._by_conn.items():
-            for outcome, deliveries in by_outcome.values():
-                outbox.settle(conn, deliveries, outcome)
+def _settle(outbox: Outbox, settle: list[tuple[OutgoingDelivery, Outcome]]) -> None:
+    """Settle deliveries, grouped by connection and outcome, as ranged dispositions (collected as pairs and grouped
+    here once: no call per delivery, issue 19)."""
+    by_conn: dict[ServerConnection, dict[object, tuple[Outcome, list[OutgoingDelivery]]]] = {}
+    for delivery, outcome in settle:
+        by_outcome = by_conn.get(conn := delivery.link.context.conn)
+        if by_outcome is None:
+            by_outcome = by_conn[conn] = {}
+        # outcomes without fields are equal whatever object each client disposition decoded to: one run for them
+        key = type(outcome) if isinstance(outcome, Accepted | Released) else id(outcome)
+        group = by_outcome.get(key)
+        if group is None:
+            group = by_outcome[key] = (outcome, [])
+        group[1].append(delivery)
+    for conn, groups in by_conn.items():
+        for outcome, deliveries in groups.values():
+            outbox.settle(conn, deliveries, outcome)

@@ -276,8 +276,10 @@ class Broker:
                     caused = other.take_events()
                     if caused:
                         self._apply_contained(other, caused)
-                        self._step(other, partial(self.coordinator.answer_waiting, other))
-        self._step(conn, lambda: self.coordinator.answer_waiting(conn))
+                        if other in self.coordinator.waiting:
+                            self._step(other, partial(self.coordinator.answer_waiting, other))
+        if conn in self.coordinator.waiting:  # (rare: checked here, so a batch builds no closure for it, issue 19)
+            self._step(conn, partial(self.coordinator.answer_waiting, conn))
         self._changed()
 
     def _changed(self) -> None:
@@ -297,8 +299,23 @@ class Broker:
             self.fail(conn, exc)
 
     def _apply_contained(self, conn: ServerConnection, events: Iterable[Event]) -> None:
+        """Handle ``events`` in order (taken one at a time: a lazy stream parses the next frame only after
+        the handler of the previous event has run), then those our own commands caused; an error closes ``conn``
+        (``fail``). One function, not a containing one around another: it runs for every read (issue 19)."""
+        handlers = self._handlers
+        outbox = self.outbox
+        pending: Iterable[Event] = events
         try:
-            self._apply(conn, events)
+            while True:
+                for event in pending:
+                    handler = handlers.get(type(event))
+                    if handler is not None:
+                        handler(conn, event)
+                if outbox.pending:
+                    outbox.flush(conn)
+                pending = conn.take_events()  # caused by our own commands (a detach after a refused attach)
+                if not pending:
+                    return
         except Exception as exc:
             close = getattr(events, "close", None)
             if close is not None:
@@ -335,23 +352,6 @@ class Broker:
             self._contain(what, partial(self.endpoints.detached, conn, LinkDetached(context.link, False, None)))
         if conn in self.nodes.connections:  # its close never reached us: forget it all the same
             self._connection_closed(conn, ConnectionClosed(None, by_peer=False))
-
-    def _apply(self, conn: ServerConnection, events: Iterable[Event]) -> None:
-        """Handle ``events`` in order (taken one at a time: a lazy stream parses the next frame only after
-        the handler of the previous event has run), then those our own commands caused."""
-        handlers = self._handlers
-        outbox = self.outbox
-        pending: Iterable[Event] = events
-        while True:
-            for event in pending:
-                handler = handlers.get(type(event))
-                if handler is not None:
-                    handler(conn, event)
-            if outbox.waiting_answers:
-                outbox.flush(conn)
-            pending = conn.take_events()  # caused by our own commands (a detach after a refused attach)
-            if not pending:
-                return
 
     @property
     def dirty(self) -> set[ServerConnection]:

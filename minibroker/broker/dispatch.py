@@ -263,14 +263,16 @@ class Dispatcher:
     def arrive(self, message: Message) -> None:
         """Fix the message's expiry and visibility times on the broker clock (Part 3 §3.2.1, §3.2.4)."""
         now = self.clock.now
-        ttl = message.ttl
+        content = message.content  # (its fields read directly: every arrival passes here, issue 19)
+        header = content.header
+        ttl = header.ttl if header is not None else None
         expires = now + ttl / 1000 if ttl else None
         absolute = message.absolute_expiry_time()
         if absolute and _sane_ms(absolute):
             at = self.clock.from_wall_ms(absolute)
             expires = at if expires is None else min(expires, at)
-        message.expires_at = expires
-        if message.annotations:
+        content.expires_at = expires
+        if content.annotations:
             deliver_at = None
             for key, relative in ((_DELIVERY_TIME, False), (_SCHEDULED_ENQUEUE_TIME, False), (_DELIVERY_DELAY, True)):
                 value = message.annotation(key)
@@ -509,12 +511,13 @@ class Dispatcher:
         if self._session_subscriptions and group_id(message) is None:
             targets, copies = self._dead_letter_sessionless(targets, copies)
         now = self.clock.now
-        expires_at = message.expires_at
+        content = message.content  # (the copies share it; its times read directly, issue 19)
+        expires_at = content.expires_at
         if expires_at is not None and expires_at <= now:
             for queue, copy in zip(targets, copies, strict=True):
                 self._expire(queue, copy)  # expired on arrival: never visible
             return
-        deliver_at = message.deliver_at
+        deliver_at = content.deliver_at
         scheduled = deliver_at is not None and deliver_at > now
         enqueued = self.recorder.enqueued if self.recorder.durable and message.durable else None
         for queue, copy in zip(targets, copies, strict=True):
@@ -732,7 +735,8 @@ class Dispatcher:
         ready = queue.ready
         while ready:
             message: Message = ready[0]
-            if message.expires_at is not None and message.expires_at <= self.clock.now:
+            expires_at = message.content.expires_at  # (the field, read once: per delivery, issue 19)
+            if expires_at is not None and expires_at <= self.clock.now:
                 with self.recorder.together():
                     queue.remove_ready(message)
                     self._expire(queue, message)
@@ -857,7 +861,7 @@ class Dispatcher:
                 locked_until = self.clock.now + entity_properties(consumer.queue).lock_duration
                 payload = self._servicebus_payload(message, locked_until)
         delivery = conn.deliver(consumer.link, payload, settled=presettled, state=state)
-        self.outbox.touch(conn)
+        self.outbox.dirty.add(conn)  # (``touch``'s one line, without its call: per delivery, issue 19)
         if state is not None:
             # §4.4.3: acquired under the transaction, settled or not, until it is discharged
             dispatched = consumer.unsettled[delivery] = Dispatched(consumer, delivery, message)

@@ -735,7 +735,7 @@ class Endpoints:
         transactional = isinstance(delivery.state, TransactionalState) or (
             bool(delivery.earlier_states) and bool(named_transactions(delivery))
         )
-        if message.malformed is not None:
+        if message.content.malformed is not None:  # (the field itself: every transfer asks, issue 19)
             # Part 3 §3.2: the broker reads the header and annotations (durability, ttl, priority, delivery-count,
             # scheduling); when they do not decode it cannot keep its promises for the message, so it refuses it
             # (§2.8.15 decode-error): rejected, or dropped when pre-settled, like any refused pre-settled post

@@ -129,7 +129,7 @@ class ConsumerGroup:
         for i in range(n):
             index = (self._next + i) % n
             consumer = consumers[index]
-            if consumer.can_take():
+            if consumer.conn.can_send(consumer.link):  # (``can_take`` without its call: per delivery, issue 19)
                 self._next = (index + 1) % n
                 return consumer
         return None

@@ -230,16 +230,18 @@ class Message:
     @property
     def size(self) -> int:
         """Bytes of the encoded message."""
-        return len(self.payload)
+        return len(self.content.payload)  # (not ``self.payload``: a property read per queue operation, issue 19)
 
     @property
     def durable(self) -> bool:
-        return self.header is not None and bool(self.header.durable)
+        header = self.content.header
+        return header is not None and bool(header.durable)
 
     @property
     def ttl(self) -> int | None:
         """header.ttl in milliseconds, or None."""
-        return self.header.ttl if self.header is not None else None
+        header = self.content.header
+        return header.ttl if header is not None else None
 
     def properties(self) -> Properties | None:
         """The properties section, decoded (None when absent or undecodable)."""
@@ -275,8 +277,9 @@ class Message:
 
     def absolute_expiry_time(self) -> int | None:
         """``properties.absolute-expiry-time`` in wall-clock ms; decodes only when the field can be present."""
-        payload = self.payload
-        code, value = section_at(payload, self.properties_start)
+        content = self.content  # (read once: every arrival asks, issue 19)
+        payload = content.payload
+        code, value = section_at(payload, content.properties_start)
         if code != PROPERTIES or len(payload) < value + 2:
             return None
         constructor = payload[value]

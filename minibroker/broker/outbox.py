@@ -26,12 +26,9 @@ class Outbox:
 
     def __init__(self) -> None:
         self.dirty: set[ServerConnection] = set()
-        self._answers: dict[ServerConnection, dict[int, tuple[Any, list[IncomingDelivery]]]] = {}
-
-    @property
-    def waiting_answers(self) -> bool:
-        """Whether answers wait for the end of the batch."""
-        return bool(self._answers)
+        self.pending: dict[ServerConnection, dict[int, tuple[Any, list[IncomingDelivery]]]] = {}
+        """The answers waiting for the end of the batch, by connection (read-only outside: the core tests it for
+        emptiness after every read, a dict rather than a property call, issue 19)."""
 
     def touch(self, conn: ServerConnection) -> None:
         """``conn`` was given a command: it has bytes to write."""
@@ -55,8 +52,14 @@ class Outbox:
         if delivery.link.rcv_settle_mode == _RCV_SETTLE_SECOND and not settle:
             self.answer_now(conn, delivery, state)
             return
-        batch = self._answers.setdefault(conn, {})
-        batch.setdefault(id(state), (state, []))[1].append(delivery)
+        # get-then-set rather than setdefault: no tuple and list built and thrown away per answer (issue 19)
+        batch = self.pending.get(conn)
+        if batch is None:
+            batch = self.pending[conn] = {}
+        group = batch.get(id(state))
+        if group is None:
+            group = batch[id(state)] = (state, [])
+        group[1].append(delivery)
 
     def answer_now(self, conn: ServerConnection, delivery: IncomingDelivery, state: DeliveryState) -> None:
         """Give the peer's ``delivery`` the outcome ``state`` now.
@@ -70,7 +73,7 @@ class Outbox:
 
     def flush(self, conn: ServerConnection) -> None:
         """Send the answers waiting for ``conn``: one disposition per run of consecutive ids with one state."""
-        batch = self._answers.pop(conn, None)
+        batch = self.pending.pop(conn, None)
         if batch:
             for state, deliveries in batch.values():
                 conn.dispose_incoming([d for d in deliveries if not d.settled], state)
@@ -84,5 +87,5 @@ class Outbox:
 
     def forget(self, conn: ServerConnection) -> None:
         """``conn`` is gone."""
-        self._answers.pop(conn, None)
+        self.pending.pop(conn, None)
         self.dirty.discard(conn)

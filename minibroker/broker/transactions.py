@@ -36,6 +36,7 @@ from minibroker.broker.namespace import Namespace, Node
 from minibroker.engine.connection import ServerConnection
 
 MAX_TXN_ID = 32  # DESIGN §4: txn-ids are short opaque binaries, at most 32 bytes
+_ACCEPTED = Accepted()  # field-less, never changed: every transaction's provisional outcome shares it (issue 19)
 
 
 def counter_ids(prefix: bytes = b"") -> Iterator[bytes]:
@@ -100,7 +101,7 @@ class Transaction:
         # state: what transfers acquired under it carry (§4.4.3), made when a link first acquires under it;
         # accepted_state: the provisional outcome of its posts, one object so their answers merge into ranges
         self.state: TransactionalState | None = None
-        self.accepted_state = TransactionalState(txn_id=txn_id, outcome=Accepted())
+        self.accepted_state = TransactionalState(txn_id=txn_id, outcome=_ACCEPTED)
         self.posts: list[Post] = []
         self.staged_bytes = 0
         # acquired: deliveries sent under it, in the order sent (an ordered set); outcomes: deliveries it holds
@@ -114,7 +115,12 @@ class Transaction:
 
     def held(self) -> list[Dispatched]:
         """Every delivery whose fate it decides, acquired ones first."""
-        return [*self.acquired, *(d for d in self.outcomes if d not in self.acquired)]
+        acquired = self.acquired
+        if not acquired:  # the usual case, one or the other: no generator to sift (issue 19)
+            return list(self.outcomes)
+        if not self.outcomes:
+            return list(acquired)
+        return [*acquired, *(d for d in self.outcomes if d not in acquired)]
 
     def __repr__(self) -> str:
         return (
