@@ -7,8 +7,13 @@ waits with ``trio.lowlevel.wait_readable`` only when the socket has nothing; it 
 ``send`` and says how much the socket took, so the caller decides who writes the rest (the connection's writer
 task, which may block). A request and its answer then cost one trip: the wait for the request.
 
-What it keeps of trio's semantics: a read that finds data at once is followed, before the next read, by a
-checkpoint (``trio.lowlevel.checkpoint``), so a peer that always has data cannot starve the other tasks, and the
+A read that did not fill the buffer drained the socket: the next one waits (``wait_readable``) at once, without
+first trying ``recv_into`` only to be told ``EAGAIN``; only a read that filled the buffer (more is likely there)
+is followed by a plain checkpoint and a try. For a request and its answer that is one system call and one wait,
+not three steps.
+
+What it keeps of trio's semantics: every read is preceded by a trip through the scheduler (the wait, or a
+checkpoint, ``trio.lowlevel.checkpoint``), so a peer that always has data cannot starve the other tasks, and the
 reader can still be cancelled; a deadline that has passed is reported before anything is read, as
 ``trio.move_on_at`` around ``receive_some`` does. TLS streams are not plain: they keep trio's ``SSLStream``.
 
@@ -37,7 +42,7 @@ class PlainSocket:
         self._sock.setblocking(False)
         self._buffer = bytearray(_RECEIVE_SIZE)  # reused by every read: one allocation per connection
         self._pending = pending
-        self._parked = True  # whether the last read waited (gave other tasks their turn)
+        self._drained = True  # whether the last read left the socket empty (it did not fill the buffer)
 
     @classmethod
     def of(cls, stream: trio.abc.Stream) -> PlainSocket | None:
@@ -56,21 +61,23 @@ class PlainSocket:
         if self._pending:
             data, self._pending = self._pending, b""
             return data
-        if not self._parked:
-            await trio.lowlevel.checkpoint()  # the last read did not wait: let the others run (and cancel us)
-        self._parked = False
+        drained = self._drained  # (a drained socket: straight to the wait, itself the others' turn)
+        if not drained:
+            await trio.lowlevel.checkpoint()  # the last read filled the buffer: let the others run (and cancel us)
         while True:
             if deadline is not None and trio.current_time() >= deadline:
                 return None
-            try:
-                size = self._sock.recv_into(self._buffer)
-            except BlockingIOError:
-                pass
-            except OSError:
-                return b""
-            else:
-                return self._buffer[:size]  # a copy the size of the read: the engines take bytes or bytearray
-            self._parked = True
+            if not drained:
+                try:
+                    size = self._sock.recv_into(self._buffer)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return b""
+                else:
+                    self._drained = size < _RECEIVE_SIZE
+                    return self._buffer[:size]  # a copy the size of the read: the engines take bytes or bytearray
+            drained = False
             try:
                 if deadline is None:
                     await trio.lowlevel.wait_readable(self._fd)
