@@ -42,6 +42,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,14 +118,17 @@ class Client:
     """One connection replaying transactions and waiting for each whole answer: a blocking socket, frame sizes
     read, nothing decoded (the client's CPU is not what is measured, but it sets the pace)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, think: float = 0.0) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.pending = bytearray()
-        self.last = b""
+        self.think = think
+        """Seconds the client waits before each request (a client slower than the server, as proton is)."""
 
     def ask(self, request: bytes, dispositions: int) -> bytes:
         """Send ``request``; the answer holding ``dispositions`` dispositions (and any frame before them)."""
+        if self.think:
+            time.sleep(self.think)
         self.sock.sendall(request)
         pending = self.pending
         while True:
@@ -261,18 +265,24 @@ def serve_trio(answers: tuple[bytes, bytes], *, plainsocket: bool) -> None:
 class Server:
     """One server in a process of its own (under callgrind with ``callgrind_out``)."""
 
-    def __init__(self, kind: str, answers_file: Path | None, callgrind_out: Path | None = None) -> None:
+    def __init__(
+        self, name: str, answers_file: Path | None, callgrind_out: Path | None = None, think: float = 0.0
+    ) -> None:
+        self.name = name
+        kind, _, tree = name.partition("@")  # KIND@DIR: minibroker (or PlainSocket) of another checkout
         self.kind = kind
+        root = Path(tree).resolve() if tree else ROOT
         if kind == "minibroker":
             command = [sys.executable, "-m", "minibroker", "--host", "127.0.0.1", "--port", "0"]
             command += ["--log-level", "warning"]
         else:
             command = [sys.executable, "-m", "bench.floor", "--serve", kind, "--answers", str(answers_file)]
+            command += ["--tree", str(root)]
         if callgrind_out is not None:
             command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={callgrind_out}", *command]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(root if kind == "minibroker" else ROOT)}  # (bench.floor is ours)
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     cwd=ROOT, env=env)  # fmt: skip
+                                     cwd=root if kind == "minibroker" else ROOT, env=env)  # fmt: skip
         self.pid = self.proc.pid
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -281,7 +291,7 @@ class Server:
             self.proc.kill()
             raise RuntimeError(f"{kind} did not start: {line!r}")
         self.port = int(match.group(1))
-        self.client = Client(self.port)
+        self.client = Client(self.port, think)
         if kind == "minibroker":
             self.client.set_up(Traffic.make())
         self.done = 0
@@ -339,16 +349,16 @@ def load_answers(answers_file: Path) -> tuple[bytes, bytes]:
     return data[4 : 4 + size], data[4 + size :]
 
 
-def measure(kinds: list[str], count: int, rounds: int, answers_file: Path) -> None:
+def measure(kinds: list[str], count: int, rounds: int, answers_file: Path, think: float) -> None:
     """Each server's CPU per transaction, ``rounds`` interleaved runs of ``count``; medians and ratios printed."""
-    servers = [Server(kind, answers_file) for kind in kinds]
+    servers = [Server(kind, answers_file, think=think) for kind in kinds]
     try:
         for server in servers:
             server.run(max(count // 10, 100))  # warm-up: imports done, caches filled
         figures: dict[str, list[float]] = {kind: [] for kind in kinds}
         for _ in range(rounds):
             for server in servers:
-                figures[server.kind].append(server.run(count) / count * 1e6)
+                figures[server.name].append(server.run(count) / count * 1e6)
     finally:
         for server in servers:
             server.stop()
@@ -361,16 +371,16 @@ def measure(kinds: list[str], count: int, rounds: int, answers_file: Path) -> No
         median = statistics.median(figures[kind])
         rounds_text = " ".join(f"{x:.1f}" for x in figures[kind])
         ratio = f"{median / base:6.3f} of minibroker" if base else ""
-        print(f"  {kind:12} {median:8.1f} µs   {ratio}   (rounds: {rounds_text})")
+        print(f"  {kind:28} {median:8.1f} µs   {ratio}   (rounds: {rounds_text})")
 
 
-def callgrind(kinds: list[str], count: int, answers_file: Path) -> None:
+def callgrind(kinds: list[str], count: int, answers_file: Path, think: float) -> None:
     """Whole-process instructions per transaction under callgrind (counters zeroed after a warm-up)."""
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="floor-cg-") as folder:
-        for kind in kinds:
-            out = Path(folder) / f"{kind}.out"
-            server = Server(kind, answers_file, callgrind_out=out)
+        for index, kind in enumerate(kinds):
+            out = Path(folder) / f"{index}.out"
+            server = Server(kind, answers_file, callgrind_out=out, think=think)
             try:
                 server.run(100)
                 subprocess.run(["callgrind_control", "-z", str(server.pid)], check=True, capture_output=True)
@@ -378,14 +388,15 @@ def callgrind(kinds: list[str], count: int, answers_file: Path) -> None:
                 subprocess.run(["callgrind_control", "-d", str(server.pid)], check=True, capture_output=True)
             finally:
                 server.stop()
-            dumps = sorted(Path(folder).glob(f"{kind}.out*"), key=lambda p: p.stat().st_mtime)
+            dumps = sorted(Path(folder).glob(f"{index}.out*"), key=lambda p: p.stat().st_mtime)
             totals = [_total(path) for path in dumps if path.name != out.name]
             results[kind] = (totals[0] if totals else _total(out)) / count
     base = results.get("minibroker")
-    print(f"whole-process instructions per one-message transaction (callgrind, {count} transactions after 100)")
+    print(f"whole-process instructions per one-message transaction (callgrind, {count} transactions after 100, "
+          f"client thinking {think * 1e6:.0f} µs)")  # fmt: skip
     for kind, value in results.items():
         ratio = f"{value / base:6.3f} of minibroker" if base else ""
-        print(f"  {kind:12} {value:12,.0f}   {ratio}")
+        print(f"  {kind:28} {value:12,.0f}   {ratio}")
 
 
 def _total(path: Path) -> int:
@@ -403,9 +414,12 @@ def main() -> None:
     parser.add_argument("--servers", default=",".join(SERVERS))
     parser.add_argument("--callgrind", action="store_true", help="instruction counts of trio, plainsocket, minibroker")
     parser.add_argument("--serve", choices=SERVERS[:-1], help=argparse.SUPPRESS)
+    parser.add_argument("--think", type=float, default=0.0, help="µs the client waits before each request")
     parser.add_argument("--answers", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
+        sys.path.insert(0, args.tree)  # (PlainSocket from that checkout)
         answers = load_answers(args.answers)
         if args.serve == "blocking":
             serve_blocking(answers)
@@ -418,9 +432,10 @@ def main() -> None:
         answers_file = Path(folder) / "answers"
         record(answers_file)
         if args.callgrind:
-            callgrind([k for k in args.servers.split(",") if k in CALLGRIND_SERVERS], args.count, answers_file)
+            kinds = [k for k in args.servers.split(",") if k.partition("@")[0] in CALLGRIND_SERVERS]
+            callgrind(kinds, args.count, answers_file, args.think / 1e6)
         else:
-            measure(args.servers.split(","), args.count, args.rounds, answers_file)
+            measure(args.servers.split(","), args.count, args.rounds, answers_file, args.think / 1e6)
 
 
 if __name__ == "__main__":
