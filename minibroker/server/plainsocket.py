@@ -7,15 +7,19 @@ waits with ``trio.lowlevel.wait_readable`` only when the socket has nothing; it 
 ``send`` and says how much the socket took, so the caller decides who writes the rest (the connection's writer
 task, which may block). A request and its answer then cost one trip: the wait for the request.
 
-A read that did not fill the buffer drained the socket: the next one waits (``wait_readable``) at once, without
-first trying ``recv_into`` only to be told ``EAGAIN``; only a read that filled the buffer (more is likely there)
-is followed by a plain checkpoint and a try. For a request and its answer that is one system call and one wait,
-not three steps.
+What it keeps of trio's semantics: a read that finds data at once after a read that did not wait either returns
+only after a trip through the scheduler (``cancel_shielded_checkpoint``), so a peer that always has data cannot
+starve the other tasks (one read a turn, as before); every ``receive``
+can be cancelled (``checkpoint_if_cancelled`` before reading); a deadline that has passed is reported before
+anything is read, as ``trio.move_on_at`` around ``receive_some`` does. TLS streams are not plain: they keep trio's
+``SSLStream``.
 
-What it keeps of trio's semantics: every read is preceded by a trip through the scheduler (the wait, or a
-checkpoint, ``trio.lowlevel.checkpoint``), so a peer that always has data cannot starve the other tasks, and the
-reader can still be cancelled; a deadline that has passed is reported before anything is read, as
-``trio.move_on_at`` around ``receive_some`` does. TLS streams are not plain: they keep trio's ``SSLStream``.
+The turn is taken after the read, not before it, because the read usually finds nothing: a request answered,
+its peer has not had the time to send the next. A checkpoint before the read, then the read told ``EAGAIN``, then
+the wait, were two trips through the scheduler where the wait alone gives the others their turn. (Waiting first
+whenever the last read did not fill the buffer was measured too, with ``bench.floor``, and costs more: a wait is
+dearer than a read told ``EAGAIN``, and clients often send a transfer and a discharge in two writes, so that the
+second is there already.)
 
 The ``socket.socket`` here wraps the stream's file descriptor without owning it: ``detach`` must be called before
 the stream closes it (``ConnectionTask.run`` does), so that this object never closes a descriptor number the OS
@@ -42,7 +46,7 @@ class PlainSocket:
         self._sock.setblocking(False)
         self._buffer = bytearray(_RECEIVE_SIZE)  # reused by every read: one allocation per connection
         self._pending = pending
-        self._drained = True  # whether the last read left the socket empty (it did not fill the buffer)
+        self._parked = True  # whether the last receive waited (gave other tasks their turn)
 
     @classmethod
     def of(cls, stream: trio.abc.Stream) -> PlainSocket | None:
@@ -61,23 +65,23 @@ class PlainSocket:
         if self._pending:
             data, self._pending = self._pending, b""
             return data
-        drained = self._drained  # (a drained socket: straight to the wait, itself the others' turn)
-        if not drained:
-            await trio.lowlevel.checkpoint()  # the last read filled the buffer: let the others run (and cancel us)
+        await trio.lowlevel.checkpoint_if_cancelled()  # (no trip through the scheduler unless cancelled)
+        waited = False
         while True:
             if deadline is not None and trio.current_time() >= deadline:
                 return None
-            if not drained:
-                try:
-                    size = self._sock.recv_into(self._buffer)
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    return b""
-                else:
-                    self._drained = size < _RECEIVE_SIZE
-                    return self._buffer[:size]  # a copy the size of the read: the engines take bytes or bytearray
-            drained = False
+            try:
+                size = self._sock.recv_into(self._buffer)
+            except BlockingIOError:
+                pass
+            except OSError:
+                return b""
+            else:
+                if not waited and not self._parked:  # the last read did not wait either: the others' turn first
+                    await trio.lowlevel.cancel_shielded_checkpoint()  # (shielded: what was read is not lost)
+                self._parked = waited
+                return self._buffer[:size]  # a copy the size of the read: the engines take bytes or bytearray
+            waited = True
             try:
                 if deadline is None:
                     await trio.lowlevel.wait_readable(self._fd)

@@ -1,8 +1,9 @@
 """How often ``PlainSocket`` reads and waits, and that a connection task's turns stay fair.
 
-A read that did not fill the buffer drained the socket, so the next ``receive`` waits at once: one ``recv_into``
-per request, not a ``recv_into`` told ``EAGAIN`` before the wait (``minibroker.server.plainsocket``'s docstring);
-a read that filled the buffer reads again after a checkpoint, without waiting. Then two connection tasks on one
+A read that finds nothing waits, and the wait is the other tasks' turn: no checkpoint before it, as there was; of
+two reads in a row that find data at once, the second gives the others a turn before it returns (shielded, so
+nothing read is lost), and a cancelled ``receive`` reads nothing (``minibroker.server.plainsocket``'s
+docstring). Then two connection tasks on one
 broker: a peer that always has data (empty frames, AMQP 1.0 section 2.4.5, in 64 KiB writes, for ever) and a
 bystander doing request/answer round trips; both must progress.
 """
@@ -10,19 +11,27 @@ bystander doing request/answer round trips; both must progress.
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import SimpleNamespace
 
 import pytest
 import trio
 import trio.testing
 
 from minibroker.amqp.definitions import Accepted, Disposition, Flow
+from minibroker.server import plainsocket
 from minibroker.server.plainsocket import PlainSocket
 from minibroker.testing import frames
 from minibroker.testing.memory import MemoryPeer, memory_broker
 from tests.server.test_plainsocket import Pair, served
 
 _EMPTY_FRAME = b"\x00\x00\x00\x08\x02\x00\x00\x00"  # size 8, doff 2, AMQP, channel 0: a heartbeat
+
+
+@pytest.fixture
+async def pair_of_sockets(pairs: list[Pair]) -> Pair:
+    """One of ``pairs``."""
+    return pairs[0]
 
 
 @pytest.fixture
@@ -36,15 +45,19 @@ async def pairs() -> AsyncIterator[list[Pair]]:
         await trio.aclose_forcefully(theirs)
 
 
-class CountingSocket:
-    """A socket whose ``recv_into`` calls are noted in ``steps`` ("read N": N octets)."""
+class NotingSocket:
+    """A socket whose ``recv_into`` calls are noted in ``steps`` ("read N": N octets; "read EAGAIN")."""
 
     def __init__(self, sock: socket.socket, steps: list[str]) -> None:
         self.sock = sock
         self.steps = steps
 
     def recv_into(self, buffer: bytearray) -> int:
-        size = self.sock.recv_into(buffer)
+        try:
+            size = self.sock.recv_into(buffer)
+        except BlockingIOError:
+            self.steps.append("read EAGAIN")
+            raise
         self.steps.append(f"read {size}")
         return size
 
@@ -53,46 +66,80 @@ class CountingSocket:
 
 
 def noted(plain: PlainSocket, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The steps ``plain`` takes: its reads, and its waits ("wait")."""
+    """The steps ``plain`` takes: its reads, its waits for the socket ("wait") and the turns it gives the other tasks
+    otherwise ("turn")."""
     steps: list[str] = []
-    plain._sock = CountingSocket(plain._sock, steps)  # type: ignore[assignment]
-    wait_readable = trio.lowlevel.wait_readable
+    plain._sock = NotingSocket(plain._sock, steps)  # type: ignore[assignment]
 
-    async def spy(fd: int) -> None:
-        steps.append("wait")
-        await wait_readable(fd)
+    def noting(step: str, call: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        async def noted_call(*args: int) -> None:
+            steps.append(step)
+            await call(*args)
 
-    monkeypatch.setattr(trio.lowlevel, "wait_readable", spy)
+        return noted_call
+
+    lowlevel = SimpleNamespace(
+        checkpoint_if_cancelled=trio.lowlevel.checkpoint_if_cancelled,
+        wait_readable=noting("wait", trio.lowlevel.wait_readable),
+        checkpoint=noting("turn", trio.lowlevel.checkpoint),
+        cancel_shielded_checkpoint=noting("turn", trio.lowlevel.cancel_shielded_checkpoint),
+    )
+
+    class NotedTrio:  # trio as plainsocket sees it: its waits and turns noted
+        def __getattr__(self, name: str) -> object:
+            return lowlevel if name == "lowlevel" else getattr(trio, name)
+
+    monkeypatch.setattr(plainsocket, "trio", NotedTrio())
     return steps
 
 
-async def test_a_read_that_drained_the_socket_waits_before_the_next(
-    pairs: list[Pair], monkeypatch: pytest.MonkeyPatch
+async def test_a_read_that_finds_nothing_waits_without_a_turn_before_it(
+    pair_of_sockets: Pair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ours, theirs = pairs[0]
+    """A request read at once, answered, then the next read finds nothing: it waits, and the wait is the others'
+    turn (no checkpoint before the read, as there was: two trips through the scheduler where one does)."""
+    ours, theirs = pair_of_sockets
     plain = PlainSocket(ours.socket)
     steps = noted(plain, monkeypatch)
+    await theirs.send_all(b"a")
     with trio.fail_after(5):
-        for i in range(5):
-            await theirs.send_all(b"request %d" % i)
-            assert await plain.receive(None) == b"request %d" % i
-    assert steps == ["wait", "read 9"] * 5  # one system call a request: none told EAGAIN
+        assert await plain.receive(None) == b"a"
+        async with trio.open_nursery() as nursery:
+
+            async def later() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                await theirs.send_all(b"b")
+
+            nursery.start_soon(later)
+            assert await plain.receive(None) == b"b"
+    assert steps == ["read 1", "read EAGAIN", "wait", "read 1"]
     plain.detach()
 
 
-async def test_a_read_that_filled_the_buffer_reads_again_without_waiting(
-    pairs: list[Pair], monkeypatch: pytest.MonkeyPatch
+async def test_two_reads_in_a_row_that_find_data_give_the_others_a_turn(
+    pair_of_sockets: Pair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ours, theirs = pairs[0]
+    ours, theirs = pair_of_sockets
     plain = PlainSocket(ours.socket)
     steps = noted(plain, monkeypatch)
-    await theirs.send_all(b"x" * 65546)
     with trio.fail_after(5):
-        assert len(await plain.receive(None) or b"") == 65536
-        assert await plain.receive(None) == b"x" * 10  # more was likely there: read after a checkpoint
-        await theirs.send_all(b"next")
-        assert await plain.receive(None) == b"next"  # the short read drained it: wait first
-    assert steps == ["wait", "read 65536", "read 10", "wait", "read 4"]
+        for octet in b"cdef":
+            await theirs.send_all(bytes([octet]))
+            assert await plain.receive(None) == bytes([octet])
+    # (as before: one read a turn, but the first after a wait; the turn is taken after the read: nothing is lost)
+    assert steps == ["read 1", "read 1", "turn", "read 1", "turn", "read 1", "turn"]
+    plain.detach()
+
+
+async def test_a_cancelled_receive_reads_nothing(pair_of_sockets: Pair) -> None:
+    ours, theirs = pair_of_sockets
+    plain = PlainSocket(ours.socket)
+    await theirs.send_all(b"kept")
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await plain.receive(None)
+    assert scope.cancelled_caught
+    assert await plain.receive(None) == b"kept"
     plain.detach()
 
 
