@@ -2,7 +2,8 @@
 one-message transaction any CPython server, on trio or not, pays before it parses a byte.
 
     python -m bench.floor [--count 5000] [--rounds 3] [--servers trio,plainsocket,selectors,blocking,minibroker]
-    python -m bench.floor --callgrind [--count 2000]     # whole-process instructions per transaction instead
+    python -m bench.floor --callgrind [--count 400]      # whole-process instructions per transaction instead
+    python -m bench.floor --servers minibroker@/tmp/base,minibroker [--think 2000]   # beside another checkout
 
 A one-message transaction as python-qpid-proton runs it is two round trips: a ``transfer`` carrying ``declare``
 (answered by a ``disposition`` with ``declared``), then the message's ``transfer`` and the ``transfer`` carrying
@@ -27,7 +28,14 @@ server writes the same bytes. What is reported is the server process's CPU (user
 measured in turn, ``--rounds`` times (interleaved, so a change in the machine's load touches them all), and the
 median of the rounds is printed. ``--callgrind`` runs ``trio``, ``plainsocket`` and ``minibroker`` under
 ``valgrind --tool=callgrind`` instead, counters zeroed after a warm-up, and prints the whole process's instructions
-per transaction (deterministic; slow: minibroker runs about 50 times slower under valgrind).
+per transaction (slow: minibroker runs about 50 times slower under valgrind).
+
+``KIND@DIR`` runs ``minibroker`` or ``plainsocket`` from another checkout (its minibroker package), so a change
+compares in one run. ``--think US`` makes the client wait before each request: a client slower than the server,
+as python-qpid-proton is. Under callgrind that matters: the server runs 50 times slower and the client does not,
+so without it the next request is often there already when the server reads, which natively it seldom is (the
+raw replay: three reads in four find nothing); instruction counts of code whose path depends on it (whether a
+read waits) are only comparable at the same ``--think``.
 """
 
 from __future__ import annotations

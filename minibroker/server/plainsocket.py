@@ -8,18 +8,17 @@ waits with ``trio.lowlevel.wait_readable`` only when the socket has nothing; it 
 task, which may block). A request and its answer then cost one trip: the wait for the request.
 
 What it keeps of trio's semantics: a read that finds data at once after a read that did not wait either returns
-only after a trip through the scheduler (``cancel_shielded_checkpoint``), so a peer that always has data cannot
-starve the other tasks (one read a turn, as before); every ``receive``
-can be cancelled (``checkpoint_if_cancelled`` before reading); a deadline that has passed is reported before
-anything is read, as ``trio.move_on_at`` around ``receive_some`` does. TLS streams are not plain: they keep trio's
-``SSLStream``.
+only after a checkpoint (``trio.lowlevel.checkpoint``), so a peer that always has data cannot starve the other
+tasks (one read a turn, as before) nor escape cancellation (what that read took is returned by the next call, not
+lost); a deadline that has passed is reported before anything is read, as ``trio.move_on_at`` around
+``receive_some`` does. TLS streams are not plain: they keep trio's ``SSLStream``.
 
-The turn is taken after the read, not before it, because the read usually finds nothing: a request answered,
-its peer has not had the time to send the next. A checkpoint before the read, then the read told ``EAGAIN``, then
-the wait, were two trips through the scheduler where the wait alone gives the others their turn. (Waiting first
-whenever the last read did not fill the buffer was measured too, with ``bench.floor``, and costs more: a wait is
-dearer than a read told ``EAGAIN``, and clients often send a transfer and a discharge in two writes, so that the
-second is there already.)
+The turn is taken after the read, not before it, because a read after an answer usually finds nothing (the peer
+has not had the time to send the next request): a checkpoint before the read, then the read told ``EAGAIN``, then
+the wait, were two trips through the scheduler where the wait alone is the others' turn. Waiting first, without
+trying the read, saves the read told ``EAGAIN`` but costs a whole wait when the next request is there already
+(clients often write a transfer and a discharge apart); ``bench.floor`` measured it dearer on the whole
+(bench/README.md).
 
 The ``socket.socket`` here wraps the stream's file descriptor without owning it: ``detach`` must be called before
 the stream closes it (``ConnectionTask.run`` does), so that this object never closes a descriptor number the OS
@@ -45,7 +44,7 @@ class PlainSocket:
         self._sock = socket.socket(fileno=self._fd)  # the same descriptor, not a copy: ``detach`` before closing
         self._sock.setblocking(False)
         self._buffer = bytearray(_RECEIVE_SIZE)  # reused by every read: one allocation per connection
-        self._pending = pending
+        self._pending: bytes | bytearray = pending
         self._parked = True  # whether the last receive waited (gave other tasks their turn)
 
     @classmethod
@@ -65,7 +64,6 @@ class PlainSocket:
         if self._pending:
             data, self._pending = self._pending, b""
             return data
-        await trio.lowlevel.checkpoint_if_cancelled()  # (no trip through the scheduler unless cancelled)
         waited = False
         while True:
             if deadline is not None and trio.current_time() >= deadline:
@@ -77,10 +75,13 @@ class PlainSocket:
             except OSError:
                 return b""
             else:
+                data = self._buffer[:size]  # a copy the size of the read: the engines take bytes or bytearray
                 if not waited and not self._parked:  # the last read did not wait either: the others' turn first
-                    await trio.lowlevel.cancel_shielded_checkpoint()  # (shielded: what was read is not lost)
+                    self._pending = data  # (returned by the next call if we are cancelled: nothing read is lost)
+                    await trio.lowlevel.checkpoint()
+                    self._pending = b""
                 self._parked = waited
-                return self._buffer[:size]  # a copy the size of the read: the engines take bytes or bytearray
+                return data
             waited = True
             try:
                 if deadline is None:
