@@ -10,7 +10,7 @@ Commands (see bench/README.md):
   (``soak_throughput``), connection churn (``soak_churn``) and ``attacks``, with ``soak_figures`` for what
   all of them read about the broker;
 * ``amqp091``: AMQP 0-9-1 beside AMQP 1.0 (confirms, transactions, consume) with ``raw091``'s 0-9-1 client;
-* ``startup``, ``roundtrip``, ``crash``, ``cost``: one program each.
+* ``startup``, ``roundtrip``, ``crash``, ``cost``, ``floor``: one program each.
 
 Shared by all of them: ``broker_process`` (minibroker as a subprocess; ``introspect`` is the broker
 program that also answers questions about itself), ``measures`` (/proc readers, percentiles) and

@@ -254,20 +254,23 @@ class ConnectionTask:
         except Exception:
             log.exception("cleaning up connection %d after an internal error failed", self.id)
 
-    def _publish(self, *, answer_here: bool = False) -> None:
-        """Mark what is to be written and wake the writers that have something."""
+    def _publish(self, *, answer_here: bool = False) -> bool:
+        """Mark what is to be written and wake the writers that have something; True when, ``answer_here``, the
+        reader is to write this connection's answer itself, right after (its writer is not woken for it)."""
         broker = self.broker
+        here = False
         if self.wire.has_output:
             broker.dirty.add(self.engine)
-        if answer_here and self._answers_here():
-            broker.dirty.discard(self.engine)  # the reader writes it itself, right after
+            if answer_here and self._answers_here():
+                broker.dirty.discard(self.engine)
+                here = True  # (decided once: what the journal's write releases meanwhile goes out with it)
         wake_writers(broker)
+        return here
 
     def _answers_here(self) -> bool:
         engine = self.wire
         return (
-            engine.has_output
-            and engine.output_size <= _DIRECT_ANSWER
+            engine.output_size <= _DIRECT_ANSWER
             and not self._send_lock.locked()
             and not self._unsent
             and not engine.finished
@@ -314,8 +317,7 @@ class ConnectionTask:
 
     def _taking(self, data: bytes) -> None:
         """``data`` is about to be written: it is captured, and the output the reader may wait for is taken."""
-        self._output_taken.set()
-        self._output_taken = trio.Event()
+        self._output_taken.set()  # (a new event is made by the reader when it waits, not for every answer)
         if data and self.capture is not None:
             self.capture.sent(data, self._wall_time())
 
@@ -350,10 +352,11 @@ class ConnectionTask:
             if engine.output_size < _PAUSE_READING:
                 data = await receive(deadline)
             else:
+                taken = self._output_taken = trio.Event()  # set by the next write
                 with trio.move_on_at(deadline if deadline is not None else float("inf")):
                     # the peer is not reading our answers: stop reading its requests until it does, so what
                     # we buffer for it stays bounded (a peer sending flows with echo, say, without reading)
-                    await self._output_taken.wait()
+                    await taken.wait()
                     continue
             if data is None:
                 self._handle(engine.handle_timeout(trio.current_time()))
@@ -369,10 +372,9 @@ class ConnectionTask:
                 # before (another connection's reader wakes every writer with output)
                 self.broker.dirty.discard(self.engine)
                 await trio.sleep(self.failure_delay)
-            self._publish(answer_here=True)
             # a small answer goes out from this task: no hand-off to the writer, one wake-up less per request
             # (bulk output is the writer's: a peer that stops reading must only ever block the writer)
-            if self._answers_here():
+            if self._publish(answer_here=True):
                 # (on a plain socket without waiting: what the socket does not take goes to the writer)
                 sent = self._answer_now(plain) if plain is not None else await self._send(engine.data_to_send())
                 if not sent:

@@ -7,10 +7,18 @@ waits with ``trio.lowlevel.wait_readable`` only when the socket has nothing; it 
 ``send`` and says how much the socket took, so the caller decides who writes the rest (the connection's writer
 task, which may block). A request and its answer then cost one trip: the wait for the request.
 
-What it keeps of trio's semantics: a read that finds data at once is followed, before the next read, by a
-checkpoint (``trio.lowlevel.checkpoint``), so a peer that always has data cannot starve the other tasks, and the
-reader can still be cancelled; a deadline that has passed is reported before anything is read, as
-``trio.move_on_at`` around ``receive_some`` does. TLS streams are not plain: they keep trio's ``SSLStream``.
+What it keeps of trio's semantics: a read that finds data at once after a read that did not wait either returns
+only after a checkpoint (``trio.lowlevel.checkpoint``), so a peer that always has data cannot starve the other
+tasks (one read a turn, as before) nor escape cancellation (what that read took is returned by the next call, not
+lost); a deadline that has passed is reported before anything is read, as ``trio.move_on_at`` around
+``receive_some`` does. TLS streams are not plain: they keep trio's ``SSLStream``.
+
+The turn is taken after the read, not before it, because a read after an answer usually finds nothing (the peer
+has not had the time to send the next request): a checkpoint before the read, then the read told ``EAGAIN``, then
+the wait, were two trips through the scheduler where the wait alone is the others' turn. Waiting first, without
+trying the read, saves the read told ``EAGAIN`` but costs a whole wait when the next request is there already
+(clients often write a transfer and a discharge apart); ``bench.floor`` measured it dearer on the whole
+(bench/README.md).
 
 The ``socket.socket`` here wraps the stream's file descriptor without owning it: ``detach`` must be called before
 the stream closes it (``ConnectionTask.run`` does), so that this object never closes a descriptor number the OS
@@ -36,8 +44,8 @@ class PlainSocket:
         self._sock = socket.socket(fileno=self._fd)  # the same descriptor, not a copy: ``detach`` before closing
         self._sock.setblocking(False)
         self._buffer = bytearray(_RECEIVE_SIZE)  # reused by every read: one allocation per connection
-        self._pending = pending
-        self._parked = True  # whether the last read waited (gave other tasks their turn)
+        self._pending: bytes | bytearray = pending
+        self._parked = True  # whether the last receive waited (gave other tasks their turn)
 
     @classmethod
     def of(cls, stream: trio.abc.Stream) -> PlainSocket | None:
@@ -56,9 +64,7 @@ class PlainSocket:
         if self._pending:
             data, self._pending = self._pending, b""
             return data
-        if not self._parked:
-            await trio.lowlevel.checkpoint()  # the last read did not wait: let the others run (and cancel us)
-        self._parked = False
+        waited = False
         while True:
             if deadline is not None and trio.current_time() >= deadline:
                 return None
@@ -69,8 +75,14 @@ class PlainSocket:
             except OSError:
                 return b""
             else:
-                return self._buffer[:size]  # a copy the size of the read: the engines take bytes or bytearray
-            self._parked = True
+                data = self._buffer[:size]  # a copy the size of the read: the engines take bytes or bytearray
+                if not waited and not self._parked:  # the last read did not wait either: the others' turn first
+                    self._pending = data  # (returned by the next call if we are cancelled: nothing read is lost)
+                    await trio.lowlevel.checkpoint()
+                    self._pending = b""
+                self._parked = waited
+                return data
+            waited = True
             try:
                 if deadline is None:
                     await trio.lowlevel.wait_readable(self._fd)
