@@ -8,20 +8,26 @@ without a data dir (AMQP 1.0 Part 4 §4.3, §4.4; Part 2 §2.7.6)."""
 from __future__ import annotations
 
 import pytest
+import trio
 from trio.testing import MockClock
 
 from minibroker.amqp import fastpath
 from minibroker.amqp.definitions import (
     Accepted,
     Declared,
+    Detach,
     Discharge,
+    End,
+    Header,
     Disposition,
     Modified,
     Rejected,
     Released,
     TransactionalState,
+    Transfer,
 )
 from minibroker.amqp.errors import Condition
+from minibroker.amqp.types import UInt
 from minibroker.broker import transactions
 from minibroker.testing import frames
 from minibroker.testing.memory import MemoryBroker
@@ -29,6 +35,7 @@ from tests.broker.test_transactions_frames import (  # noqa: F401  (mb, settings
     COORD,
     Client,
     _fill,
+    body,
     client,
     condition,
     mb,
@@ -277,3 +284,93 @@ async def test_shared_accepted_outcomes_stay_field_less(mb: MemoryBroker, autoju
     assert provisional.state == TransactionalState(txn_id=txn, outcome=Accepted())
     assert await c.discharge(txn, fail=True) == Accepted()
     assert fastpath.ACCEPTED.field_values() == transactions._ACCEPTED.field_values() == []
+
+
+# -- the core's changed paths: post reading header/times from content, retirements across sessions -----------
+async def test_committed_post_with_a_ttl_expires_from_its_arrival(mb: MemoryBroker, autojump_clock: MockClock) -> None:
+    """Part 3 §3.2.1 header ttl ("computed based on the time of arrival at an intermediary"), read by the post path
+    from the message's content: counted from the transactional transfer's arrival (as on a0f32da), so it is
+    visible after a quick commit and gone once the ttl has passed."""
+    c = await client(mb)
+    await c.coordinator()
+    await c.sender("ttl", 1)
+    txn = await c.declare()
+    await c.post(1, frames.message("short", Header(ttl=UInt(1000))), txn=txn)
+    await c.peer.expect(Disposition)
+    await c.post(1, frames.message("long", Header(ttl=UInt(60_000), durable=True)), txn=txn)
+    await c.peer.expect(Disposition)
+    await trio.sleep(0.5)
+    assert await c.discharge(txn) == Accepted()
+    assert mb.queue("ttl").depth == 2
+    await trio.sleep(2)
+    await c.receiver("ttl", 2)
+    await c.credit(2, 5)
+    (delivered,) = await c.take(1)
+    assert body(delivered.payload) == "long"
+    await c.peer.disposition(delivered.performative.delivery_id, state=Accepted())
+    await c.peer.expect_nothing()
+    assert mb.queue("ttl").depth == 0
+
+
+async def test_presettled_transactional_post_is_staged_and_committed(
+    mb: MemoryBroker, autojump_clock: MockClock
+) -> None:
+    """§4.4.1: a pre-settled transactional transfer is still work of the transaction (no answer is due)."""
+    c = await client(mb)
+    await c.coordinator()
+    await c.sender("ps", 1)
+    txn = await c.declare()
+    await c.post(1, frames.message("m"), txn=txn, settled=True)
+    await c.peer.expect_nothing()
+    assert (mb.queue("ps").depth, mb.queue("ps").staged) == (0, 1)
+    assert await c.discharge(txn) == Accepted()
+    assert (mb.queue("ps").depth, mb.queue("ps").staged) == (1, 0)
+
+
+async def test_frames_of_one_post_naming_two_transactions_are_refused(
+    mb: MemoryBroker, autojump_clock: MockClock
+) -> None:
+    """§4.4.1 "all frames MUST be explicitly associated with the same transaction": the multi-frame branch the
+    one-frame fast read left in place; both transactions are rolled back and the controller detached with
+    transaction-rollback (as on a0f32da)."""
+    c = await client(mb)
+    await c.coordinator()
+    await c.sender("two", 1)
+    first, second = await c.declare(), await c.declare()
+    delivery_id = c.next_id()
+    payload = frames.message("x" * 50)
+    await c.peer.transfer(1, delivery_id, payload[:20], more=True, state=TransactionalState(txn_id=first))
+    await c.peer.transfer(1, None, payload[20:], state=TransactionalState(txn_id=second))
+    got = await answer(c, delivery_id)
+    assert isinstance(got.state, Rejected)
+    assert condition(got.state) == str(Condition.TRANSACTION_ROLLBACK)
+    detached = await c.peer.expect(Detach)
+    assert detached.handle == c.handles[COORD] and condition(detached) == str(Condition.TRANSACTION_ROLLBACK)
+    assert mb.broker.transactions == []
+    assert (mb.queue("two").depth, mb.queue("two").staged) == (0, 0)
+
+
+async def test_retirement_from_another_session_committed_after_that_session_ended(
+    mb: MemoryBroker, autojump_clock: MockClock
+) -> None:
+    """§4.4.2 with the consumer on session 1 and the controller on session 0: the transactional accept is the
+    transaction's even after session 1 ends (its link's default outcome does not apply); commit consumes it and
+    settles nothing on the ended session."""
+    c = await client(mb)
+    await _fill(c, "q", ["a", "b"])
+    await c.coordinator()
+    await c.peer.begin(channel=1)
+    await c.peer.attach_receiver("q", 2, channel=1)
+    await c.peer.flow(2, 2, channel=1)
+    got = [await c.peer.expect_frame(Transfer) for _ in range(2)]
+    assert {f.channel for f in got} == {1}
+    txn = await c.declare()
+    ids = [f.performative.delivery_id for f in got]
+    await c.peer.disposition(ids[0], ids[1], settled=False, channel=1, state=TransactionalState(txn_id=txn, outcome=Accepted()))
+    await c.peer.send(End(), 1)
+    await c.peer.expect(End)
+    queue = mb.queue("q")
+    assert (queue.depth, queue.acquired) == (0, 2)
+    assert await c.discharge(txn) == Accepted()
+    await c.peer.expect_nothing()
+    assert (queue.depth, queue.acquired) == (0, 0)
