@@ -374,3 +374,38 @@ async def test_retirement_from_another_session_committed_after_that_session_ende
     assert await c.discharge(txn) == Accepted()
     await c.peer.expect_nothing()
     assert (queue.depth, queue.acquired) == (0, 0)
+
+
+async def test_commit_after_the_posts_node_was_deleted_fails(mb: MemoryBroker, autojump_clock: MockClock) -> None:
+    """§4.4.1: a commit that cannot apply its posts fails (rejected, the transaction rolled back); the commit's
+    direct answer without a data dir must not skip that check."""
+    c = await client(mb)
+    await c.coordinator()
+    await c.sender("gone", 1)
+    txn = await c.declare()
+    await c.post(1, frames.message("m"), txn=txn)
+    await c.peer.expect(Disposition)
+    assert mb.queue("gone").delete()
+    await c.peer.expect(Detach)  # our sender's node went (resource-deleted)
+    outcome = await c.discharge(txn)
+    assert isinstance(outcome, Rejected), outcome
+    assert mb.broker.txn_stats.committed == 0
+
+
+async def test_commit_of_an_accept_after_its_node_was_deleted(mb: MemoryBroker, autojump_clock: MockClock) -> None:
+    """§4.4.2: the transactional accept's delivery went with its queue (its link detached, resource-deleted);
+    the commit still succeeds, settling nothing more and leaving nothing behind."""
+    c = await client(mb)
+    await _fill(c, "gone", ["a"])
+    await c.coordinator()
+    await c.receiver("gone", 2)
+    await c.credit(2, 1)
+    (delivered,) = await c.take(1)
+    txn = await c.declare()
+    staged = TransactionalState(txn_id=txn, outcome=Accepted())
+    await c.peer.disposition(delivered.performative.delivery_id, settled=False, state=staged)
+    assert mb.queue("gone").delete()
+    detaches = [await c.peer.expect(Detach) for _ in range(2)]  # our consumer's and _fill's sender's
+    assert {condition(d) for d in detaches} == {str(Condition.RESOURCE_DELETED)}
+    assert await c.discharge(txn) == Accepted()
+    await c.peer.expect_nothing()
