@@ -31,9 +31,7 @@ def summary(h: Harness, events: list[Event]) -> tuple[list[str], list[tuple[int,
     data = h.conn.data_to_send()
     if data.startswith(b"AMQP"):
         data = split_header(data)[1]
-    out = [
-        (f.channel, type(f.performative).__name__, _condition(f.performative)) for f in parse_frames(data)
-    ]
+    out = [(f.channel, type(f.performative).__name__, _condition(f.performative)) for f in parse_frames(data)]
     return [type(e).__name__ for e in events], out, h.conn.phase.value
 
 

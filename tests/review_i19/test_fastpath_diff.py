@@ -100,8 +100,32 @@ def _transfer_samples() -> list[bytes]:
     accepted = TransactionalState(txn_id=b"txn-1", outcome=Accepted())
     return [
         codec.encode(Transfer(handle=1, delivery_id=2, delivery_tag=b"t", message_format=0, settled=False)),
-        codec.encode(Transfer(handle=1, delivery_id=300, delivery_tag=b"t", message_format=0, settled=False, more=True, rcv_settle_mode=1, state=txn)),
-        codec.encode(Transfer(handle=1, delivery_id=2, delivery_tag=b"t", message_format=0, settled=True, more=False, state=accepted, resume=False, aborted=True, batchable=True)),
+        codec.encode(
+            Transfer(
+                handle=1,
+                delivery_id=300,
+                delivery_tag=b"t",
+                message_format=0,
+                settled=False,
+                more=True,
+                rcv_settle_mode=1,
+                state=txn,
+            )
+        ),
+        codec.encode(
+            Transfer(
+                handle=1,
+                delivery_id=2,
+                delivery_tag=b"t",
+                message_format=0,
+                settled=True,
+                more=False,
+                state=accepted,
+                resume=False,
+                aborted=True,
+                batchable=True,
+            )
+        ),
         fastpath.encode_transfer_all_fields(0, 5, b"tag", 0, False, False, txn),
     ]
 
@@ -110,7 +134,16 @@ def _disposition_samples() -> list[bytes]:
     return [
         codec.encode(Disposition(role=True, first=1)),
         codec.encode(Disposition(role=True, first=1, last=70000, settled=True, state=Accepted())),
-        codec.encode(Disposition(role=True, first=1, last=1, settled=True, state=TransactionalState(txn_id=b"t", outcome=Accepted()), batchable=True)),
+        codec.encode(
+            Disposition(
+                role=True,
+                first=1,
+                last=1,
+                settled=True,
+                state=TransactionalState(txn_id=b"t", outcome=Accepted()),
+                batchable=True,
+            )
+        ),
     ]
 
 

@@ -24,7 +24,7 @@ def threaded() -> Iterator[ThreadedBroker]:
         yield broker
 
 
-class SendReceiveRollBack(Scenario, TransactionHandler):  # type: ignore[misc]
+class SendReceiveRollBack(Scenario, TransactionHandler):
     """txn 1 posts five messages and commits; txn 2 takes them with proton's transactional accepts and
     commits; txn 3 posts two and rolls back."""
 

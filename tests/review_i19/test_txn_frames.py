@@ -1,5 +1,6 @@
 """Adversarial review of issue 19's transaction path, frame by frame against the real broker core and engine
-(in memory, virtual time: the helpers and the ``mb`` fixture of tests/broker/test_transactions_frames.py, which
+(in memory, virtual time: the helpers and the ``mb`` fixture of tests/broker/test_transactions_frames.py (see
+conftest.py), which
 checks that no transaction, staged or acquired message is left). Each probe attacks one changed piece: the
 python-qpid-proton encodings of declare/discharge taken by the fast path, one-delivery dispositions, commit
 settlements grouped by outcome, the inline "no transactional control message" test, discharge answered at once
@@ -17,9 +18,9 @@ from minibroker.amqp.definitions import (
     Declared,
     Detach,
     Discharge,
+    Disposition,
     End,
     Header,
-    Disposition,
     Modified,
     Rejected,
     Released,
@@ -31,15 +32,13 @@ from minibroker.amqp.types import UInt
 from minibroker.broker import transactions
 from minibroker.testing import frames
 from minibroker.testing.memory import MemoryBroker
-from tests.broker.test_transactions_frames import (  # noqa: F401  (mb, settings: fixtures)
+from tests.broker.test_transactions_frames import (
     COORD,
     Client,
     _fill,
     body,
     client,
     condition,
-    mb,
-    settings,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -53,7 +52,14 @@ PROTON_DECLARE = EMPTY_HEADER + EMPTY_PROPERTIES + VALUE + b"\x00\xa3\x11amqp:de
 def proton_discharge(txn_id: bytes, fail: bool) -> bytes:
     """A discharge as python-qpid-proton encodes it: empty header and properties, symbol descriptor."""
     fields = bytes((0xA0, len(txn_id))) + txn_id + (b"\x41" if fail else b"\x42")
-    return EMPTY_HEADER + EMPTY_PROPERTIES + VALUE + b"\x00\xa3\x13amqp:discharge:list" + bytes((0xC0, len(fields) + 1, 2)) + fields
+    return (
+        EMPTY_HEADER
+        + EMPTY_PROPERTIES
+        + VALUE
+        + b"\x00\xa3\x13amqp:discharge:list"
+        + bytes((0xC0, len(fields) + 1, 2))
+        + fields
+    )
 
 
 async def send_control(c: Client, payload: bytes, *, pieces: int = 1, state: object = None) -> int:
@@ -93,7 +99,8 @@ async def test_proton_declare_and_discharge_commit_a_post(
     provisional = await c.peer.expect(Disposition)
     assert provisional.state == TransactionalState(txn_id=txn, outcome=Accepted())
     got = await answer(c, await send_control(c, proton_discharge(txn, False), pieces=pieces))
-    assert got.settled and got.state == Accepted()
+    assert got.settled
+    assert got.state == Accepted()
     assert mb.queue("q").depth == 1
     assert mb.broker.txn_stats.committed == 1
 
@@ -169,8 +176,10 @@ def _expand(dispositions: list[Disposition]) -> dict[int, object]:
     """Delivery id -> settled outcome, from the broker's ranged dispositions (§2.7.6 first..last)."""
     out: dict[int, object] = {}
     for d in dispositions:
-        assert d.settled and d.role is frames.SENDER
-        for i in range(d.first, (d.first if d.last is None else d.last) + 1):
+        assert d.settled
+        assert d.role is frames.SENDER
+        first = int(d.first or 0)
+        for i in range(first, (first if d.last is None else int(d.last)) + 1):
             assert i not in out, f"delivery {i} settled twice"
             out[i] = d.state
     return out
@@ -274,7 +283,8 @@ async def test_shared_accepted_outcomes_stay_field_less(mb: MemoryBroker, autoju
     for shared in (fastpath.ACCEPTED, transactions._ACCEPTED):
         with pytest.raises(AttributeError):
             shared.error = "x"  # type: ignore[attr-defined]
-        assert shared == Accepted() and shared.field_values() == []
+        assert shared == Accepted()
+        assert shared.field_values() == []
     c = await client(mb)
     await c.coordinator()
     txn = await c.declare()
@@ -345,7 +355,8 @@ async def test_frames_of_one_post_naming_two_transactions_are_refused(
     assert isinstance(got.state, Rejected)
     assert condition(got.state) == str(Condition.TRANSACTION_ROLLBACK)
     detached = await c.peer.expect(Detach)
-    assert detached.handle == c.handles[COORD] and condition(detached) == str(Condition.TRANSACTION_ROLLBACK)
+    assert detached.handle == c.handles[COORD]
+    assert condition(detached) == str(Condition.TRANSACTION_ROLLBACK)
     assert mb.broker.transactions == []
     assert (mb.queue("two").depth, mb.queue("two").staged) == (0, 0)
 
@@ -366,7 +377,9 @@ async def test_retirement_from_another_session_committed_after_that_session_ende
     assert {f.channel for f in got} == {1}
     txn = await c.declare()
     ids = [f.performative.delivery_id for f in got]
-    await c.peer.disposition(ids[0], ids[1], settled=False, channel=1, state=TransactionalState(txn_id=txn, outcome=Accepted()))
+    await c.peer.disposition(
+        ids[0], ids[1], settled=False, channel=1, state=TransactionalState(txn_id=txn, outcome=Accepted())
+    )
     await c.peer.send(End(), 1)
     await c.peer.expect(End)
     queue = mb.queue("q")
