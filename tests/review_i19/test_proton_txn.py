@@ -5,6 +5,7 @@ engine's one-lookup path) against the real threaded broker. AMQP 1.0 Part 4 §4.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +19,13 @@ from tests.integration.helpers import Scenario, queue_depth, run
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def threaded() -> Iterator[ThreadedBroker]:
-    with run_in_thread({"server": {"port": 0}}) as broker:
+@pytest.fixture(params=["memory", "data-dir"])
+def threaded(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ThreadedBroker]:
+    """The broker without a data dir (the commit answered at once) and with one (answered once journaled)."""
+    config: dict[str, Any] = {"server": {"port": 0}}
+    if request.param == "data-dir":
+        config["data_dir"] = str(tmp_path)
+    with run_in_thread(config) as broker:
         yield broker
 
 
@@ -46,7 +51,7 @@ class SendReceiveRollBack(Scenario, TransactionHandler):
         self.txn = txn
         step = len(self.steps)
         if step == 0:
-            sent = [txn.send(self.sender, Message(body=f"m{i}")) for i in range(5)]
+            sent = [txn.send(self.sender, Message(body=f"m{i}", durable=i % 2 == 0)) for i in range(5)]
             self.when(lambda: all(d.remote_state != 0 for d in sent), txn.commit)
         elif step == 1:
             self.receiver = self.container_.create_receiver(self.conn, "tq", options=None)

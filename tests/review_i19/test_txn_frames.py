@@ -422,3 +422,28 @@ async def test_commit_of_an_accept_after_its_node_was_deleted(mb: MemoryBroker, 
     assert {condition(d) for d in detaches} == {str(Condition.RESOURCE_DELETED)}
     assert await c.discharge(txn) == Accepted()
     await c.peer.expect_nothing()
+
+
+async def test_commit_settles_accepts_of_two_links_in_session_ranges(
+    mb: MemoryBroker, autojump_clock: MockClock
+) -> None:
+    """§2.7.6: delivery-ids are the session's, so the commit's grouped settlements may range over deliveries of
+    two links; each delivery is settled once, with its own outcome, and both queues are emptied."""
+    c = await client(mb)
+    await _fill(c, "q1", ["a", "b"], handle=8)
+    await _fill(c, "q2", ["c", "d"], handle=9)
+    await c.coordinator()
+    await c.receiver("q1", 2)
+    await c.receiver("q2", 3)
+    await c.credit(2, 1)
+    await c.credit(3, 1)
+    await c.credit(2, 2)
+    await c.credit(3, 2)
+    ids = [t.performative.delivery_id for t in await c.take(4)]
+    txn = await c.declare()
+    for delivery_id in ids:
+        staged = TransactionalState(txn_id=txn, outcome=Accepted())
+        await c.peer.disposition(delivery_id, settled=False, state=staged)
+    assert _expand(await commit(c, txn)) == dict.fromkeys(ids, Accepted())
+    for name in ("q1", "q2"):
+        assert (mb.queue(name).depth, mb.queue(name).acquired) == (0, 0)
