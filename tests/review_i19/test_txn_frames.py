@@ -447,3 +447,31 @@ async def test_commit_settles_accepts_of_two_links_in_session_ranges(
     assert _expand(await commit(c, txn)) == dict.fromkeys(ids, Accepted())
     for name in ("q1", "q2"):
         assert (mb.queue(name).depth, mb.queue(name).acquired) == (0, 0)
+
+
+def _odd_discharge(txn_id: bytes, kind: str) -> bytes:
+    """A discharge (fail false or absent) in an odd-but-legal encoding the fast path also reads."""
+    vbin32 = b"\xb0" + len(txn_id).to_bytes(4, "big") + txn_id
+    if kind == "list32-vbin32":
+        fields = vbin32 + b"\x42"
+        return VALUE + b"\x00\x53\x32\xd0" + (len(fields) + 4).to_bytes(4, "big") + (2).to_bytes(4, "big") + fields
+    if kind == "symbol-no-fail":
+        fields = bytes((0xA0, len(txn_id))) + txn_id
+        return EMPTY_HEADER + VALUE + b"\x00\xa3\x13amqp:discharge:list" + bytes((0xC0, len(fields) + 1, 1)) + fields
+    assert kind == "properties-only-null-fail"
+    fields = bytes((0xA0, len(txn_id))) + txn_id + b"\x40"
+    return EMPTY_PROPERTIES + VALUE + b"\x00\x53\x32" + bytes((0xC0, len(fields) + 1, 2)) + fields
+
+
+@pytest.mark.parametrize("kind", ["list32-vbin32", "symbol-no-fail", "properties-only-null-fail"])
+async def test_discharge_in_odd_encodings_commits(mb: MemoryBroker, autojump_clock: MockClock, kind: str) -> None:
+    """§4.3 discharge: fail absent or null is false (commit), whatever the widths chosen."""
+    c = await client(mb)
+    await c.coordinator()
+    await c.sender("odd", 1)
+    txn = await proton_declare(c)
+    await c.post(1, frames.message("m"), txn=txn)
+    await c.peer.expect(Disposition)
+    assert (await answer(c, await send_control(c, _odd_discharge(txn, kind)))).state == Accepted()
+    assert mb.queue("odd").depth == 1
+    assert mb.broker.txn_stats.committed == 1
