@@ -475,3 +475,58 @@ async def test_discharge_in_odd_encodings_commits(mb: MemoryBroker, autojump_clo
     assert (await answer(c, await send_control(c, _odd_discharge(txn, kind)))).state == Accepted()
     assert mb.queue("odd").depth == 1
     assert mb.broker.txn_stats.committed == 1
+
+
+async def in_one_read(c: Client, *sends: tuple[object, bytes]) -> None:
+    """Put ``(performative, payload)`` frames on channel 0 in one write: the broker reads them together."""
+    for performative, payload in sends:
+        c.peer.conn.send(performative, 0, payload)
+    await c.peer.send_raw(b"")
+
+
+@pytest.mark.parametrize("control", ["declare", "discharge"])
+async def test_provisional_answer_of_a_post_precedes_a_control_answer_in_the_same_read(
+    mb: MemoryBroker, autojump_clock: MockClock, control: str
+) -> None:
+    """§4.4.1 (DESIGN §4): a post's provisional outcome goes out before the declare or discharge read after it
+    in the same batch is answered (the core's per-read handling and the declare's "flush only when pending")."""
+    c = await client(mb)
+    await c.coordinator()
+    await c.sender("batch", 1)
+    txn = await proton_declare(c)
+    post_id, control_id = c.next_id(), c.next_id()
+    post = frames.transfer(1, post_id, state=TransactionalState(txn_id=txn))
+    body_ = PROTON_DECLARE if control == "declare" else proton_discharge(txn, False)
+    await in_one_read(c, (post, frames.message("m")), (frames.transfer(COORD, control_id), body_))
+    first, second = await c.peer.expect(Disposition), await c.peer.expect(Disposition)
+    assert (first.first, second.first) == (post_id, control_id)
+    assert first.state == TransactionalState(txn_id=txn, outcome=Accepted())
+    if control == "declare":
+        assert isinstance(second.state, Declared)
+        assert await c.discharge(second.state.txn_id, fail=True) == Accepted()
+        assert await c.discharge(txn) == Accepted()
+    else:
+        assert second.state == Accepted()
+    assert mb.queue("batch").depth == 1
+
+
+async def test_transactional_accept_and_commit_in_the_same_read(mb: MemoryBroker, autojump_clock: MockClock) -> None:
+    """The accept read before the discharge in one batch is the transaction's work when it commits."""
+    c = await client(mb)
+    await _fill(c, "q", ["a", "b"])
+    await c.coordinator()
+    await c.receiver("q", 2)
+    await c.credit(2, 2)
+    ids = [t.performative.delivery_id for t in await c.take(2)]
+    txn = await proton_declare(c)
+    staged = TransactionalState(txn_id=txn, outcome=Accepted())
+    control_id = c.next_id()
+    await in_one_read(
+        c,
+        (frames.disposition(ids[0], ids[1], settled=False, state=staged), b""),
+        (frames.transfer(COORD, control_id), proton_discharge(txn, False)),
+    )
+    settled = await c.peer.expect(Disposition)
+    assert _expand([settled]) == dict.fromkeys(ids, Accepted())
+    assert (await answer(c, control_id)).state == Accepted()
+    assert (mb.queue("q").depth, mb.queue("q").acquired) == (0, 0)
