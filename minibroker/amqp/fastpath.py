@@ -330,7 +330,7 @@ def _fast_control(payload: bytes) -> Any:
         n, at = _I.unpack_from(payload, pos + 1)[0], pos + 5
     else:
         raise _Fallback
-    txn_id, pos = payload[at : at + n], at + n
+    txn_id, pos = bytes(payload[at : at + n]), at + n  # bytes, as the codec gives: a txn-id is a dict key
     fail = _DISCHARGE_FLAGS[payload[pos]] if count == 2 else None  # KeyError: another type, the codec says what
     if pos + count - 1 != end:
         raise _Fallback
@@ -388,24 +388,26 @@ def state_bytes(state: Any) -> bytes | None:
     return None
 
 
-_last_state: Any = None  # the state ``encode_disposition`` encoded last (held, so its identity is not reused)
-_last_state_bytes = b""
+# the state ``encode_disposition`` encoded last and its bytes (the state held, so its identity is not reused); one
+# tuple, read and replaced whole, so two brokers in threads of one process never pair one's state with other's bytes
+_last_state: tuple[Any, bytes] = (None, b"")
 
 
 def encode_disposition(role: bool, first: int, last: int | None, settled: bool, state: Any) -> bytes | None:
     """The encoded disposition performative, as ``codec.encode(Disposition(role, UInt(first), ...))``, or None
     when ``state`` is not one ``state_bytes`` builds (then the caller uses the codec)."""
-    global _last_state, _last_state_bytes
+    global _last_state
+    last_state, last_bytes = _last_state
     if state is None:
         tail = b""
-    elif state is _last_state:  # a transaction's posts share one provisional state: encoded once for them all
-        tail = _last_state_bytes
+    elif state is last_state:  # a transaction's posts share one provisional state: encoded once for them all
+        tail = last_bytes
     else:
         encoded = state_bytes(state)
         if encoded is None:
             return None
-        tail = _last_state_bytes = encoded
-        _last_state = state
+        tail = encoded
+        _last_state = (state, encoded)
     body = b"".join(
         (
             b"\x41" if role else b"\x42",
