@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 else:  # Service Bus topics only (read per message there): loaded on its first read, not at start-up (issue 19)
     sb_rules = lazy_module("minibroker.servicebus.rules")
 
+_ATTACHING = LinkState.ATTACHING  # globals: ~10x cheaper than enum lookups (issue 19)
 _LOCK_LOST_OUTCOME = Modified(delivery_failed=True)  # a Service Bus lock ran out: back, a delivery counted
 _MAX_TIME_MS = 10**15  # about 31,700 years: a delay, delivery time or expiry beyond it is ignored
 
@@ -190,7 +191,7 @@ def entity_properties(queue: Queue) -> EntityProperties:
 
 def _attaching(consumer: Consumer) -> bool:
     """Whether ``consumer``'s attach still waits for the broker's answer (a receiver waiting for a session)."""
-    return consumer.link.state is LinkState.ATTACHING
+    return consumer.link.state is _ATTACHING
 
 
 class Acquirer(Protocol):

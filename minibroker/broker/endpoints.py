@@ -97,6 +97,8 @@ if TYPE_CHECKING:
 
     Linked = Consumer | Producer | Controller | CheckLink | ServiceLink | Writer | Reader
 
+_ATTACHED, _ATTACHING = LinkState.ATTACHED, LinkState.ATTACHING  # globals: ~10x cheaper than enum lookups (issue 19)
+
 Decide = Callable[[Link, AttachContext], AttachDecision]
 
 
@@ -413,7 +415,7 @@ class Endpoints:
         if isinstance(queue, Subscription):
             queue.links -= 1
             self._count_topic_link(consumer.conn, -1)
-        if consumer.link.state is LinkState.ATTACHING:
+        if consumer.link.state is _ATTACHING:
             consumer.conn.refuse_attach(consumer.link, refusal)
             self.outbox.touch(consumer.conn)
 
@@ -870,7 +872,7 @@ class Endpoints:
         """A transfer a ``delay`` fault held back, taken now (unless its link went meanwhile)."""
         if _transactional(event.delivery):
             self.coordinator.hold_post(conn, event.delivery, -1)
-        if producer.link.state is LinkState.ATTACHED and not conn.finished:
+        if producer.link.state is _ATTACHED and not conn.finished:
             self._late[id(event)] = event
             self.transfer(conn, event)
             self.outbox.flush(conn)  # its answer goes now: no read of ``conn`` ends this step
@@ -899,7 +901,7 @@ class Endpoints:
         if not event.aborted:
             self.coordinator.discarded(conn, event.states)
         link = event.link
-        if link is None or link.state is not LinkState.ATTACHED:
+        if link is None or link.state is not _ATTACHED:
             return
         if isinstance(link.context, Producer):
             self._top_up(conn, link)
