@@ -140,7 +140,8 @@ def _needs_own(queue: Queue, message: Message) -> bool:
 def _refusal(targets: list[Queue], message: Message) -> Error | None:
     """Why one of ``targets`` cannot take ``message`` now (reject-publish at a limit), or None."""
     for queue in targets:
-        if queue.policy.overflow != DROP_HEAD and not queue.has_room(message):
+        policy = queue.policy  # (no limits, no ``has_room`` call: every post passes here, issue 19)
+        if (policy.max_messages or policy.max_bytes) and policy.overflow != DROP_HEAD and not queue.has_room(message):
             if queue.policy.limit_ready:  # a RabbitMQ queue: its words (rabbit_amqp_session.erl ``rejected``)
                 refusal = error(Condition.RESOURCE_LIMIT_EXCEEDED, f"queue '{queue.name}' exceeded maximum length")
                 refusal.info = {Symbol("queue"): queue.name, Symbol("reason"): Symbol("maxlen")}
@@ -551,7 +552,8 @@ class Dispatcher:
         exchange routes to no queue is released (RabbitMQ 4: rabbit_amqp_session.erl, ``released`` when
         unroutable); one it routes to some full queues goes to the others, and is answered with the refusal
         (rabbitmq.com/docs/maxlength: "The message will still be published to all other queues")."""
-        targets = self.targets(node, message, conn)
+        # a plain queue's targets without the call: every post to a queue passes here (issue 19)
+        targets = [node] if type(node) is Queue else self.targets(node, message, conn)
         outcome: Accepted | Rejected = ACCEPTED
         if isinstance(node, Route):
             if not targets:
@@ -577,8 +579,10 @@ class Dispatcher:
             journaled = bool(written.enqueued)
         else:
             self._enqueue_all(targets, message)
-            journaled = message.durable
-        if journaled and not delivery.settled:
+            journaled = not delivery.settled and message.durable  # (pre-settled: not asked, issue 19)
+        if delivery.settled:
+            pass  # nothing to answer (no ``answer`` call either: per message, issue 19)
+        elif journaled:
             # journaled: ``accepted`` only once its journal record is on disk (group commit)
             self.recorder.after_durable(lambda: self.outbox.answer_now(conn, delivery, outcome))
         else:

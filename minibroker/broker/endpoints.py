@@ -728,7 +728,8 @@ class Endpoints:
             return
         delivery = event.delivery
         payload = event.payload
-        if context.servicebus:
+        servicebus = context.servicebus  # (read once: every transfer asks three times, issue 19)
+        if servicebus:
             if event.message_format == sb_messages.BATCH_FORMAT and self._servicebus_batch(conn, context, event):
                 return
             payload = self._servicebus_arrival(payload)
@@ -750,12 +751,12 @@ class Endpoints:
             )
             self._refuse_post(conn, context.link, delivery, message, transactional, undecodable)
             return
-        if context.servicebus:
+        if servicebus:
             self.dispatcher.servicebus_arrive(context.node, message)
         else:
             self.dispatcher.arrive(message)
         target: Node | Route | Deferred | None = context.node
-        if context.servicebus and isinstance(target, Queue):
+        if servicebus and isinstance(target, Queue):
             refusal = missing_session(entity_properties(target).requires_session, message)
             if refusal is not None:
                 self._refuse_post(conn, context.link, delivery, message, transactional, refusal)
@@ -787,7 +788,7 @@ class Endpoints:
         if transactional:
             # Service Bus: the entity it is work on, its link's (a via-sender's via entity) or the one it reaches
             entity = context.entity
-            if entity is None and context.servicebus and target is not None:
+            if entity is None and servicebus and target is not None:
                 entity = sb_via.top_level_entity(target.name)
             self.coordinator.post(conn, delivery, target, message, entity=entity)
         elif target is None:
