@@ -64,6 +64,8 @@ from minibroker.broker.transactions import Transaction
 from minibroker.engine.connection import ServerConnection
 from minibroker.engine.endpoints import Link, LinkState
 
+_ATTACHED = LinkState.ATTACHED  # globals: ~10x cheaper than enum lookups (issue 19)
+
 CHECK_ADDRESS = "$txn-check"
 """The address of check messages (a source) and of the producer's answers and queries (a target)."""
 CHECK_BACK = "minibroker:check-back"
@@ -337,6 +339,6 @@ class CheckBack:
         """Send what waits for ``check``'s credit (pre-settled unless the peer asked for unsettled transfers)."""
         conn, link = check.conn, check.link
         pending = check.pending
-        while pending and link.state is LinkState.ATTACHED and conn.can_send(link):
+        while pending and link.state is _ATTACHED and conn.can_send(link):
             conn.deliver(link, pending.popleft(), settled=link.snd_settle_mode != 0)
             self.outbox.touch(conn)

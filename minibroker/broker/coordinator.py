@@ -91,6 +91,8 @@ from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus import via as sb_via
 from minibroker.servicebus.entities import key as entity_key
 
+_ATTACHED = LinkState.ATTACHED  # globals: ~10x cheaper than enum lookups (issue 19)
+
 CONTROLLER_CREDIT = MINIBROKER.controller_credit
 Contain = Callable[[str, Callable[[], None]], bool]
 """Runs a step on its own: an error in it is logged and goes no further (``core.contain``)."""
@@ -282,7 +284,7 @@ class Coordinator:
         self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, body: Any
     ) -> None:
         """A declare or discharge a ``delay`` fault held back, answered now (unless its link went meanwhile)."""
-        if controller.link.state is LinkState.ATTACHED and not conn.finished:
+        if controller.link.state is _ATTACHED and not conn.finished:
             self._control_body(conn, controller, delivery, body, 0)
 
     def _post_fault(self, conn: ServerConnection, txn: Transaction, target: Any, message: Message) -> Error | None:
@@ -318,7 +320,7 @@ class Coordinator:
     def _reply(self, conn: ServerConnection, controller: Controller, delivery: IncomingDelivery, state: Any) -> None:
         """Answer a declare or discharge."""
         self.outbox.answer_now(conn, delivery, state)
-        if controller.personality.controller_window and controller.link.state is LinkState.ATTACHED:
+        if controller.personality.controller_window and controller.link.state is _ATTACHED:
             self.replenish(conn, controller, answered=True)
 
     def controller_gone(self, controller: Controller) -> None:

@@ -97,6 +97,8 @@ if TYPE_CHECKING:
 
     Linked = Consumer | Producer | Controller | CheckLink | ServiceLink | Writer | Reader
 
+_ATTACHED, _ATTACHING = LinkState.ATTACHED, LinkState.ATTACHING  # globals: ~10x cheaper than enum lookups (issue 19)
+
 Decide = Callable[[Link, AttachContext], AttachDecision]
 
 
@@ -413,7 +415,7 @@ class Endpoints:
         if isinstance(queue, Subscription):
             queue.links -= 1
             self._count_topic_link(consumer.conn, -1)
-        if consumer.link.state is LinkState.ATTACHING:
+        if consumer.link.state is _ATTACHING:
             consumer.conn.refuse_attach(consumer.link, refusal)
             self.outbox.touch(consumer.conn)
 
@@ -726,7 +728,8 @@ class Endpoints:
             return
         delivery = event.delivery
         payload = event.payload
-        if context.servicebus:
+        servicebus = context.servicebus  # (read once: every transfer asks three times, issue 19)
+        if servicebus:
             if event.message_format == sb_messages.BATCH_FORMAT and self._servicebus_batch(conn, context, event):
                 return
             payload = self._servicebus_arrival(payload)
@@ -748,12 +751,12 @@ class Endpoints:
             )
             self._refuse_post(conn, context.link, delivery, message, transactional, undecodable)
             return
-        if context.servicebus:
+        if servicebus:
             self.dispatcher.servicebus_arrive(context.node, message)
         else:
             self.dispatcher.arrive(message)
         target: Node | Route | Deferred | None = context.node
-        if context.servicebus and isinstance(target, Queue):
+        if servicebus and isinstance(target, Queue):
             refusal = missing_session(entity_properties(target).requires_session, message)
             if refusal is not None:
                 self._refuse_post(conn, context.link, delivery, message, transactional, refusal)
@@ -785,7 +788,7 @@ class Endpoints:
         if transactional:
             # Service Bus: the entity it is work on, its link's (a via-sender's via entity) or the one it reaches
             entity = context.entity
-            if entity is None and context.servicebus and target is not None:
+            if entity is None and servicebus and target is not None:
                 entity = sb_via.top_level_entity(target.name)
             self.coordinator.post(conn, delivery, target, message, entity=entity)
         elif target is None:
@@ -870,7 +873,7 @@ class Endpoints:
         """A transfer a ``delay`` fault held back, taken now (unless its link went meanwhile)."""
         if _transactional(event.delivery):
             self.coordinator.hold_post(conn, event.delivery, -1)
-        if producer.link.state is LinkState.ATTACHED and not conn.finished:
+        if producer.link.state is _ATTACHED and not conn.finished:
             self._late[id(event)] = event
             self.transfer(conn, event)
             self.outbox.flush(conn)  # its answer goes now: no read of ``conn`` ends this step
@@ -899,7 +902,7 @@ class Endpoints:
         if not event.aborted:
             self.coordinator.discarded(conn, event.states)
         link = event.link
-        if link is None or link.state is not LinkState.ATTACHED:
+        if link is None or link.state is not _ATTACHED:
             return
         if isinstance(link.context, Producer):
             self._top_up(conn, link)

@@ -33,6 +33,8 @@ from minibroker.servicebus import management as sb_management
 from minibroker.servicebus import messages as sb_messages
 from minibroker.servicebus.cbs import Request
 
+_ATTACHED = LinkState.ATTACHED  # globals: ~10x cheaper than enum lookups (issue 19)
+
 RETENTION = 10_000
 """Events kept per partition; older ones are dropped (and ``begin_sequence_number`` moves on)."""
 MAX_HUBS = 1_000
@@ -290,7 +292,7 @@ class EventHubs:
         first = events[0].sequence_number if events else reader.next_sequence_number
         # a reader whose next event was dropped (retention) goes on from the oldest one kept
         index = max(reader.next_sequence_number - first, 0)
-        while index < len(events) and link.credit > 0 and link.state is LinkState.ATTACHED:
+        while index < len(events) and link.credit > 0 and link.state is _ATTACHED:
             if not conn.can_send(link):
                 break
             event = events[index]

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from minibroker.broker.session_gate import SessionGate
     from minibroker.broker.timers import Lock
 
+_ATTACHED = LinkState.ATTACHED  # globals: ~10x cheaper than enum lookups (issue 19)
+
 RELEASED = Released()
 
 
@@ -80,7 +82,7 @@ class Consumer:
 
     @property
     def attached(self) -> bool:
-        return self.link.state is LinkState.ATTACHED
+        return self.link.state is _ATTACHED
 
     def can_take(self) -> bool:
         return self.conn.can_send(self.link)

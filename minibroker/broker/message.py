@@ -70,6 +70,7 @@ class Content:
         "oversized",
         "payload",
         "priority",
+        "properties_at",
         "properties_start",
         "seq",
     )
@@ -115,6 +116,7 @@ class Content:
                 annotations, pos = codec.decode(payload, pos)
                 if isinstance(annotations, MessageAnnotations):
                     self.annotations = annotations.value
+                code, value = section_at(payload, pos)
             self.annotations_end = pos
         except (DecodeError, IndexError) as exc:
             self.malformed = str(exc)
@@ -122,7 +124,10 @@ class Content:
             self.annotations = None
             self.count = 0
             self.body_offset = self.annotations_start = self.annotations_end = pos = 0
+            code, value = section_at(payload, 0)
         self.properties_start = pos
+        # where the properties section's list starts (-1: none), found on the way: every arrival asks (issue 19)
+        self.properties_at = value if code == PROPERTIES else -1
 
     def _check_size(self, payload: bytes, pos: int, value: int, name: str) -> None:
         """Refuse to decode the section at ``pos`` (its value at ``value``) when it is larger than ``limit``."""
@@ -279,8 +284,8 @@ class Message:
         """``properties.absolute-expiry-time`` in wall-clock ms; decodes only when the field can be present."""
         content = self.content  # (read once: every arrival asks, issue 19)
         payload = content.payload
-        code, value = section_at(payload, content.properties_start)
-        if code != PROPERTIES or len(payload) < value + 2:
+        value = content.properties_at
+        if value < 0 or len(payload) < value + 2:
             return None
         constructor = payload[value]
         if constructor == 0xC0:  # list8: size, count

@@ -215,7 +215,7 @@ class Recorder:
         """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on one of ``targets`` while the
         journal cannot write, or is too large for a journal record; else None (non-durable messages and nodes
         are served as ever)."""
-        if not self.may_refuse(message):
+        if not self.durable or not self.may_refuse(message):  # (``durable`` first: no call without a journal, issue 19)
             return None
         if any(self.journals(queue, message) for queue in targets):
             return journal_full_error() if not self.accepting else self.too_large(message.size)

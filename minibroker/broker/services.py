@@ -21,6 +21,8 @@ from minibroker.servicebus import addresses as sb_addresses
 from minibroker.servicebus import cbs
 from minibroker.servicebus import eventhubs as sb_eventhubs
 
+_ATTACHED = LinkState.ATTACHED  # globals: ~10x cheaper than enum lookups (issue 19)
+
 Manage = Callable[[ServerConnection, str, bytes], bytes]
 """Answers a request to a management node: ``(connection, node, request) -> answer`` (``management.py``)."""
 Read = Callable[[ServerConnection, cbs.Request], bytes]
@@ -116,6 +118,6 @@ class Services:
     def flow(self, service: ServiceLink) -> None:
         """Send what waits on an answer link, as far as its credit goes."""
         link, conn = service.link, service.conn
-        while service.pending and link.credit > 0 and link.state is LinkState.ATTACHED:
+        while service.pending and link.credit > 0 and link.state is _ATTACHED:
             conn.deliver(link, service.pending.popleft(), settled=True)
         self.outbox.touch(conn)
