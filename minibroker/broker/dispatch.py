@@ -854,12 +854,11 @@ class Dispatcher:
         if self.injection.rules and self._deliver_fault(consumer, message):
             return
         conn = consumer.conn
-        presettled = consumer.link.snd_settle_mode == 1  # (``consumer.presettled`` without its call: issue 19)
+        presettled = consumer.presettled
         state = self.acquirer.transfer_state(consumer)
         locked_until = None
         if not consumer.servicebus:
-            content = message.content  # (``encoded()``'s usual case without its call: per delivery, issue 19)
-            payload = content.payload if message.delivery_count == content.count else message.encoded()
+            payload = message.encoded()
         else:
             session = self.sessions.lock_of(consumer)
             if session is not None:  # a session's messages are locked with their session, not each on its own
