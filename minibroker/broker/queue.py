@@ -195,7 +195,7 @@ class Queue:
     def put(self, message: Message) -> None:
         """A message becomes ready (new, or due after being scheduled)."""
         self.ready.add(message)
-        self.held_bytes += len(message.content.payload)  # (``message.size`` without its call: per arrival, issue 19)
+        self.held_bytes += message.size
         self.enqueued_total += 1
         if self.scans:
             self._came_in(message)
@@ -269,7 +269,7 @@ class Queue:
     def retire(self, message: Message) -> None:
         """An acquired message is gone for good (accepted, rejected, dead-lettered)."""
         self.acquired -= 1
-        self.held_bytes -= len(message.content.payload)  # (``message.size`` without its call: per delivery, issue 19)
+        self.held_bytes -= message.size
         self._gone(message)
 
     def unacquire_for_later(self, message: Message) -> None:
