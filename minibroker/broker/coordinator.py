@@ -111,6 +111,14 @@ def named_transactions(delivery: IncomingDelivery) -> list[Any]:
     return named
 
 
+def transactional_work(delivery: IncomingDelivery) -> bool:
+    """Whether a transfer is transactional work: frames that carry different states, none naming a transaction,
+    are not (§4.4.1)."""
+    return isinstance(delivery.state, TransactionalState) or (
+        bool(delivery.earlier_states) and bool(named_transactions(delivery))
+    )
+
+
 class _Waiting:
     """A discharge's answer, and the aborted transfers it waits for."""
 
@@ -216,8 +224,7 @@ class Coordinator:
             text = f"{_strict(personality, '§4.3')}declare and discharge must not be sent settled"
             self._detach(controller, error(Condition.NOT_ALLOWED, text))
             return
-        # (the one-frame case tested inline, as ``endpoints.transfer`` does: two per transaction, issue 19)
-        if isinstance(delivery.state, TransactionalState) or (delivery.earlier_states and named_transactions(delivery)):
+        if transactional_work(delivery):
             # §4 intro: "No transactional work is allowed on the control link"
             err = error(Condition.NOT_ALLOWED, "a declare or discharge cannot itself be transactional work")
             self._control_error(conn, controller, delivery, err)

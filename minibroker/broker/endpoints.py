@@ -54,7 +54,7 @@ from minibroker.broker.attach import (
 )
 from minibroker.broker.checkback import CheckLink
 from minibroker.broker.clock import BrokerClock
-from minibroker.broker.coordinator import Coordinator, named_transactions
+from minibroker.broker.coordinator import Coordinator, named_transactions, transactional_work
 from minibroker.broker.dispatch import ACCEPTED, Dispatcher, entity_properties, servicebus_entity
 from minibroker.broker.exchanges import DEFAULT, Route, is_v2, missing_exchange, named_node, parse_v2, resource
 from minibroker.broker.faults import COORDINATOR_ADDRESS, FaultRule
@@ -100,14 +100,6 @@ if TYPE_CHECKING:
 _ATTACHED, _ATTACHING = LinkState.ATTACHED, LinkState.ATTACHING  # globals: ~10x cheaper than enum lookups (issue 19)
 
 Decide = Callable[[Link, AttachContext], AttachDecision]
-
-
-def _transactional(delivery: IncomingDelivery) -> bool:
-    """Whether a transfer is transactional work: frames that carry different states, none naming a transaction,
-    are not (§4.4.1)."""
-    return isinstance(delivery.state, TransactionalState) or (
-        bool(delivery.earlier_states) and bool(named_transactions(delivery))
-    )
 
 
 _LONGEST_SESSION_WAIT = 60.0
@@ -734,7 +726,8 @@ class Endpoints:
                 return
             payload = self._servicebus_arrival(payload)
         message = Message(payload, limit=self.settings.max_selector_properties_size or None)
-        # frames that carry different states, none naming a transaction, are no transactional work (§4.4.1)
+        # ``transactional_work`` inline: every transfer asks (frames that carry different states, none naming a
+        # transaction, are no transactional work, §4.4.1)
         transactional = isinstance(delivery.state, TransactionalState) or (
             bool(delivery.earlier_states) and bool(named_transactions(delivery))
         )
@@ -821,7 +814,7 @@ class Endpoints:
         a batch (then it is taken as one message)."""
         parts = sb_messages.split_batch(event.payload)
         node = producer.node
-        if parts is None or node is None or _transactional(event.delivery):
+        if parts is None or node is None or transactional_work(event.delivery):
             return False
         refusal: Error | None = None
         for part in parts:
@@ -858,12 +851,12 @@ class Endpoints:
             self.injection.drop(conn)
             return True
         if action == "delay":
-            if _transactional(delivery):
+            if transactional_work(delivery):
                 self.coordinator.hold_post(conn, delivery, 1)
             self.injection.later(rule.delay, partial(self._late_take, conn, producer, event))
             return True
         if action == "reject":
-            self._refuse_post(conn, link, delivery, message, _transactional(delivery), rule.error())
+            self._refuse_post(conn, link, delivery, message, transactional_work(delivery), rule.error())
             return True
         self.outbox.answer_now(conn, delivery, RELEASED if action == "release" else Modified(delivery_failed=True))
         self._top_up(conn, link)
@@ -871,7 +864,7 @@ class Endpoints:
 
     def _late_take(self, conn: ServerConnection, producer: Producer, event: TransferReceived) -> None:
         """A transfer a ``delay`` fault held back, taken now (unless its link went meanwhile)."""
-        if _transactional(event.delivery):
+        if transactional_work(event.delivery):
             self.coordinator.hold_post(conn, event.delivery, -1)
         if producer.link.state is _ATTACHED and not conn.finished:
             self._late[id(event)] = event
