@@ -82,6 +82,19 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
             for j in range(0, count, 400)
         ]
 
+    def grant(handle: int, got: int, credit: int, next_outgoing: int) -> None:
+        """Give receiving link ``handle`` ``credit`` after ``got`` deliveries (a flow; the windows left wide)."""
+        flow = frames.flow(
+            next_incoming_id=got,
+            incoming_window=1 << 30,
+            next_outgoing_id=next_outgoing,
+            outgoing_window=1 << 30,
+            handle=handle,
+            delivery_count=got,
+            link_credit=credit,
+        )
+        feed(frames.frame(0, flow))
+
     feed(AMQP_HEADER + frames.frame(0, frames.open_()) + frames.frame(0, frames.begin(incoming_window=1 << 30)))
     if scenario in ("presettled_send", "presettled_receive"):
         feed(frames.frame(0, frames.attach_sender("q", 0)))
@@ -90,16 +103,7 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
         if scenario == "presettled_receive":
             feed(frames.frame(0, frames.attach_receiver("q", 1, snd_settle_mode=UInt(1))))
             for got in range(0, n, 300):  # 300 at a time: the engine stops at 1 MiB of output nobody read
-                flow = frames.flow(
-                    next_incoming_id=got,
-                    incoming_window=1 << 30,
-                    next_outgoing_id=n,
-                    outgoing_window=1 << 30,
-                    handle=1,
-                    delivery_count=got,
-                    link_credit=300,
-                )
-                feed(frames.frame(0, flow))
+                grant(1, got, 300, next_outgoing=n)
         return
     feed(frames.frame(0, frames.attach_sender(None, 0, "ctl", target=Coordinator(), source=Source())))
     feed(frames.frame(0, frames.attach_sender("q", 1)))
@@ -124,16 +128,7 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
             post(1, body, state=TransactionalState(txn_id=txn_id))
         if scenario == "txn_accept_100":
             got = 100 * i
-            flow = frames.flow(
-                next_incoming_id=got,
-                incoming_window=1 << 30,
-                next_outgoing_id=next_id,
-                outgoing_window=1 << 30,
-                handle=2,
-                delivery_count=got,
-                link_credit=100,
-            )
-            feed(frames.frame(0, flow))
+            grant(2, got, 100, next_outgoing=next_id)
             accepted = TransactionalState(txn_id=txn_id, outcome=Accepted())
             for d in range(got, got + 100):
                 feed(frames.frame(0, frames.disposition(d, settled=False, state=accepted)))
