@@ -15,8 +15,9 @@ same, then sent on to a consumer that takes it pre-settled), ``txn_one`` (declar
 commit: three requests), ``txn_roundtrip`` (declare, then commit an empty transaction), ``txn_10`` (declare, ten
 transactional posts, commit), ``txn_accept_100`` (as proton's ``tx_recv``: declare, flow 100, accept each of the
 100 deliveries in the transaction unsettled, commit, then settle them in one ranged disposition). Each
-transactional figure is per transaction; declare and discharge are written as python-qpid-proton writes them
-(``_proton_control``), the client ``bench.perf``'s transaction scenarios use. Needs Debian's valgrind.
+transactional figure is per transaction; declare, discharge, transactional posts and accepts are written as
+python-qpid-proton writes them (``_proton_control``, ``_proton_post``, ``_proton_state``), the client
+``bench.perf``'s transaction scenarios use. Needs Debian's valgrind.
 """
 
 from __future__ import annotations
@@ -48,14 +49,31 @@ def _proton_control(name: bytes, fields: bytes, count: int) -> bytes:
     return head + struct.pack(">BII", 0xD0, len(fields) + 4, count) + fields
 
 
+def _proton_state(txn_id: bytes, accepted: bool) -> bytes:
+    """A transactional-state (with ``accepted`` as its outcome, or none) as python-qpid-proton 0.39 encodes it:
+    a list32."""
+    fields = b"\xa0" + bytes((len(txn_id),)) + txn_id + (b"\x00\x53\x24\x45" if accepted else b"")
+    return b"\x00\x53\x34" + struct.pack(">BII", 0xD0, len(fields) + 4, 1 + accepted) + fields
+
+
+def _proton_post(handle: int, delivery_id: int, txn_id: bytes, body: bytes) -> bytes:
+    """The frame body of a transactional post of ``body`` (an amqp-value of binary) as python-qpid-proton 0.39
+    writes it: a transfer of eight fields (the last three before the state null), its state a list32, the message
+    an empty header, empty properties and the value."""
+    from minibroker.amqp import codec
+    from minibroker.amqp.types import UInt
+
+    tag = str(delivery_id).encode()
+    fields = codec.encode(UInt(handle)) + codec.encode(UInt(delivery_id)) + b"\xa0" + bytes((len(tag),)) + tag
+    fields += b"\x43\x40\x40\x40" + _proton_state(txn_id, accepted=False)
+    message = b"\x00\x53\x70\x45\x00\x53\x73\x45\x00\x53\x77" + struct.pack(">BI", 0xB0, len(body)) + body
+    return b"\x00\x53\x14" + bytes((0xC0, len(fields) + 1, 8)) + fields + message
+
+
 def _drive(scenario: str, n: int, build_only: bool) -> None:
     """Run ``scenario`` ``n`` times against an in-process broker (``build_only``: make the frames only)."""
-    from minibroker.amqp.definitions import (
-        Accepted,
-        Coordinator,
-        Source,
-        TransactionalState,
-    )
+    from minibroker.amqp import codec
+    from minibroker.amqp.definitions import Coordinator, Source
     from minibroker.amqp.framing import AMQP_HEADER
     from minibroker.amqp.types import UInt
     from minibroker.broker.core import Broker
@@ -115,6 +133,11 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
         feed(frames.frame(0, frames.transfer(handle, next_id, **fields), payload))
         next_id += 1
 
+    def post_in(txn_id: bytes) -> None:
+        nonlocal next_id
+        feed(frames.raw_frame(body=_proton_post(1, next_id, txn_id, b"x" * 256)))
+        next_id += 1
+
     if scenario == "txn_accept_100":  # a queue deep enough for the larger run, filled the same in both runs
         for chunk in transfers(100 * SIZES[scenario][1], handle=1):
             feed(chunk)
@@ -125,13 +148,14 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
         txn_id = (i + 1).to_bytes(8, "big")  # the broker's default ids count from 1
         post(0, declare)
         for _ in range(per_txn):
-            post(1, body, state=TransactionalState(txn_id=txn_id))
+            post_in(txn_id)
         if scenario == "txn_accept_100":
             got = 100 * i
             grant(2, got, 100, next_outgoing=next_id)
-            accepted = TransactionalState(txn_id=txn_id, outcome=Accepted())
-            for d in range(got, got + 100):
-                feed(frames.frame(0, frames.disposition(d, settled=False, state=accepted)))
+            accepted = _proton_state(txn_id, accepted=True)
+            for d in range(got, got + 100):  # (a disposition of five fields as proton writes it, the state its own)
+                fields = b"\x41" + codec.encode(UInt(d)) + b"\x40\x42" + accepted
+                feed(frames.raw_frame(body=b"\x00\x53\x15" + bytes((0xC0, len(fields) + 1, 5)) + fields))
         post(0, _proton_control(b"amqp:discharge:list", b"\xa0" + bytes((len(txn_id),)) + txn_id + b"\x42", 2))
         if scenario == "txn_accept_100":
             feed(frames.frame(0, frames.disposition(100 * i, 100 * i + 99)))

@@ -34,7 +34,7 @@ TRANSFER_PREFIX = b"\x00\x53\x14"
 DISPOSITION_PREFIX = b"\x00\x53\x15"
 ACCEPTED_BYTES = b"\x00\x53\x24\x45"
 ACCEPTED = Accepted()
-_TXN_STATE_LIST8 = b"\x00\x53\x34\xc0"
+_TXN_STATE_PREFIX = b"\x00\x53\x34"
 _I = struct.Struct(">I")
 _BBB = struct.Struct(">BBB")
 _BII = struct.Struct(">BII")
@@ -74,28 +74,29 @@ def _state(data: bytes, pos: int) -> tuple[Any, int]:
         return None, pos + 1
     if data[pos : pos + 4] == ACCEPTED_BYTES:
         return ACCEPTED, pos + 4
-    if data[pos : pos + 4] == _TXN_STATE_LIST8 and data[pos + 6] == 0xA0:
-        # transactional-state(txn-id) with an optional accepted outcome: every transactional transfer carries it
-        size, count, n = data[pos + 4], data[pos + 5], data[pos + 7]
-        end = pos + 5 + size
-        txn_id = data[pos + 8 : pos + 8 + n]
-        after = pos + 8 + n
-        if count == 1 and after == end:
-            return TransactionalState(txn_id=txn_id), end
-        if count == 2 and data[after : after + 4] == ACCEPTED_BYTES and after + 4 == end:
-            return TransactionalState(txn_id=txn_id, outcome=ACCEPTED), end
+    if data[pos : pos + 3] == _TXN_STATE_PREFIX:
+        # transactional-state(txn-id) with an optional accepted outcome: every transactional transfer and accept
+        # carries it, as a list8 (the codec, rhea) or a list32 (python-qpid-proton)
+        count, at, end = _list_at(data, pos + 3)
+        if count and data[at] == 0xA0:
+            after = at + 2 + data[at + 1]
+            txn_id = data[at + 2 : after]
+            if count == 1 and after == end:
+                return TransactionalState(txn_id=txn_id), end
+            if count == 2 and data[after : after + 4] == ACCEPTED_BYTES and after + 4 == end:
+                return TransactionalState(txn_id=txn_id, outcome=ACCEPTED), end
     return codec.decode(data, pos)
 
 
-def _list_start(data: bytes) -> tuple[int, int, int]:
-    """(count, first field offset, end offset) of the described list after the 3-byte descriptor."""
-    code = data[3]
+def _list_at(data: bytes, pos: int) -> tuple[int, int, int]:
+    """(count, first field offset, end offset) of the list at ``pos``: list0, list8 or list32."""
+    code = data[pos]
+    if code == 0x45:
+        return 0, pos + 1, pos + 1
     if code == 0xC0:
-        size, count = data[4], data[5]
-        return count, 6, 5 + size
+        return data[pos + 2], pos + 3, pos + 2 + data[pos + 1]
     if code == 0xD0:
-        size, count = _I.unpack_from(data, 4)[0], _I.unpack_from(data, 8)[0]
-        return count, 12, 8 + size
+        return _I.unpack_from(data, pos + 5)[0], pos + 9, pos + 5 + _I.unpack_from(data, pos + 1)[0]
     raise _Fallback
 
 
@@ -105,7 +106,7 @@ def decode_transfer(body: bytes) -> tuple[Transfer, int]:
     Raises ``DecodeError`` for bad input, exactly like ``codec.decode`` followed by the composite checks.
     """
     try:
-        count, pos, end = _list_start(body)
+        count, pos, end = _list_at(body, 3)
         if count > 11 or count == 0 or end > len(body):
             raise _Fallback
         fields: list[Any] = [None] * 11
@@ -156,7 +157,7 @@ def decode_transfer(body: bytes) -> tuple[Transfer, int]:
 def decode_disposition(body: bytes) -> tuple[Disposition, int]:
     """Decode a disposition performative at the start of ``body`` (see ``decode_transfer``)."""
     try:
-        count, pos, end = _list_start(body)
+        count, pos, end = _list_at(body, 3)
         if count > 6 or count < 2 or end > len(body):  # (role and first are mandatory)
             raise _Fallback
         fields: list[Any] = [None] * 6
@@ -266,20 +267,7 @@ _AMQP_VALUE_PREFIX = b"\x00\x53\x77"
 _DECLARE_PREFIX = b"\x00\x53\x31"
 _DISCHARGE_PREFIX = b"\x00\x53\x32"
 _DECLARED_PREFIX = b"\x00\x53\x33"
-_TXN_STATE_PREFIX = b"\x00\x53\x34"
 _DISCHARGE_FLAGS = {0x41: True, 0x42: False, 0x40: None}
-
-
-def _control_fields(data: bytes, pos: int) -> tuple[int, int, int]:
-    """(count, first field offset, end offset) of the list at ``pos``: list0, list8 or list32."""
-    code = data[pos]
-    if code == 0x45:
-        return 0, pos + 1, pos + 1
-    if code == 0xC0:
-        return data[pos + 2], pos + 3, pos + 2 + data[pos + 1]
-    if code == 0xD0:
-        return _I.unpack_from(data, pos + 5)[0], pos + 9, pos + 5 + _I.unpack_from(data, pos + 1)[0]
-    raise _Fallback
 
 
 # a coordinator message's leading sections as python-qpid-proton writes every message: an empty header and an
@@ -314,7 +302,7 @@ def _fast_control(payload: bytes) -> Any:
     if payload[pos : pos + 3] != _AMQP_VALUE_PREFIX:
         raise _Fallback
     kind, pos = _control_kind(payload, pos + 3)
-    count, pos, end = _control_fields(payload, pos)
+    count, pos, end = _list_at(payload, pos)
     if end > len(payload):
         raise _Fallback
     if kind == _DECLARE_PREFIX:

@@ -227,3 +227,26 @@ def test_what_python_qpid_proton_sends_takes_the_fast_path(monkeypatch: pytest.M
     discharge += b"txn-1234".hex() + "42"
     assert control_value(bytes.fromhex(discharge)) == Discharge(txn_id=b"txn-1234", fail=False)
     assert control_value(bytearray.fromhex(discharge)) == Discharge(txn_id=b"txn-1234", fail=False)
+
+
+def test_python_qpid_protons_transactional_states_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """python-qpid-proton 0.39 writes the ``transactional-state`` of a transactional post (a transfer's state) and
+    of a transactional accept (a disposition's) as a list32, a 16-octet txn-id: decoded without the codec (issue 19:
+    one codec decode per message of ``txn_100`` and ``txn_accept_100`` before)."""
+    from minibroker.amqp import fastpath
+
+    txn_id = bytes.fromhex("86427e0e2b6095980000000000000001")
+
+    def list32(code: int, count: int, fields: bytes) -> bytes:
+        return bytes((0, 0x53, code)) + struct.pack(">BII", 0xD0, len(fields) + 4, count) + fields
+
+    binary = b"\xa0\x10" + txn_id
+    transfer = list32(0x14, 8, b"\x43\x43\xa0\x01\x01\x43\x42\x40\x40" + list32(0x34, 1, binary))
+    accept = list32(0x34, 2, binary + b"\x00\x53\x24\x45")
+    disposition = list32(0x15, 5, b"\x41\x52\x05\x40\x42" + accept)  # receiver, first 5, unsettled
+    post_state, accept_state = TransactionalState(txn_id=txn_id), TransactionalState(txn_id=txn_id, outcome=Accepted())
+    assert codec.decode(transfer)[0].state == post_state  # (the bytes are what they claim)
+    assert codec.decode(disposition)[0].state == accept_state
+    monkeypatch.setattr(fastpath, "codec", None)  # any use of the codec fails
+    assert decode_transfer(transfer)[0].state == post_state
+    assert decode_disposition(disposition)[0].state == accept_state
