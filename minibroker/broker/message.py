@@ -97,7 +97,11 @@ class Content:
         try:
             # the sections before the properties, each looked for where the one before ended (``amqp.sections``)
             code, value = section_at(payload, 0)
-            if code == HEADER:
+            if code == HEADER and payload[value] == 0x45 and (self.limit is None or value < self.limit):
+                # an empty header (list0), which python-qpid-proton writes in every message: nothing to decode
+                self.header, pos = Header(), value + 1
+                code, value = section_at(payload, pos)
+            elif code == HEADER:
                 self._check_size(payload, 0, value, "header")
                 header, pos = codec.decode(payload)
                 if isinstance(header, Header):
