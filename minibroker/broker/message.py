@@ -41,6 +41,7 @@ DEFAULT_PRIORITY = 4  # Part 3 §3.2.1
 # ``max_selector_properties_size``; a recovered message, accepted before, passes None)
 DEFAULT_SECTION_LIMIT = 64 * 1024
 MAX_DELIVERY_COUNT = 0xFFFFFFFF  # header.delivery-count is a uint (§3.2.1): it saturates there
+_EMPTY_HEADER = Header()  # every message's empty header (list0): read-only
 
 
 class Content:
@@ -98,8 +99,9 @@ class Content:
             # the sections before the properties, each looked for where the one before ended (``amqp.sections``)
             code, value = section_at(payload, 0)
             if code == HEADER and payload[value] == 0x45 and (self.limit is None or value < self.limit):
-                # an empty header (list0), which python-qpid-proton writes in every message: nothing to decode
-                self.header, pos = Header(), value + 1
+                # an empty header (list0), which python-qpid-proton writes in every message: nothing to decode, and
+                # one shared record for them all (never changed: ``_rebuilt`` copies a header before writing it)
+                self.header, pos = _EMPTY_HEADER, value + 1
                 code, value = section_at(payload, pos)
             elif code == HEADER:
                 self._check_size(payload, 0, value, "header")
@@ -130,8 +132,16 @@ class Content:
             self.body_offset = self.annotations_start = self.annotations_end = pos = 0
             code, value = section_at(payload, 0)
         self.properties_start = pos
-        # where the properties section's list starts (-1: none), found on the way: every arrival asks (issue 19)
-        self.properties_at = value if code == PROPERTIES else -1
+        # where the properties list starts when its encoded count reaches absolute-expiry-time (-1: no properties,
+        # or too few fields: python-qpid-proton's empty list0), told here on the way: every arrival asks (issue 19)
+        count = 0
+        if code == PROPERTIES and len(payload) > value + 2:
+            constructor = payload[value]
+            if constructor == 0xC0:  # list8: size, count
+                count = payload[value + 2]
+            elif constructor == 0xD0:  # list32: size, count
+                count = int.from_bytes(payload[value + 5 : value + 9], "big")
+        self.properties_at = value if count >= _ABSOLUTE_EXPIRY_FIELD else -1
 
     def _check_size(self, payload: bytes, pos: int, value: int, name: str) -> None:
         """Refuse to decode the section at ``pos`` (its value at ``value``) when it is larger than ``limit``."""
@@ -286,20 +296,8 @@ class Message:
 
     def absolute_expiry_time(self) -> int | None:
         """``properties.absolute-expiry-time`` in wall-clock ms; decodes only when the field can be present."""
-        content = self.content  # (read once: every arrival asks, issue 19)
-        payload = content.payload
-        value = content.properties_at
-        if value < 0 or len(payload) < value + 2:
-            return None
-        constructor = payload[value]
-        if constructor == 0xC0:  # list8: size, count
-            count = payload[value + 2] if len(payload) > value + 2 else 0
-        elif constructor == 0xD0:  # list32: size, count
-            count = int.from_bytes(payload[value + 5 : value + 9], "big")
-        else:
-            return None
-        if count < _ABSOLUTE_EXPIRY_FIELD:
-            return None  # trailing fields trimmed: no absolute-expiry-time
+        if self.content.properties_at < 0:
+            return None  # no properties, or trailing fields trimmed: no absolute-expiry-time
         properties = self.properties()
         return properties.absolute_expiry_time if properties is not None else None
 

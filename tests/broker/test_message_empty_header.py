@@ -9,13 +9,16 @@ import pytest
 
 from minibroker.amqp import codec
 from minibroker.amqp.definitions import AmqpValue, Header, MessageAnnotations, Properties
-from minibroker.amqp.types import Symbol
+from minibroker.amqp.types import Symbol, Timestamp
 from minibroker.broker import message as message_module
 from minibroker.broker.message import Message
 
 EMPTY_LIST0 = b"\x00\x53\x70\x45"
 EMPTY_LIST8 = b"\x00\x53\x70\xc0\x01\x00"  # the same header, the long way: the codec decodes it
-REST = codec.encode(Properties(message_id="m-1", to="q")) + codec.encode(AmqpValue("body"))
+# (an absolute-expiry-time: the properties list is long enough for ``properties_at`` to point at it)
+REST = codec.encode(Properties(message_id="m-1", to="q", absolute_expiry_time=Timestamp(7))) + codec.encode(
+    AmqpValue("body")
+)
 
 
 def _view(message: Message) -> dict[str, Any]:
@@ -37,7 +40,9 @@ def test_an_empty_header_reads_as_the_long_form_does(annotations: bool) -> None:
     short, long = Message(EMPTY_LIST0 + middle + REST), Message(EMPTY_LIST8 + middle + REST)
     assert _view(short) == _view(long)
     assert short.header == Header()
+    assert short.content.properties_at >= 0
     assert short.content.properties_at - len(EMPTY_LIST0) == long.content.properties_at - len(EMPTY_LIST8)
+    assert short.absolute_expiry_time() == long.absolute_expiry_time() == 7
     assert short.encoded() == EMPTY_LIST0 + middle + REST
 
 
