@@ -757,8 +757,7 @@ class Dispatcher:
             self._dispatch_matching(queue, group)
             return
         ready = queue.ready
-        while ready:
-            message: Message = ready[0]
+        while (message := ready.first()) is not None:  # (one call per delivery, issue 19)
             expires_at = message.content.expires_at  # (the field, read once: per delivery, issue 19)
             if expires_at is not None and expires_at <= self.clock.now:
                 with self.recorder.together():
