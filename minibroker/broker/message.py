@@ -42,6 +42,8 @@ DEFAULT_PRIORITY = 4  # Part 3 §3.2.1
 DEFAULT_SECTION_LIMIT = 64 * 1024
 MAX_DELIVERY_COUNT = 0xFFFFFFFF  # header.delivery-count is a uint (§3.2.1): it saturates there
 _EMPTY_HEADER = Header()  # every message's empty header (list0): read-only
+_LIST0_HEADER = b"\x00\x53\x70\x45"  # an empty header section: smallulong descriptor 0x70, list0
+_PROPERTIES_DESCRIPTOR = b"\x00\x53\x73"  # a properties section's descriptor, as ``section_at`` reads it
 
 
 class Content:
@@ -97,21 +99,26 @@ class Content:
         pos = 0
         try:
             # the sections before the properties, each looked for where the one before ended (``amqp.sections``)
-            code, value = section_at(payload, 0)
-            if code == HEADER and payload[value] == 0x45 and (self.limit is None or value < self.limit):
+            if payload.startswith(_LIST0_HEADER) and (self.limit is None or self.limit >= len(_LIST0_HEADER)):
                 # an empty header (list0), which python-qpid-proton writes in every message: nothing to decode, and
-                # one shared record for them all (never changed: ``_rebuilt`` copies a header before writing it)
-                self.header, pos = _EMPTY_HEADER, value + 1
-                code, value = section_at(payload, pos)
-            elif code == HEADER:
-                self._check_size(payload, 0, value, "header")
-                header, pos = codec.decode(payload)
-                if isinstance(header, Header):
-                    self.header = header
-                    self.count = min(int(header.delivery_count or 0), MAX_DELIVERY_COUNT)
-                    if header.priority is not None:
-                        self.priority = min(int(header.priority), 9)
-                code, value = section_at(payload, pos)
+                # one shared record for them all (never changed: ``_rebuilt`` copies a header before writing it);
+                # proton's properties section next is known by its descriptor: no section read at all (issue 19)
+                self.header, pos = _EMPTY_HEADER, len(_LIST0_HEADER)
+                if payload.startswith(_PROPERTIES_DESCRIPTOR, pos):
+                    code, value = PROPERTIES, pos + len(_PROPERTIES_DESCRIPTOR)
+                else:
+                    code, value = section_at(payload, pos)
+            else:
+                code, value = section_at(payload, 0)
+                if code == HEADER:
+                    self._check_size(payload, 0, value, "header")
+                    header, pos = codec.decode(payload)
+                    if isinstance(header, Header):
+                        self.header = header
+                        self.count = min(int(header.delivery_count or 0), MAX_DELIVERY_COUNT)
+                        if header.priority is not None:
+                            self.priority = min(int(header.priority), 9)
+                    code, value = section_at(payload, pos)
             self.body_offset = pos
             if code == DELIVERY_ANNOTATIONS:
                 pos = section_end(payload, value)  # for the next hop: skipped by its size, never decoded
