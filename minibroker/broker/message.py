@@ -166,10 +166,13 @@ class Content:
 class Message:
     """One message on one node (a queue, or one subscription of a topic): a record over a shared ``Content``."""
 
-    __slots__ = ("content", "delivery_count", "durable_id", "excluded", "timer")
+    __slots__ = ("content", "delivery_count", "durable_id", "excluded", "size", "timer")
 
     def __init__(self, payload: bytes, seq: int = 0, *, limit: int | None = DEFAULT_SECTION_LIMIT) -> None:
         content = self.content = Content(payload, limit)
+        # bytes of the encoded message: a field set wherever ``content`` is (here, ``sharing``, ``annotate``), not a
+        # property: a post reads it twice, a delivery once (issue 19)
+        self.size = len(payload)
         if seq:
             content.place(seq)
         self.delivery_count = content.count
@@ -183,6 +186,7 @@ class Message:
         """A new record over ``other``'s content (the copy a topic gives each further subscription)."""
         clone = cls.__new__(cls)
         clone.content = other.content
+        clone.size = other.size
         clone.delivery_count = other.delivery_count
         clone.excluded = None
         clone.durable_id = 0
@@ -252,11 +256,6 @@ class Message:
     def malformed(self) -> str | None:
         """Why the header or annotations do not decode, or None (see ``Content``)."""
         return self.content.malformed
-
-    @property
-    def size(self) -> int:
-        """Bytes of the encoded message."""
-        return len(self.content.payload)  # (not ``self.payload``: a property read per queue operation, issue 19)
 
     @property
     def durable(self) -> bool:
@@ -335,6 +334,7 @@ class Message:
         content.seq, content.key = old.seq, old.key
         content.expires_at, content.deliver_at = old.expires_at, old.deliver_at
         self.content = content
+        self.size = len(payload)
 
     def rewritten(self, extra: dict[str, Any], rest: bytes | None = None, *, durable: bool = False) -> bytes:
         """The message as it goes out with ``extra`` merged into its message-annotations, the header's
