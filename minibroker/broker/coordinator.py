@@ -941,8 +941,11 @@ class Coordinator:
                 node = target
             if node.deleted:
                 return error(Condition.RESOURCE_DELETED, f"node {node.name!r} was deleted")
-            for queue in self.dispatcher.targets(node, message, txn.conn):
-                if queue.policy.overflow == DROP_HEAD:
+            # (a plain queue's targets without the call, and no counting for a queue with no limit to reach: every
+            # post of a commit passes here, issue 19)
+            for queue in [node] if type(node) is Queue else self.dispatcher.targets(node, message, txn.conn):
+                policy = queue.policy
+                if policy.overflow == DROP_HEAD or not (policy.max_messages or policy.max_bytes):
                     continue
                 count, size = extra.get(queue, (0, 0))
                 if not queue.has_room(message, count, size):

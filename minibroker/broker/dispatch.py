@@ -452,7 +452,8 @@ class Dispatcher:
 
     def admit(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> Error | None:
         """None if ``node`` can take ``message`` now; else why not (reject-publish at a limit)."""
-        return _refusal(self.targets(node, message, origin), message)
+        # a plain queue's targets without the call: every transactional post asks (issue 19)
+        return _refusal([node] if type(node) is Queue else self.targets(node, message, origin), message)
 
     def journal_refusal(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> Error | None:
         """``amqp:resource-limit-exceeded`` when ``message`` would be journaled on ``node`` while the journal
@@ -464,7 +465,8 @@ class Dispatcher:
 
     def post(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """Put ``message`` on ``node`` (admission already checked); return the queues that took it."""
-        targets = self.targets(node, message, origin)
+        # a plain queue's targets without the call: every commit posts here, per message (issue 19)
+        targets = [node] if type(node) is Queue else self.targets(node, message, origin)
         self._enqueue_all(targets, message)
         return targets
 
@@ -473,6 +475,22 @@ class Dispatcher:
         over the same content (one place in delivery order, one expiry timer, one schedule for them all); a queue
         with a message ttl or a priority of its own for the message gets a copy with its own content
         (``_enqueue_own``)."""
+        content = message.content
+        if (
+            len(targets) == 1
+            and content.expires_at is None
+            and content.deliver_at is None
+            and not (self.own_copies or self._rule_actions or self._session_subscriptions)
+            and not (self.recorder.durable and message.durable)
+            and targets[0].policy.overflow != DROP_HEAD
+        ):
+            # the usual arrival (one queue, no expiry, schedule, journal record, copy of its own, rule action or
+            # head to drop): what ``_enqueue_copies`` comes to then, without its steps; every post passes here,
+            # and any other one takes the general path below (issue 19)
+            self._seq += 1
+            content.place(self._seq)
+            targets[0].put(message)
+            return
         if self.own_copies and any(_needs_own(queue, message) for queue in targets):
             self._enqueue_own(targets, message)
             return
@@ -739,8 +757,7 @@ class Dispatcher:
             self._dispatch_matching(queue, group)
             return
         ready = queue.ready
-        while ready:
-            message: Message = ready[0]
+        while (message := ready.first()) is not None:  # (one call per delivery, issue 19)
             expires_at = message.content.expires_at  # (the field, read once: per delivery, issue 19)
             if expires_at is not None and expires_at <= self.clock.now:
                 with self.recorder.together():

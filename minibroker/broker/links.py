@@ -44,6 +44,7 @@ class Consumer:
         "default_outcome",
         "link",
         "owned_node",
+        "presettled",
         "queue",
         "scan",
         "selector",
@@ -74,11 +75,9 @@ class Consumer:
         self.unsettled: dict[OutgoingDelivery, Dispatched] = {}
         self.owned_node: Node | None = None  # a dynamic node created for this link, deleted with it
         self.servicebus = False  # a Service Bus receiver: its deliveries carry the annotations Service Bus adds
-
-    @property
-    def presettled(self) -> bool:
-        """True when the peer asked for settled deliveries (snd-settle-mode settled, §2.8.2)."""
-        return self.link.snd_settle_mode == 1
+        # the peer asked for settled deliveries (snd-settle-mode settled, §2.8.2), fixed by the attach: read here
+        # once, not through a property per delivery (issue 19)
+        self.presettled = link.snd_settle_mode == 1
 
     @property
     def attached(self) -> bool:

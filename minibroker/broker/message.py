@@ -41,6 +41,9 @@ DEFAULT_PRIORITY = 4  # Part 3 §3.2.1
 # ``max_selector_properties_size``; a recovered message, accepted before, passes None)
 DEFAULT_SECTION_LIMIT = 64 * 1024
 MAX_DELIVERY_COUNT = 0xFFFFFFFF  # header.delivery-count is a uint (§3.2.1): it saturates there
+_EMPTY_HEADER = Header()  # every message's empty header (list0): read-only
+_LIST0_HEADER = b"\x00\x53\x70\x45"  # an empty header section: smallulong descriptor 0x70, list0
+_PROPERTIES_DESCRIPTOR = b"\x00\x53\x73"  # a properties section's descriptor, as ``section_at`` reads it
 
 
 class Content:
@@ -96,20 +99,26 @@ class Content:
         pos = 0
         try:
             # the sections before the properties, each looked for where the one before ended (``amqp.sections``)
-            code, value = section_at(payload, 0)
-            if code == HEADER and payload[value] == 0x45 and (self.limit is None or value < self.limit):
-                # an empty header (list0), which python-qpid-proton writes in every message: nothing to decode
-                self.header, pos = Header(), value + 1
-                code, value = section_at(payload, pos)
-            elif code == HEADER:
-                self._check_size(payload, 0, value, "header")
-                header, pos = codec.decode(payload)
-                if isinstance(header, Header):
-                    self.header = header
-                    self.count = min(int(header.delivery_count or 0), MAX_DELIVERY_COUNT)
-                    if header.priority is not None:
-                        self.priority = min(int(header.priority), 9)
-                code, value = section_at(payload, pos)
+            if payload.startswith(_LIST0_HEADER) and (self.limit is None or self.limit >= len(_LIST0_HEADER)):
+                # an empty header (list0), which python-qpid-proton writes in every message: nothing to decode, and
+                # one shared record for them all (never changed: ``_rebuilt`` copies a header before writing it);
+                # proton's properties section next is known by its descriptor: no section read at all (issue 19)
+                self.header, pos = _EMPTY_HEADER, len(_LIST0_HEADER)
+                if payload.startswith(_PROPERTIES_DESCRIPTOR, pos):
+                    code, value = PROPERTIES, pos + len(_PROPERTIES_DESCRIPTOR)
+                else:
+                    code, value = section_at(payload, pos)
+            else:
+                code, value = section_at(payload, 0)
+                if code == HEADER:
+                    self._check_size(payload, 0, value, "header")
+                    header, pos = codec.decode(payload)
+                    if isinstance(header, Header):
+                        self.header = header
+                        self.count = min(int(header.delivery_count or 0), MAX_DELIVERY_COUNT)
+                        if header.priority is not None:
+                            self.priority = min(int(header.priority), 9)
+                    code, value = section_at(payload, pos)
             self.body_offset = pos
             if code == DELIVERY_ANNOTATIONS:
                 pos = section_end(payload, value)  # for the next hop: skipped by its size, never decoded
@@ -130,8 +139,16 @@ class Content:
             self.body_offset = self.annotations_start = self.annotations_end = pos = 0
             code, value = section_at(payload, 0)
         self.properties_start = pos
-        # where the properties section's list starts (-1: none), found on the way: every arrival asks (issue 19)
-        self.properties_at = value if code == PROPERTIES else -1
+        # where the properties list starts when its encoded count reaches absolute-expiry-time (-1: no properties,
+        # or too few fields: python-qpid-proton's empty list0), told here on the way: every arrival asks (issue 19)
+        count = 0
+        if code == PROPERTIES and len(payload) > value + 2:
+            constructor = payload[value]
+            if constructor == 0xC0:  # list8: size, count
+                count = payload[value + 2]
+            elif constructor == 0xD0:  # list32: size, count
+                count = int.from_bytes(payload[value + 5 : value + 9], "big")
+        self.properties_at = value if count >= _ABSOLUTE_EXPIRY_FIELD else -1
 
     def _check_size(self, payload: bytes, pos: int, value: int, name: str) -> None:
         """Refuse to decode the section at ``pos`` (its value at ``value``) when it is larger than ``limit``."""
@@ -149,10 +166,13 @@ class Content:
 class Message:
     """One message on one node (a queue, or one subscription of a topic): a record over a shared ``Content``."""
 
-    __slots__ = ("content", "delivery_count", "durable_id", "excluded", "timer")
+    __slots__ = ("content", "delivery_count", "durable_id", "excluded", "size", "timer")
 
     def __init__(self, payload: bytes, seq: int = 0, *, limit: int | None = DEFAULT_SECTION_LIMIT) -> None:
         content = self.content = Content(payload, limit)
+        # bytes of the encoded message: a field set wherever ``content`` is (here, ``sharing``, ``annotate``), not a
+        # property: a post reads it twice, a delivery once (issue 19)
+        self.size = len(payload)
         if seq:
             content.place(seq)
         self.delivery_count = content.count
@@ -166,6 +186,7 @@ class Message:
         """A new record over ``other``'s content (the copy a topic gives each further subscription)."""
         clone = cls.__new__(cls)
         clone.content = other.content
+        clone.size = other.size
         clone.delivery_count = other.delivery_count
         clone.excluded = None
         clone.durable_id = 0
@@ -237,11 +258,6 @@ class Message:
         return self.content.malformed
 
     @property
-    def size(self) -> int:
-        """Bytes of the encoded message."""
-        return len(self.content.payload)  # (not ``self.payload``: a property read per queue operation, issue 19)
-
-    @property
     def durable(self) -> bool:
         header = self.content.header
         return header is not None and bool(header.durable)
@@ -286,20 +302,8 @@ class Message:
 
     def absolute_expiry_time(self) -> int | None:
         """``properties.absolute-expiry-time`` in wall-clock ms; decodes only when the field can be present."""
-        content = self.content  # (read once: every arrival asks, issue 19)
-        payload = content.payload
-        value = content.properties_at
-        if value < 0 or len(payload) < value + 2:
-            return None
-        constructor = payload[value]
-        if constructor == 0xC0:  # list8: size, count
-            count = payload[value + 2] if len(payload) > value + 2 else 0
-        elif constructor == 0xD0:  # list32: size, count
-            count = int.from_bytes(payload[value + 5 : value + 9], "big")
-        else:
-            return None
-        if count < _ABSOLUTE_EXPIRY_FIELD:
-            return None  # trailing fields trimmed: no absolute-expiry-time
+        if self.content.properties_at < 0:
+            return None  # no properties, or trailing fields trimmed: no absolute-expiry-time
         properties = self.properties()
         return properties.absolute_expiry_time if properties is not None else None
 
@@ -330,6 +334,7 @@ class Message:
         content.seq, content.key = old.seq, old.key
         content.expires_at, content.deliver_at = old.expires_at, old.deliver_at
         self.content = content
+        self.size = len(payload)
 
     def rewritten(self, extra: dict[str, Any], rest: bytes | None = None, *, durable: bool = False) -> bytes:
         """The message as it goes out with ``extra`` merged into its message-annotations, the header's

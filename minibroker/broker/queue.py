@@ -72,6 +72,26 @@ class _Ready(SortedKeyList):  # type: ignore[misc]  # (sortedcontainers is untyp
                 return
         super().add(value)
 
+    def first(self) -> Message | None:
+        """The first message in delivery order, or None (sortedcontainers keeps no empty sublist): one call, in
+        place of the ``__len__`` and ``__getitem__`` of ``ready[0]`` behind a truth test (per delivery, issue 19)."""
+        lists = self._lists
+        return lists[0][0] if lists else None
+
+    def pop_first(self) -> Message:
+        """Take the first message: ``pop(0)``, whose ``_delete`` only drops the first entry of the first sublist when
+        more than half a load is left in it or it is the only one, and no positional index is built; done here
+        without its calls in that case, the usual one (per delivery, issue 19)."""
+        keys = self._keys[0]
+        rest = len(keys) - 1
+        if rest and not self._index and (rest > self._load >> 1 or len(self._keys) == 1):
+            del keys[0]
+            self._len -= 1
+            message: Message = self._lists[0].pop(0)
+            return message  # (``_maxes[0]``, the sublist's last key, is unchanged)
+        popped: Message = self.pop(0)
+        return popped
+
 
 class _Arrivals:
     """The delivery-order keys of messages that became ready behind some scan's cursor, in arrival order: one log
@@ -151,7 +171,7 @@ class Queue:
         self.name = name
         self.node_name = node_name or name
         self.policy = policy or NodePolicy()
-        self.ready: SortedKeyList = _Ready()
+        self.ready = _Ready()
         self.acquired = 0
         self.staged = 0  # messages posted in open transactions, invisible until commit
         self.scheduled = 0
@@ -263,8 +283,7 @@ class Queue:
     def acquire_first(self) -> Message:
         """Take the first ready message for delivery."""
         self.acquired += 1
-        message: Message = self.ready.pop(0)
-        return message
+        return self.ready.pop_first()
 
     def retire(self, message: Message) -> None:
         """An acquired message is gone for good (accepted, rejected, dead-lettered)."""

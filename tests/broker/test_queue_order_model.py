@@ -6,7 +6,8 @@ any ready message, as a selector's consumer does), releases of taken messages an
 sorted list has a tiny load factor, so sublists split, and with positional reads between, so sortedcontainers' index
 is built and must be kept: the ready list must always equal the reference, ``sorted(messages, key=(-priority,
 seq))``, and pass sortedcontainers' own invariant check (``_check``). This guards the in-order append fast path of
-``queue._Ready.add`` (issue 19).
+``queue._Ready.add`` and the head taken by ``_Ready.pop_first`` (``acquire_first``) and read by ``_Ready.first``
+(issue 19).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def test_ready_order_matches_a_reference_sort(
                 assert queue.ready.index(expected) == position  # (builds sortedcontainers' positional index)
         queue.ready._check()
         assert list(queue.ready) == _reference(ready)
+        assert queue.ready.first() is (_reference(ready)[0] if ready else None)  # the head, as dispatch reads it
         assert queue.acquired == len(taken)
 
 
@@ -103,3 +105,21 @@ def test_in_order_puts_over_many_sublists_keep_their_order() -> None:
     queue.requeue(first)
     queue.ready._check()
     assert list(queue.ready) == [urgent, *messages]
+
+
+def test_taking_every_head_of_a_deep_queue_keeps_the_list_sound() -> None:
+    """Heads taken one by one from thousands of ready messages over several sublists (``pop_first``: its own
+    step while the first sublist stays more than half full, ``pop(0)`` when it must merge): arrival order, and
+    sortedcontainers' invariants, at every sublist boundary."""
+    queue = Queue("q")
+    messages = [Message(BODY, seq) for seq in range(1, 4501)]
+    for message in messages:
+        queue.put(message)
+    for i, expected in enumerate(messages):
+        assert queue.ready.first() is expected
+        assert queue.acquire_first() is expected
+        if i % 250 == 0:
+            queue.ready._check()
+    assert queue.ready.first() is None
+    assert len(queue.ready) == 0
+    assert queue.acquired == len(messages)
