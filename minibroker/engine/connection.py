@@ -71,11 +71,13 @@ from minibroker.amqp.errors import (
     error,
 )
 from minibroker.amqp.fastpath import (
+    DISPOSITION_PREFIX,
     TRANSFER_PREFIX,
-    decode_performative,
+    disposition_fields,
     encode_disposition,
     encode_transfer,
     encode_transfer_all_fields,
+    transfer_fields,
 )
 from minibroker.amqp.framing import (
     AMQP_FRAME,
@@ -486,16 +488,28 @@ class ServerConnection:
             if self.trace is not None:
                 self.trace("<-", channel, None, 0)
             return  # an empty frame: heartbeat (§2.4.5)
+        prefix = body[:3]
+        kind: type
+        fields: tuple[Any, ...] | None = None
         try:
-            performative, end = decode_performative(body)
+            # a transfer or a disposition (every frame of the message and transaction paths) is read as a tuple of
+            # its fields and its end, and handled so: no performative object per frame (issue 19)
+            if prefix == TRANSFER_PREFIX:
+                kind, fields = Transfer, transfer_fields(body)
+            elif prefix == DISPOSITION_PREFIX:
+                kind, fields = Disposition, disposition_fields(body)
+            else:
+                performative, end = codec.decode(body)
+                kind = type(performative)
         except DecodeError as exc:
             raise ConnectionDecodeError(f"performative does not decode: {exc}") from None
-        payload = body[end:]
-        if self.trace is not None:
-            self.trace("<-", channel, performative, len(payload))
-        kind = type(performative)
         handler = _SESSION_HANDLERS.get(kind)
-        if handler is None or self.phase is not _OPENED or frame_type != AMQP_FRAME:
+        in_session = handler is not None and self.phase is _OPENED and frame_type == AMQP_FRAME
+        if fields is not None and (self.trace is not None or not in_session):
+            performative, end = kind(*fields[:-1]), fields[-1]  # only a trace or a frame out of place reads it
+        if self.trace is not None:
+            self.trace("<-", channel, performative, len(body) - end)
+        if not in_session:
             # the handshake, the connection's own performatives, and whatever is out of place; a session's frames on
             # an open connection (every frame of the message and transaction paths) skip these checks in one test
             self._on_connection_frame(frame_type, channel, performative)
@@ -511,8 +525,10 @@ class ServerConnection:
             raise ConnectionNotAllowed(f"frame on channel {channel}, where no session has begun")
         try:
             if kind is Transfer:
-                self._on_transfer(session, performative, payload)
-            else:
+                self._on_transfer(session, fields, body)
+            elif kind is Disposition:
+                self._on_disposition(session, fields)
+            elif handler is not None:  # (always: ``in_session``)
                 handler(self, session, performative)
         except SessionError as exc:
             self._end_session(session, exc.to_error())
@@ -912,8 +928,9 @@ class ServerConnection:
         )
 
     # -- transfers in -------------------------------------------------------------------------------
-    def _on_transfer(self, session: Session, transfer: Transfer, payload: bytes) -> None:
-        handle = transfer.handle
+    def _on_transfer(self, session: Session, fields: Any, body: bytes) -> None:
+        """A transfer frame: ``fields`` as ``transfer_fields`` reads them from ``body``."""
+        handle, delivery_id, tag, message_format, settled, more, _, state, _, aborted, _, end = fields
         assert handle is not None  # mandatory: a transfer without one does not decode
         if handle > session.handle_max:  # the cheap test first: the check words the error
             self._check_handle(session, handle, "transfer")
@@ -930,7 +947,6 @@ class ServerConnection:
         if session.incoming_window < _INCOMING_WINDOW // 2:
             session.incoming_window = _INCOMING_WINDOW
             self._send_session_flow(session)
-        state = transfer.state
         if link is None:
             if state is not None:
                 self._events.append(TransferDiscarded(None, [state]))
@@ -943,27 +959,27 @@ class ServerConnection:
                 if state is not None:
                     self._events.append(TransferDiscarded(link, [state]))
                 raise TransferLimitExceeded("transfer without link credit", handle=link.input_handle)
-            if transfer.delivery_id is None:
+            if delivery_id is None:
                 raise ConnectionNotAllowed("the first transfer of a delivery must carry a delivery-id")
             link.credit -= 1
             link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
-            settled = bool(transfer.settled) or link.snd_settle_mode == 1
-            delivery = IncomingDelivery(link, transfer.delivery_id, transfer.delivery_tag or b"", settled, state)
+            settled = bool(settled) or link.snd_settle_mode == 1
+            delivery = IncomingDelivery(link, delivery_id, tag or b"", settled, state)
         else:
-            if transfer.settled:
+            if settled:
                 delivery.settled = True
             if state is not None:
                 if delivery.state is not None and state != delivery.state:
                     _remember_state(delivery, delivery.state)
                 delivery.state = state
-        if transfer.aborted:
+        if aborted:
             # §2.6.14: an aborted delivery is discarded; it needs no settlement (the broker may top up credit)
             self._drop_partial(link)
             self._events.append(TransferDiscarded(link, _states(delivery), aborted=True))
             return
         whole: bytes | bytearray
         partial = link.partial
-        more = transfer.more
+        payload = body[end:]
         if partial is None:
             # the first frame: a message in one frame is passed on as it came (the common case)
             whole = payload
@@ -1000,7 +1016,7 @@ class ServerConnection:
             payload = bytes(partial)
         if not delivery.settled:
             session.incoming_unsettled[delivery.delivery_id] = delivery
-        self._events.append(TransferReceived(link, delivery, payload, transfer.message_format or 0))
+        self._events.append(TransferReceived(link, delivery, payload, message_format or 0))
 
     def _drop_partial(self, link: Link) -> None:
         """The delivery being reassembled on ``link`` is over (whole, aborted, or discarded)."""
@@ -1011,12 +1027,13 @@ class ServerConnection:
         link.partial_delivery = None
 
     # -- dispositions in ----------------------------------------------------------------------------
-    def _on_disposition(self, session: Session, disposition: Disposition) -> None:
-        first = disposition.first or 0
-        last = first if disposition.last is None else disposition.last
-        settled = bool(disposition.settled)
-        state = disposition.state
-        if disposition.role == RECEIVER:
+    def _on_disposition(self, session: Session, fields: Any) -> None:
+        """A disposition frame: ``fields`` as ``disposition_fields`` reads them."""
+        role, first, last, settled, state, _, _ = fields
+        first = first or 0
+        last = first if last is None else last
+        settled = bool(settled)
+        if role == RECEIVER:
             out = _take_range(session.outgoing_unsettled, first, last, settled)
             for delivery in out:
                 delivery.remote_state = state
@@ -1385,7 +1402,8 @@ class ServerConnection:
         link.available = available
 
 
-# the performatives of a session, each with its handler (a transfer's takes its payload too: ``_on_frame``)
+# the performatives of a session, each with its handler (a transfer's and a disposition's take their fields as a
+# tuple: ``_on_frame``)
 _SESSION_HANDLERS: dict[type, Callable[..., None]] = {
     End: ServerConnection._on_end,
     Attach: ServerConnection._on_attach,
