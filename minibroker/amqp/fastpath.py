@@ -303,11 +303,14 @@ def decode_performative(body: bytes) -> tuple[Any, int]:
     return codec.decode(body)
 
 
+# the encodings of uints 0-255 (uint0, smalluint), by value: a handle, a disposition's first and a young session's
+# delivery-ids are small, and a table lookup costs less than building the two bytes (issue 19)
+_SMALL_UINTS = (b"\x43", *(bytes((0x52, value)) for value in range(1, 256)))
+
+
 def _uint_bytes(value: int) -> bytes:
-    if value == 0:
-        return b"\x43"
-    if value < 256:
-        return bytes((0x52, value))
+    if 0 <= value < 256:
+        return _SMALL_UINTS[value]
     return b"\x70" + _I.pack(value)
 
 
@@ -321,6 +324,25 @@ def encode_transfer(
     state: DeliveryState | None = None,
 ) -> bytes:
     """The encoded transfer performative (trailing nulls trimmed), as ``codec.encode(Transfer(...))``."""
+    if (
+        delivery_id is not None
+        and tag is not None
+        and len(tag) < 240
+        and state is None
+        and not (more or message_format)
+    ):
+        # a whole message in one frame, no state (all the broker sends but large messages): its five fields in one
+        # join, no helper call per field, a list8 (a tag under 240 octets keeps it under 256) (issue 19)
+        body = b"".join(
+            (
+                _SMALL_UINTS[handle] if 0 <= handle < 256 else _uint_bytes(handle),
+                _SMALL_UINTS[delivery_id] if 0 <= delivery_id < 256 else _uint_bytes(delivery_id),
+                bytes((0xA0, len(tag))),
+                tag,
+                b"\x43\x41" if settled else b"\x43\x42",
+            )
+        )
+        return TRANSFER_PREFIX + _BBB.pack(0xC0, len(body) + 1, 5) + body
     parts = [_uint_bytes(handle)]
     if delivery_id is not None:
         parts.append(_uint_bytes(delivery_id))
@@ -506,10 +528,13 @@ def encode_disposition(role: bool, first: int, last: int | None, settled: bool, 
     body = b"".join(
         (
             b"\x41" if role else b"\x42",
-            _uint_bytes(first),
+            # ``_uint_bytes`` inline: one disposition per post answered (issue 19)
+            _SMALL_UINTS[first] if 0 <= first < 256 else b"\x70" + _I.pack(first),
             b"\x40" if last is None else _uint_bytes(last),
             b"\x41" if settled else b"\x42",
             tail,
         )
     )
+    if len(body) < 255:  # ``_list_bytes``'s list8 inline: the usual case, once per post answered
+        return DISPOSITION_PREFIX + _BBB.pack(0xC0, len(body) + 1, 5 if tail else 4) + body
     return _list_bytes(DISPOSITION_PREFIX, 5 if tail else 4, body)

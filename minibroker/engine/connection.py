@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from enum import Enum
+from operator import attrgetter
 from typing import Any
 
 from minibroker.amqp import codec
@@ -370,6 +371,9 @@ class ServerConnection:
                         and event.link.read_ahead
                         and event.delivery.earlier_states is None
                         and event.link.credit > 0
+                        # the last frame of a read, none read ahead before it: nothing to read ahead of, so no
+                        # ``_release`` generator for it (a read of one transfer, issue 19)
+                        and (ahead or len(buf) - self._pos >= 8)
                     ):
                         ahead.append(event)  # its handling cannot change how the next frame reads: read on
                         continue
@@ -383,7 +387,8 @@ class ServerConnection:
                         yield from self._release(ahead)
                         ahead = []
                     yield from events
-            yield from self._release(ahead)
+            if ahead:
+                yield from self._release(ahead)
             if self._echoes:
                 self._answer_echoes()
         finally:
@@ -401,6 +406,13 @@ class ServerConnection:
 
     def next_deadline(self) -> float | None:
         """When ``handle_timeout`` must next be called, or None."""
+        if self.phase is _OPENED and self._close_deadline is None:
+            # an open connection (asked once per read: issue 19): its heartbeat and the peer's idle time-out, no list
+            heartbeat, idle = self._heartbeat_interval, self.idle_time_out
+            if not heartbeat:
+                return self._last_received + idle if idle else None
+            send_by = self._last_sent + heartbeat
+            return min(send_by, self._last_received + idle) if idle else send_by
         deadlines = []
         if self._close_deadline is not None:
             deadlines.append(self._close_deadline)
@@ -995,8 +1007,10 @@ class ServerConnection:
         if limit:
             # §2.7.3 attach, max-message-size: "Any attempt to deliver a message larger than this results in a
             # message-size-exceeded link-error"; the frame bound is ours, answered the same way
-            frame_limit = max(_MIN_FRAMES, limit // _BYTES_PER_FRAME)
-            if len(whole) > limit or link.partial_frames > frame_limit:
+            # (the frame bound is worked out only past _MIN_FRAMES frames: a one-frame message skips it, issue 19)
+            taken = link.partial_frames
+            if len(whole) > limit or (taken > _MIN_FRAMES and taken > limit // _BYTES_PER_FRAME):
+                frame_limit = max(_MIN_FRAMES, limit // _BYTES_PER_FRAME)
                 reason = (
                     f"message of more than {limit} bytes exceeds max-message-size"
                     if len(whole) > limit
@@ -1031,17 +1045,23 @@ class ServerConnection:
         """A disposition frame: ``fields`` as ``disposition_fields`` reads them."""
         role, first, last, settled, state, _, _ = fields
         first = first or 0
-        last = first if last is None else last
         settled = bool(settled)
+        table: dict[int, Any] = session.outgoing_unsettled if role == RECEIVER else session.incoming_unsettled
+        if last is None or last == first:
+            # one delivery (proton's tx_recv accepts each apart): one lookup, no range to walk (issue 19)
+            delivery = table.pop(first, None) if settled else table.get(first)
+            found = [] if delivery is None else [delivery]
+        else:
+            found = _take_range(table, first, last, settled)
         if role == RECEIVER:
-            out = _take_range(session.outgoing_unsettled, first, last, settled)
+            out: list[OutgoingDelivery] = found
             for delivery in out:
                 delivery.remote_state = state
                 delivery.remote_settled = settled
             if out:
                 self._events.append(DeliveryUpdated(out, state, settled))
         else:
-            inc = _take_range(session.incoming_unsettled, first, last, settled)
+            inc: list[IncomingDelivery] = found
             for delivery in inc:
                 delivery.settled = settled
             if inc:
@@ -1261,7 +1281,9 @@ class ServerConnection:
         if self.trace is not None:
             self.trace("->", session.channel, codec.decode(performative)[0], size)
         if not session.pending and session.remote_incoming_window > 0:
-            self._write(frame)  # the window is open and nothing waits: straight out
+            # the window is open and nothing waits: straight out (``_write`` inline: once per message, issue 19)
+            self._out += frame
+            self._last_sent = self._now
             delivery.begun = True
             session.remote_incoming_window -= 1
             session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
@@ -1350,7 +1372,7 @@ class ServerConnection:
         run_session: Session | None = None
         first = last = 0
         # one delivery (each declare/discharge answer) needs no sort: issue 19's transaction path
-        ordered = deliveries if len(deliveries) == 1 else sorted(deliveries, key=_session_order)
+        ordered = deliveries if len(deliveries) == 1 else sorted(deliveries, key=_SESSION_ORDER)
         for delivery in ordered:
             session = delivery.link.session
             if session.ended:
@@ -1373,8 +1395,10 @@ class ServerConnection:
         # the transaction path's answers (accepted, declared, transactional-state) skip the codec: issue 19
         body = self._encode_disposition(role, first, last if last != first else None, settled, state)
         if body is not None and self.trace is None and 8 + len(body) <= self.remote_max_frame_size:
-            if self.phase not in (_CLOSE_SENT, _FINISHED):  # §2.4.3: nothing follows our close
-                self._write(FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, channel) + body)
+            phase = self.phase
+            if phase is not _CLOSE_SENT and phase is not _FINISHED:  # §2.4.3: nothing follows our close
+                self._out += FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, channel) + body  # (``_write`` inline)
+                self._last_sent = self._now
             return
         self._send(
             channel,
@@ -1415,8 +1439,8 @@ _SESSION_HANDLERS: dict[type, Callable[..., None]] = {
 _PERFORMATIVES = frozenset((Open, Close, Begin, *_SESSION_HANDLERS))  # §2.7: the nine AMQP performatives
 
 
-def _session_order(delivery: Any) -> tuple[int, int]:
-    return delivery.link.session.channel, delivery.delivery_id
+# deliveries by session, then id: a C-level key, not a Python function called per delivery (issue 19)
+_SESSION_ORDER = attrgetter("link.session.channel", "delivery_id")
 
 
 def _no_fast_encoding(*_: Any) -> None:
@@ -1464,10 +1488,7 @@ def _states(delivery: IncomingDelivery) -> list[object]:
 
 
 def _take_range(table: dict[int, Any], first: int, last: int, settled: bool) -> list[Any]:
-    """Deliveries in ``table`` with ids in [first, last], removed from it when ``settled``."""
-    if first == last:  # one delivery (proton's tx_recv accepts each apart): one lookup, no range to walk
-        delivery = table.pop(first, None) if settled else table.get(first)
-        return [] if delivery is None else [delivery]
+    """Deliveries in ``table`` with ids in [first, last] (more than one), removed from it when ``settled``."""
     span = (last - first) & SERIAL_MASK
     if span < len(table):
         ids = [(first + i) & SERIAL_MASK for i in range(span + 1)]
