@@ -88,6 +88,23 @@ def _state(data: bytes, pos: int) -> tuple[Any, int]:
     return codec.decode(data, pos)
 
 
+# the transactional-state ``_last_state_at`` decoded last, and its bytes (a tuple read and replaced whole, as
+# ``_last_state`` below): every post and accept of a transaction carries the same one, decoded once for them all
+_last_decoded: tuple[bytes | None, Any] = (None, None)
+
+
+def _last_state_at(data: bytes, pos: int, end: int) -> tuple[Any, int]:
+    """``_state(data, pos)`` for the state that is a performative's last field, ending at ``end``."""
+    global _last_decoded
+    last_bytes, last_state = _last_decoded
+    if data[pos:end] == last_bytes:
+        return last_state, end
+    state, after = _state(data, pos)
+    if after == end and type(state) is TransactionalState and (state.outcome is None or state.outcome is ACCEPTED):
+        _last_decoded = (bytes(data[pos:end]), state)  # (a value nobody changes: its txn-id and a shared outcome)
+    return state, after
+
+
 def _list_at(data: bytes, pos: int) -> tuple[int, int, int]:
     """(count, first field offset, end offset) of the list at ``pos``: list0, list8 or list32."""
     code = data[pos]
@@ -100,86 +117,176 @@ def _list_at(data: bytes, pos: int) -> tuple[int, int, int]:
     raise _Fallback
 
 
-def decode_transfer(body: bytes) -> tuple[Transfer, int]:
-    """Decode a transfer performative at the start of ``body``; return it and where the payload starts.
+_FLAGS = {0x41: True, 0x42: False, 0x40: None}  # a boolean field's one-byte encodings (a KeyError: another type)
+
+
+def _middle_table() -> dict[bytes, tuple[Any, ...]]:
+    """A transfer's message-format, settled, more and rcv-settle-mode in their one-byte encodings (uint0 or null,
+    true/false/null, null), keyed by the bytes of the first 1-4 of them, each value padded to all four."""
+    table: dict[bytes, tuple[Any, ...]] = {}
+    for fmt, fmt_value in ((0x43, 0), (0x40, None)):
+        for settled in _FLAGS:
+            for more in _FLAGS:
+                encoded, values = bytes((fmt, settled, more, 0x40)), (fmt_value, _FLAGS[settled], _FLAGS[more], None)
+                for n in range(1, 5):
+                    table[encoded[:n]] = values[:n] + (None,) * (4 - n)
+    return table
+
+
+# every client writes these four fields one byte each: one slice and one lookup read them all, not four reads
+_TRANSFER_MIDDLE = _middle_table()
+
+
+def transfer_fields(body: bytes) -> tuple[Any, ...]:
+    """The eleven fields of the transfer performative at the start of ``body`` (as ``Transfer.field_values()``),
+    then the offset where its payload starts: a flat tuple, so the engine builds no ``Transfer`` per frame.
 
     Raises ``DecodeError`` for bad input, exactly like ``codec.decode`` followed by the composite checks.
     """
     try:
-        count, pos, end = _list_at(body, 3)
+        # the fields in order, each read where it stands, the usual widths inline: a helper call per field costs
+        # more than the reading (issue 19); any other encoding takes ``_uint``/``_flag`` or the codec
+        if body[3] == 0xC0:
+            count, pos, end = body[5], 6, 5 + body[4]
+        else:
+            count, pos, end = _list_at(body, 3)
         if count > 11 or count == 0 or end > len(body):
             raise _Fallback
-        fields: list[Any] = [None] * 11
-        # the fields in order, each read where it stands rather than found by its index in a loop: every transfer
-        # carries the first five, a transactional post eight (issue 19)
-        fields[0], pos = _uint(body, pos)  # handle
-        if count > 1:
-            fields[1], pos = _uint(body, pos)  # delivery-id
+        handle: int | None
+        code = body[pos]  # handle
+        if code == 0x52:
+            handle, pos = body[pos + 1], pos + 2
+        elif code == 0x43:
+            handle, pos = 0, pos + 1
+        else:
+            handle, pos = _uint(body, pos)
+        delivery_id = tag = message_format = settled = more = rcv_settle_mode = state = None
+        resume = aborted = batchable = None
+        if count > 1:  # delivery-id: smalluint, then uint once a session has sent 256
+            code = body[pos]
+            if code == 0x70:
+                delivery_id, pos = _I.unpack_from(body, pos + 1)[0], pos + 5
+            elif code == 0x52:
+                delivery_id, pos = body[pos + 1], pos + 2
+            else:
+                delivery_id, pos = _uint(body, pos)
         if count > 2:  # delivery-tag
             code = body[pos]
             if code == 0xA0:
                 n = body[pos + 1]
-                fields[2] = body[pos + 2 : pos + 2 + n]
+                tag = body[pos + 2 : pos + 2 + n]
                 pos += 2 + n
             elif code == 0x40:
                 pos += 1
             else:
                 raise _Fallback
         if count > 3:
-            fields[3], pos = _uint(body, pos)  # message-format
-        if count > 4:
-            fields[4], pos = _flag(body, pos)  # settled
-        if count > 5:
-            fields[5], pos = _flag(body, pos)  # more
-        if count > 6:  # rcv-settle-mode
-            code = body[pos]
-            if code == 0x40:
-                pos += 1
-            elif code == 0x50:
-                fields[6] = body[pos + 1]
-                pos += 2
+            n = 4 if count > 7 else count - 3
+            middle = _TRANSFER_MIDDLE.get(body[pos : pos + n])
+            if middle is not None:
+                message_format, settled, more, rcv_settle_mode = middle
+                pos += n
             else:
-                raise _Fallback
-        if count > 7:
-            fields[7], pos = _state(body, pos)
-        for index in range(8, count):  # resume, aborted, batchable
-            fields[index], pos = _flag(body, pos)
-        if pos != end or fields[0] is None or end > len(body):
+                message_format, pos = _uint(body, pos)
+                if count > 4:
+                    settled, pos = _flag(body, pos)
+                if count > 5:
+                    more, pos = _flag(body, pos)
+                if count > 6:  # rcv-settle-mode
+                    code = body[pos]
+                    if code == 0x40:
+                        pos += 1
+                    elif code == 0x50:
+                        rcv_settle_mode = body[pos + 1]
+                        pos += 2
+                    else:
+                        raise _Fallback
+        if count == 8:
+            state, pos = _last_state_at(body, pos, end)
+        elif count > 8:
+            state, pos = _state(body, pos)
+        if count > 8:  # resume, aborted, batchable: one-byte flags
+            flags = [_FLAGS[code] for code in body[pos : pos + count - 8]] + [None, None]
+            resume, aborted, batchable = flags[0], flags[1], flags[2]
+            pos += count - 8
+        if pos != end or handle is None:
             raise _Fallback
-        return Transfer(*fields), end
-    except (_Fallback, IndexError, struct.error):
+        return (
+            handle,
+            delivery_id,
+            tag,
+            message_format,
+            settled,
+            more,
+            rcv_settle_mode,
+            state,
+            resume,
+            aborted,
+            batchable,
+            end,
+        )
+    except (_Fallback, IndexError, KeyError, struct.error):
         value, end = codec.decode(body)
         if not isinstance(value, Transfer):
             raise DecodeError("not a transfer") from None
-        return value, end
+        return (*value.field_values(), end)
 
 
-def decode_disposition(body: bytes) -> tuple[Disposition, int]:
-    """Decode a disposition performative at the start of ``body`` (see ``decode_transfer``)."""
+def decode_transfer(body: bytes) -> tuple[Transfer, int]:
+    """Decode a transfer performative at the start of ``body``; return it and where the payload starts (see
+    ``transfer_fields``)."""
+    fields = transfer_fields(body)
+    return Transfer(*fields[:11]), fields[11]
+
+
+def disposition_fields(body: bytes) -> tuple[Any, ...]:
+    """The six fields of the disposition performative at the start of ``body``, then its end (see
+    ``transfer_fields``)."""
     try:
-        count, pos, end = _list_at(body, 3)
+        # as in ``transfer_fields``: a transactional accept (python-qpid-proton's) carries the first five
+        if body[3] == 0xC0:
+            count, pos, end = body[5], 6, 5 + body[4]
+        else:
+            count, pos, end = _list_at(body, 3)
         if count > 6 or count < 2 or end > len(body):  # (role and first are mandatory)
             raise _Fallback
-        fields: list[Any] = [None] * 6
-        # the fields in order, as in ``decode_transfer``: a transactional accept carries the first five
-        fields[0], pos = _flag(body, pos)  # role
-        fields[1], pos = _uint(body, pos)  # first
+        role = _FLAGS[body[pos]]
+        code = body[pos + 1]  # first
+        if code == 0x70:
+            first, pos = _I.unpack_from(body, pos + 2)[0], pos + 6
+        elif code == 0x52:
+            first, pos = body[pos + 2], pos + 3
+        else:
+            first, pos = _uint(body, pos + 1)
+        last = settled = state = batchable = None
         if count > 2:
-            fields[2], pos = _uint(body, pos)  # last
+            if body[pos] == 0x40:
+                pos += 1
+            else:
+                last, pos = _uint(body, pos)
         if count > 3:
-            fields[3], pos = _flag(body, pos)  # settled
-        if count > 4:
-            fields[4], pos = _state(body, pos)
-        if count > 5:
-            fields[5], pos = _flag(body, pos)  # batchable
-        if pos != end or fields[0] is None or fields[1] is None:
+            settled = _FLAGS[body[pos]]
+            pos += 1
+        if count == 5:
+            state, pos = _last_state_at(body, pos, end)
+        elif count > 5:
+            state, pos = _state(body, pos)
+            batchable = _FLAGS[body[pos]]
+            pos += 1
+        if pos != end or role is None or first is None:
             raise _Fallback
-        return Disposition(*fields), end
-    except (_Fallback, IndexError, struct.error):
+        return role, first, last, settled, state, batchable, end
+    except (_Fallback, IndexError, KeyError, struct.error):
         value, end = codec.decode(body)
         if not isinstance(value, Disposition):
             raise DecodeError("not a disposition") from None
-        return value, end
+        return (*value.field_values(), end)
+
+
+def decode_disposition(body: bytes) -> tuple[Disposition, int]:
+    """Decode a disposition performative at the start of ``body`` (see ``disposition_fields``)."""
+    fields = disposition_fields(body)
+    return Disposition(*fields[:6]), fields[6]
 
 
 def decode_performative(body: bytes) -> tuple[Any, int]:
@@ -196,11 +303,14 @@ def decode_performative(body: bytes) -> tuple[Any, int]:
     return codec.decode(body)
 
 
+# the encodings of uints 0-255 (uint0, smalluint), by value: a handle, a disposition's first and a young session's
+# delivery-ids are small, and a table lookup costs less than building the two bytes (issue 19)
+_SMALL_UINTS = (b"\x43", *(bytes((0x52, value)) for value in range(1, 256)))
+
+
 def _uint_bytes(value: int) -> bytes:
-    if value == 0:
-        return b"\x43"
-    if value < 256:
-        return bytes((0x52, value))
+    if 0 <= value < 256:
+        return _SMALL_UINTS[value]
     return b"\x70" + _I.pack(value)
 
 
@@ -214,6 +324,25 @@ def encode_transfer(
     state: DeliveryState | None = None,
 ) -> bytes:
     """The encoded transfer performative (trailing nulls trimmed), as ``codec.encode(Transfer(...))``."""
+    if (
+        delivery_id is not None
+        and tag is not None
+        and len(tag) < 240
+        and state is None
+        and not (more or message_format)
+    ):
+        # a whole message in one frame, no state (all the broker sends but large messages): its five fields in one
+        # join, no helper call per field, a list8 (a tag under 240 octets keeps it under 256) (issue 19)
+        body = b"".join(
+            (
+                _SMALL_UINTS[handle] if 0 <= handle < 256 else _uint_bytes(handle),
+                _SMALL_UINTS[delivery_id] if 0 <= delivery_id < 256 else _uint_bytes(delivery_id),
+                bytes((0xA0, len(tag))),
+                tag,
+                b"\x43\x41" if settled else b"\x43\x42",
+            )
+        )
+        return TRANSFER_PREFIX + _BBB.pack(0xC0, len(body) + 1, 5) + body
     parts = [_uint_bytes(handle)]
     if delivery_id is not None:
         parts.append(_uint_bytes(delivery_id))
@@ -399,10 +528,13 @@ def encode_disposition(role: bool, first: int, last: int | None, settled: bool, 
     body = b"".join(
         (
             b"\x41" if role else b"\x42",
-            _uint_bytes(first),
+            # ``_uint_bytes`` inline: one disposition per post answered (issue 19)
+            _SMALL_UINTS[first] if 0 <= first < 256 else b"\x70" + _I.pack(first),
             b"\x40" if last is None else _uint_bytes(last),
             b"\x41" if settled else b"\x42",
             tail,
         )
     )
+    if len(body) < 255:  # ``_list_bytes``'s list8 inline: the usual case, once per post answered
+        return DISPOSITION_PREFIX + _BBB.pack(0xC0, len(body) + 1, 5 if tail else 4) + body
     return _list_bytes(DISPOSITION_PREFIX, 5 if tail else 4, body)

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from enum import Enum
+from operator import attrgetter
 from typing import Any
 
 from minibroker.amqp import codec
@@ -71,11 +72,13 @@ from minibroker.amqp.errors import (
     error,
 )
 from minibroker.amqp.fastpath import (
+    DISPOSITION_PREFIX,
     TRANSFER_PREFIX,
-    decode_performative,
+    disposition_fields,
     encode_disposition,
     encode_transfer,
     encode_transfer_all_fields,
+    transfer_fields,
 )
 from minibroker.amqp.framing import (
     AMQP_FRAME,
@@ -368,6 +371,9 @@ class ServerConnection:
                         and event.link.read_ahead
                         and event.delivery.earlier_states is None
                         and event.link.credit > 0
+                        # the last frame of a read, none read ahead before it: nothing to read ahead of, so no
+                        # ``_release`` generator for it (a read of one transfer, issue 19)
+                        and (ahead or len(buf) - self._pos >= 8)
                     ):
                         ahead.append(event)  # its handling cannot change how the next frame reads: read on
                         continue
@@ -381,7 +387,8 @@ class ServerConnection:
                         yield from self._release(ahead)
                         ahead = []
                     yield from events
-            yield from self._release(ahead)
+            if ahead:
+                yield from self._release(ahead)
             if self._echoes:
                 self._answer_echoes()
         finally:
@@ -399,6 +406,13 @@ class ServerConnection:
 
     def next_deadline(self) -> float | None:
         """When ``handle_timeout`` must next be called, or None."""
+        if self.phase is _OPENED and self._close_deadline is None:
+            # an open connection (asked once per read: issue 19): its heartbeat and the peer's idle time-out, no list
+            heartbeat, idle = self._heartbeat_interval, self.idle_time_out
+            if not heartbeat:
+                return self._last_received + idle if idle else None
+            send_by = self._last_sent + heartbeat
+            return min(send_by, self._last_received + idle) if idle else send_by
         deadlines = []
         if self._close_deadline is not None:
             deadlines.append(self._close_deadline)
@@ -486,16 +500,28 @@ class ServerConnection:
             if self.trace is not None:
                 self.trace("<-", channel, None, 0)
             return  # an empty frame: heartbeat (§2.4.5)
+        prefix = body[:3]
+        kind: type
+        fields: tuple[Any, ...] | None = None
         try:
-            performative, end = decode_performative(body)
+            # a transfer or a disposition (every frame of the message and transaction paths) is read as a tuple of
+            # its fields and its end, and handled so: no performative object per frame (issue 19)
+            if prefix == TRANSFER_PREFIX:
+                kind, fields = Transfer, transfer_fields(body)
+            elif prefix == DISPOSITION_PREFIX:
+                kind, fields = Disposition, disposition_fields(body)
+            else:
+                performative, end = codec.decode(body)
+                kind = type(performative)
         except DecodeError as exc:
             raise ConnectionDecodeError(f"performative does not decode: {exc}") from None
-        payload = body[end:]
-        if self.trace is not None:
-            self.trace("<-", channel, performative, len(payload))
-        kind = type(performative)
         handler = _SESSION_HANDLERS.get(kind)
-        if handler is None or self.phase is not _OPENED or frame_type != AMQP_FRAME:
+        in_session = handler is not None and self.phase is _OPENED and frame_type == AMQP_FRAME
+        if fields is not None and (self.trace is not None or not in_session):
+            performative, end = kind(*fields[:-1]), fields[-1]  # only a trace or a frame out of place reads it
+        if self.trace is not None:
+            self.trace("<-", channel, performative, len(body) - end)
+        if not in_session:
             # the handshake, the connection's own performatives, and whatever is out of place; a session's frames on
             # an open connection (every frame of the message and transaction paths) skip these checks in one test
             self._on_connection_frame(frame_type, channel, performative)
@@ -511,8 +537,10 @@ class ServerConnection:
             raise ConnectionNotAllowed(f"frame on channel {channel}, where no session has begun")
         try:
             if kind is Transfer:
-                self._on_transfer(session, performative, payload)
-            else:
+                self._on_transfer(session, fields, body)
+            elif kind is Disposition:
+                self._on_disposition(session, fields)
+            elif handler is not None:  # (always: ``in_session``)
                 handler(self, session, performative)
         except SessionError as exc:
             self._end_session(session, exc.to_error())
@@ -912,8 +940,9 @@ class ServerConnection:
         )
 
     # -- transfers in -------------------------------------------------------------------------------
-    def _on_transfer(self, session: Session, transfer: Transfer, payload: bytes) -> None:
-        handle = transfer.handle
+    def _on_transfer(self, session: Session, fields: Any, body: bytes) -> None:
+        """A transfer frame: ``fields`` as ``transfer_fields`` reads them from ``body``."""
+        handle, delivery_id, tag, message_format, settled, more, _, state, _, aborted, _, end = fields
         assert handle is not None  # mandatory: a transfer without one does not decode
         if handle > session.handle_max:  # the cheap test first: the check words the error
             self._check_handle(session, handle, "transfer")
@@ -930,7 +959,6 @@ class ServerConnection:
         if session.incoming_window < _INCOMING_WINDOW // 2:
             session.incoming_window = _INCOMING_WINDOW
             self._send_session_flow(session)
-        state = transfer.state
         if link is None:
             if state is not None:
                 self._events.append(TransferDiscarded(None, [state]))
@@ -943,27 +971,27 @@ class ServerConnection:
                 if state is not None:
                     self._events.append(TransferDiscarded(link, [state]))
                 raise TransferLimitExceeded("transfer without link credit", handle=link.input_handle)
-            if transfer.delivery_id is None:
+            if delivery_id is None:
                 raise ConnectionNotAllowed("the first transfer of a delivery must carry a delivery-id")
             link.credit -= 1
             link.delivery_count = (link.delivery_count + 1) & SERIAL_MASK
-            settled = bool(transfer.settled) or link.snd_settle_mode == 1
-            delivery = IncomingDelivery(link, transfer.delivery_id, transfer.delivery_tag or b"", settled, state)
+            settled = bool(settled) or link.snd_settle_mode == 1
+            delivery = IncomingDelivery(link, delivery_id, tag or b"", settled, state)
         else:
-            if transfer.settled:
+            if settled:
                 delivery.settled = True
             if state is not None:
                 if delivery.state is not None and state != delivery.state:
                     _remember_state(delivery, delivery.state)
                 delivery.state = state
-        if transfer.aborted:
+        if aborted:
             # §2.6.14: an aborted delivery is discarded; it needs no settlement (the broker may top up credit)
             self._drop_partial(link)
             self._events.append(TransferDiscarded(link, _states(delivery), aborted=True))
             return
         whole: bytes | bytearray
         partial = link.partial
-        more = transfer.more
+        payload = body[end:]
         if partial is None:
             # the first frame: a message in one frame is passed on as it came (the common case)
             whole = payload
@@ -979,8 +1007,10 @@ class ServerConnection:
         if limit:
             # §2.7.3 attach, max-message-size: "Any attempt to deliver a message larger than this results in a
             # message-size-exceeded link-error"; the frame bound is ours, answered the same way
-            frame_limit = max(_MIN_FRAMES, limit // _BYTES_PER_FRAME)
-            if len(whole) > limit or link.partial_frames > frame_limit:
+            # (the frame bound is worked out only past _MIN_FRAMES frames: a one-frame message skips it, issue 19)
+            taken = link.partial_frames
+            if len(whole) > limit or (taken > _MIN_FRAMES and taken > limit // _BYTES_PER_FRAME):
+                frame_limit = max(_MIN_FRAMES, limit // _BYTES_PER_FRAME)
                 reason = (
                     f"message of more than {limit} bytes exceeds max-message-size"
                     if len(whole) > limit
@@ -1000,7 +1030,7 @@ class ServerConnection:
             payload = bytes(partial)
         if not delivery.settled:
             session.incoming_unsettled[delivery.delivery_id] = delivery
-        self._events.append(TransferReceived(link, delivery, payload, transfer.message_format or 0))
+        self._events.append(TransferReceived(link, delivery, payload, message_format or 0))
 
     def _drop_partial(self, link: Link) -> None:
         """The delivery being reassembled on ``link`` is over (whole, aborted, or discarded)."""
@@ -1011,20 +1041,27 @@ class ServerConnection:
         link.partial_delivery = None
 
     # -- dispositions in ----------------------------------------------------------------------------
-    def _on_disposition(self, session: Session, disposition: Disposition) -> None:
-        first = disposition.first or 0
-        last = first if disposition.last is None else disposition.last
-        settled = bool(disposition.settled)
-        state = disposition.state
-        if disposition.role == RECEIVER:
-            out = _take_range(session.outgoing_unsettled, first, last, settled)
+    def _on_disposition(self, session: Session, fields: Any) -> None:
+        """A disposition frame: ``fields`` as ``disposition_fields`` reads them."""
+        role, first, last, settled, state, _, _ = fields
+        first = first or 0
+        settled = bool(settled)
+        table: dict[int, Any] = session.outgoing_unsettled if role == RECEIVER else session.incoming_unsettled
+        if last is None or last == first:
+            # one delivery (proton's tx_recv accepts each apart): one lookup, no range to walk (issue 19)
+            delivery = table.pop(first, None) if settled else table.get(first)
+            found = [] if delivery is None else [delivery]
+        else:
+            found = _take_range(table, first, last, settled)
+        if role == RECEIVER:
+            out: list[OutgoingDelivery] = found
             for delivery in out:
                 delivery.remote_state = state
                 delivery.remote_settled = settled
             if out:
                 self._events.append(DeliveryUpdated(out, state, settled))
         else:
-            inc = _take_range(session.incoming_unsettled, first, last, settled)
+            inc: list[IncomingDelivery] = found
             for delivery in inc:
                 delivery.settled = settled
             if inc:
@@ -1244,7 +1281,9 @@ class ServerConnection:
         if self.trace is not None:
             self.trace("->", session.channel, codec.decode(performative)[0], size)
         if not session.pending and session.remote_incoming_window > 0:
-            self._write(frame)  # the window is open and nothing waits: straight out
+            # the window is open and nothing waits: straight out (``_write`` inline: once per message, issue 19)
+            self._out += frame
+            self._last_sent = self._now
             delivery.begun = True
             session.remote_incoming_window -= 1
             session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
@@ -1333,7 +1372,7 @@ class ServerConnection:
         run_session: Session | None = None
         first = last = 0
         # one delivery (each declare/discharge answer) needs no sort: issue 19's transaction path
-        ordered = deliveries if len(deliveries) == 1 else sorted(deliveries, key=_session_order)
+        ordered = deliveries if len(deliveries) == 1 else sorted(deliveries, key=_SESSION_ORDER)
         for delivery in ordered:
             session = delivery.link.session
             if session.ended:
@@ -1356,8 +1395,10 @@ class ServerConnection:
         # the transaction path's answers (accepted, declared, transactional-state) skip the codec: issue 19
         body = self._encode_disposition(role, first, last if last != first else None, settled, state)
         if body is not None and self.trace is None and 8 + len(body) <= self.remote_max_frame_size:
-            if self.phase not in (_CLOSE_SENT, _FINISHED):  # §2.4.3: nothing follows our close
-                self._write(FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, channel) + body)
+            phase = self.phase
+            if phase is not _CLOSE_SENT and phase is not _FINISHED:  # §2.4.3: nothing follows our close
+                self._out += FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, channel) + body  # (``_write`` inline)
+                self._last_sent = self._now
             return
         self._send(
             channel,
@@ -1385,7 +1426,8 @@ class ServerConnection:
         link.available = available
 
 
-# the performatives of a session, each with its handler (a transfer's takes its payload too: ``_on_frame``)
+# the performatives of a session, each with its handler (a transfer's and a disposition's take their fields as a
+# tuple: ``_on_frame``)
 _SESSION_HANDLERS: dict[type, Callable[..., None]] = {
     End: ServerConnection._on_end,
     Attach: ServerConnection._on_attach,
@@ -1397,8 +1439,8 @@ _SESSION_HANDLERS: dict[type, Callable[..., None]] = {
 _PERFORMATIVES = frozenset((Open, Close, Begin, *_SESSION_HANDLERS))  # §2.7: the nine AMQP performatives
 
 
-def _session_order(delivery: Any) -> tuple[int, int]:
-    return delivery.link.session.channel, delivery.delivery_id
+# deliveries by session, then id: a C-level key, not a Python function called per delivery (issue 19)
+_SESSION_ORDER = attrgetter("link.session.channel", "delivery_id")
 
 
 def _no_fast_encoding(*_: Any) -> None:
@@ -1446,10 +1488,7 @@ def _states(delivery: IncomingDelivery) -> list[object]:
 
 
 def _take_range(table: dict[int, Any], first: int, last: int, settled: bool) -> list[Any]:
-    """Deliveries in ``table`` with ids in [first, last], removed from it when ``settled``."""
-    if first == last:  # one delivery (proton's tx_recv accepts each apart): one lookup, no range to walk
-        delivery = table.pop(first, None) if settled else table.get(first)
-        return [] if delivery is None else [delivery]
+    """Deliveries in ``table`` with ids in [first, last] (more than one), removed from it when ``settled``."""
     span = (last - first) & SERIAL_MASK
     if span < len(table):
         ids = [(first + i) & SERIAL_MASK for i in range(span + 1)]

@@ -250,3 +250,72 @@ def test_python_qpid_protons_transactional_states_take_the_fast_path(monkeypatch
     monkeypatch.setattr(fastpath, "codec", None)  # any use of the codec fails
     assert decode_transfer(transfer)[0].state == post_state
     assert decode_disposition(disposition)[0].state == accept_state
+
+
+_STATE_POOL = [
+    None,
+    Accepted(),
+    Released(),
+    TransactionalState(txn_id=b"\x01"),
+    TransactionalState(txn_id=b"\x01", outcome=Accepted()),
+    TransactionalState(txn_id=b"\x02" * 16),
+    TransactionalState(txn_id=b"\x02" * 16, outcome=Accepted()),
+    TransactionalState(txn_id=b"\x01", outcome=Rejected(error=Error(condition=Symbol("amqp:x")))),
+]
+
+
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(0, 2**32 - 1), st.sampled_from(_STATE_POOL), st.booleans()),
+        min_size=1,
+        max_size=12,
+    ),
+    st.data(),
+)
+@settings(max_examples=300, deadline=None)
+def test_transfers_and_dispositions_in_a_row_decode_like_the_codec(frames: list[Any], data: st.DataObject) -> None:
+    """A transaction's posts and accepts carry the same state one after another (decoded once, issue 19): each of a
+    run of transfers and dispositions, states repeating or not, recoded or as the codec writes them, maybe cut short,
+    decodes as the codec decodes it."""
+    from minibroker.amqp.definitions import Transfer
+
+    for is_transfer, number, state, odd in frames:
+        if is_transfer:
+            performative: Any = Transfer(handle=UInt(1), delivery_id=UInt(number), delivery_tag=b"t", state=state)
+            performative.message_format = UInt(0)
+        else:
+            performative = Disposition(role=True, first=UInt(number), settled=False, state=state)
+        body = codec.encode(performative)
+        if odd:
+            body = _recode(body, data.draw)
+        body += b"payload" if is_transfer else b""
+        decode = decode_transfer if is_transfer else decode_disposition
+        assert _result(decode, body) == _result(codec.decode, body)
+        cut = data.draw(st.integers(0, len(body)))
+        assert _result(decode, body[:cut]) == _result(codec.decode, body[:cut])
+
+
+def test_a_transactions_repeated_state_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The posts of one transaction (and its accepts) carry the same ``transactional-state``: once decoded, the
+    same bytes are not decoded again (issue 19), and the value is the same."""
+    from minibroker.amqp import fastpath
+
+    state = codec.encode(TransactionalState(txn_id=b"\x05" * 16))
+    accept = codec.encode(TransactionalState(txn_id=b"\x05" * 16, outcome=Accepted()))
+
+    def post(delivery_id: int) -> bytes:
+        fields = b"\x43\x52" + bytes((delivery_id,)) + b"\xa0\x01t\x43\x40\x40\x40" + state
+        return b"\x00\x53\x14\xc0" + bytes((len(fields) + 1, 8)) + fields + b"payload"
+
+    def disposition(first: int) -> bytes:
+        fields = b"\x41\x52" + bytes((first,)) + b"\x40\x42" + accept
+        return b"\x00\x53\x15\xc0" + bytes((len(fields) + 1, 5)) + fields
+
+    assert decode_transfer(post(1))[0].state == TransactionalState(txn_id=b"\x05" * 16)
+    monkeypatch.setattr(fastpath, "_state", None)  # any decode of the state now fails
+    decoded, end = decode_transfer(post(2))
+    assert (decoded, end) == codec.decode(post(2))
+    monkeypatch.undo()
+    assert decode_disposition(disposition(1))[0].state == TransactionalState(txn_id=b"\x05" * 16, outcome=Accepted())
+    monkeypatch.setattr(fastpath, "_state", None)
+    assert decode_disposition(disposition(2)) == codec.decode(disposition(2))

@@ -434,6 +434,29 @@ def test_an_idle_time_out_below_the_floor_is_refused(idle_time_out_ms: int) -> N
     assert h.conn.data_to_send() == b""
 
 
+@pytest.mark.parametrize(
+    ("ours", "peers_ms", "expected"),
+    [
+        pytest.param(None, None, (None, None), id="neither"),
+        pytest.param(3.0, None, (3.0, 7.0), id="our-idle-time-out"),
+        pytest.param(None, 10_000, (5.0, 5.0), id="heartbeat"),
+        pytest.param(3.0, 10_000, (3.0, 5.0), id="idle-time-out-first"),
+        pytest.param(20.0, 10_000, (5.0, 5.0), id="heartbeat-first"),
+    ],
+)
+def test_an_open_connections_deadline_is_its_earliest(
+    ours: float | None, peers_ms: int | None, expected: tuple[float | None, float | None]
+) -> None:
+    """§2.4.5: the next deadline of an open connection is its next heartbeat (half the peer's idle-time-out after
+    the last byte we sent) or the end of our idle time-out (after the last byte received), whichever comes first;
+    then again after the peer has sent something at 4.0 (read without a list per call: issue 19)."""
+    fields = {} if peers_ms is None else {"idle_time_out": UInt(peers_ms)}
+    h = Harness(idle_time_out=ours).opened(**fields)
+    assert h.conn.next_deadline() == expected[0]
+    h.conn.receive_data(frames.heartbeat(), 4.0)
+    assert h.conn.next_deadline() == expected[1]
+
+
 def test_no_floor_serves_any_idle_time_out() -> None:
     h = Harness(min_heartbeat_interval=0.0).opened(idle_time_out=UInt(1))
     assert h.conn.next_deadline() == pytest.approx(0.0005)
