@@ -312,6 +312,13 @@ class Dispatcher:
             return subscriptions
         return [node]
 
+    def _published(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> list[Queue]:
+        """``targets`` for ``message`` as it is published to ``node``, counted on a topic then, once: its admission
+        is asked more often (a transactional post's when posted and again at the commit)."""
+        if isinstance(node, Topic):
+            node.published_total += 1
+        return self.targets(node, message, origin)
+
     @staticmethod
     def _exchange_targets(way: Route, message: Message) -> list[Queue]:
         """The queues of its namespace that an exchange routes ``message`` to (``exchanges.route``); a headers
@@ -466,7 +473,7 @@ class Dispatcher:
     def post(self, node: Node | Route, message: Message, origin: ServerConnection | None) -> list[Queue]:
         """Put ``message`` on ``node`` (admission already checked); return the queues that took it."""
         # a plain queue's targets without the call: every commit posts here, per message (issue 19)
-        targets = [node] if type(node) is Queue else self.targets(node, message, origin)
+        targets = [node] if type(node) is Queue else self._published(node, message, origin)
         self._enqueue_all(targets, message)
         return targets
 
@@ -571,7 +578,7 @@ class Dispatcher:
         unroutable); one it routes to some full queues goes to the others, and is answered with the refusal
         (rabbitmq.com/docs/maxlength: "The message will still be published to all other queues")."""
         # a plain queue's targets without the call: every post to a queue passes here (issue 19)
-        targets = [node] if type(node) is Queue else self.targets(node, message, conn)
+        targets = [node] if type(node) is Queue else self._published(node, message, conn)
         outcome: Accepted | Rejected = ACCEPTED
         if isinstance(node, Route):
             if not targets:

@@ -97,8 +97,8 @@ class Topic:
     def publish(
         self, message: Message, origin: Any, matches: Callable[[Subscription, Message], bool]
     ) -> list[Subscription]:
-        """The subscriptions that take a copy of ``message`` (published by connection ``origin``)."""
-        self.published_total += 1
+        """The subscriptions that take a copy of ``message`` (published by connection ``origin``; counted in
+        ``published_total`` by whoever publishes it, once, not here: a transaction asks more than once)."""
         return [
             s
             for s in self.subscriptions.values()

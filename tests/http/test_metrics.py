@@ -226,6 +226,29 @@ async def test_topic_subscriptions(autojump_clock: MockClock) -> None:
         assert not [key for key in samples if key[0].startswith("minibroker_queue_")]
 
 
+async def test_a_topics_transactional_posts_are_counted_once(autojump_clock: MockClock) -> None:
+    """``minibroker_topic_messages_in_total`` counts each message published once, whether it came in a transaction
+    (its admission checked when posted and again at the commit) or not; a rolled-back post was never published."""
+    async with memory_broker() as mb:
+        c = await client(mb, "poster")
+        await c.coordinator()
+        await c.receiver("topic://news", 1)
+        await c.sender("topic://news", 2)
+        await c.post(2, frames.message("plain", Properties(to="news")))
+        assert isinstance(await answer(c), Accepted)
+        for fail in (False, True):
+            txn = await c.declare()
+            for n in range(3):
+                await c.post(2, frames.message(f"news {n}", Properties(to="news")), txn=txn)
+                await answer(c)
+            assert await c.discharge(txn, fail=fail) == Accepted()
+        await mb.settle()
+        samples = page(mb)
+        assert one(samples, "minibroker_topic_messages_in_total", namespace="default", topic="news") == 1 + 3
+        (subscription,) = mb.topic("news").subscriptions()
+        assert subscription.depth == 1 + 3
+
+
 def journal_files(data_dir: Path) -> int:
     return sum(path.stat().st_size for path in data_dir.glob("journal-*.log"))
 
