@@ -119,7 +119,15 @@ def test_transfer_fields_as_codec(state: bytes, tail: bytes) -> None:
 @pytest.mark.parametrize("state", STATES)
 @pytest.mark.parametrize(
     ("first", "last"),
-    [(b"\x52\x03", b"\x40"), (b"\x43", b"\x52\x05"), (b"\x52\x09", b"\x52\x02"), (b"\x43", b"\x70\xff\xff\xff\xff")],
+    [
+        (b"\x52\x03", b"\x40"),
+        (b"\x43", b"\x52\x05"),
+        (b"\x52\x09", b"\x52\x02"),  # first > last
+        (b"\x43", b"\x70\xff\xff\xff\xff"),  # a huge last
+        (b"\x40", b"\x40"),  # first (mandatory) null
+        (b"\x70\x00\x00\x01\x00", b"\x43"),
+        (b"\x80" + bytes(8), b"\x40"),  # a ulong first: another type
+    ],
 )
 def test_disposition_fields_as_codec(state: bytes, first: bytes, last: bytes) -> None:
     """§2.7.6: a disposition with any state and range (first > last, a huge last) reads as the codec reads it."""
@@ -187,3 +195,47 @@ def test_replay_substitution_of_a_disposition() -> None:
         swapped = replay._substituted(frame, [(captured, replayed)])
         assert codec.decode(swapped[8:])[0].state.txn_id == replayed
         assert fastpath.disposition_fields(body)[4] == TransactionalState(txn_id=captured, outcome=Accepted())
+
+
+def _transfer(*fields: bytes) -> bytes:
+    return TRANSFER + list8(len(fields), b"".join(fields)) + b"\x00\x53\x77\xa1\x01x"
+
+
+def _disposition(*fields: bytes) -> bytes:
+    return DISPOSITION + list8(len(fields), b"".join(fields))
+
+
+STATE = txn_state(b"txn:1")
+ODD_TRANSFERS = [
+    _transfer(b"\x43", b"\x43", vbin(b"t"), b"\x43", b"\x56\x01", b"\x56\x00", b"\x40", STATE),  # boolean with a byte
+    _transfer(b"\x43", b"\x43", vbin(b"t"), b"\x43", b"\x42", b"\x42", b"\x50\x01", STATE),  # rcv-settle-mode second
+    _transfer(b"\x43", b"\x43", vbin(b"t"), b"\x43", b"\x42", b"\x42", b"\x50\x07", STATE),
+    _transfer(b"\x70\x00\x00\x01\x00", b"\x40", b"\x40", b"\x40", b"\x40", b"\x41", b"\x40", STATE),  # a continuation
+    _transfer(b"\x43", b"\x43", vbin32(b"t"), b"\x43", b"\x42", b"\x42", b"\x40", STATE),  # a vbin32 tag
+    _transfer(b"\x40", b"\x43", vbin(b"t")),  # handle (mandatory) null
+    _transfer(b"\x43"),
+    _transfer(b"\x43", b"\x43", vbin(b"t"), b"\x52\x01", b"\x42", b"\x42", b"\x40", STATE, b"\x40", b"\x41"),  # aborted
+    _transfer(b"\x43", b"\x43", vbin(b"t"), b"\x43", b"\x42", b"\x42", b"\x40", STATE, b"\x43"),  # resume not a bool
+]
+ODD_DISPOSITIONS = [
+    _disposition(b"\x56\x01", b"\x43", b"\x40", b"\x56\x00", STATE),
+    _disposition(b"\x40", b"\x43", b"\x40", b"\x41", STATE),  # role (mandatory) null
+    _disposition(b"\x41", b"\x43", b"\x40", b"\x40", STATE),
+    _disposition(b"\x41", b"\x43", b"\x40", b"\x41", STATE, b"\x52\x01"),  # batchable not a bool
+    _disposition(b"\x41", b"\x43"),
+    _disposition(b"\x41"),
+]
+
+
+@pytest.mark.parametrize("body", ODD_TRANSFERS)
+def test_odd_transfers_as_codec(body: bytes) -> None:
+    """§2.7.5: odd but possible encodings of each field read as the codec reads them (or fail as it does)."""
+    assert fast(body, fastpath.transfer_fields) == reference(body, Transfer)
+    assert fast(body, fastpath.transfer_fields) == reference(body, Transfer)
+
+
+@pytest.mark.parametrize("body", ODD_DISPOSITIONS)
+def test_odd_dispositions_as_codec(body: bytes) -> None:
+    """§2.7.6: as above for a disposition."""
+    assert fast(body, fastpath.disposition_fields) == reference(body, Disposition)
+    assert fast(body, fastpath.disposition_fields) == reference(body, Disposition)
