@@ -193,3 +193,26 @@ async def test_deep_queue_credit_one_with_releases_and_index(mb: MemoryBroker, a
     assert seen == sorted(seen) == list(range(total))
     assert browsed > 0
     assert mb.queue("q").depth == 0
+
+
+@pytest.mark.parametrize(
+    ("trailing", "staged"),
+    [({"batchable": True}, True), ({"resume": False, "batchable": False}, True), ({"aborted": True}, False)],
+    ids=["batchable", "resume-false", "aborted"],
+)
+async def test_transactional_post_with_trailing_fields(
+    mb: MemoryBroker, autojump_clock: MockClock, trailing: dict[str, bool], staged: bool
+) -> None:
+    """§2.7.5: a transactional transfer carrying fields after its state (the slow reader's case, no cached state):
+    batchable/resume change nothing, aborted discards the delivery (§2.6.14), so the commit publishes nothing."""
+    c = await client(mb)
+    await c.coordinator()
+    await c.sender("q", 1)
+    txn = await c.declare()
+    await c.post(1, frames.message("one"), txn=txn)  # (the usual form first: its state cached)
+    assert (await c.peer.expect(Disposition)).state == TransactionalState(txn_id=txn, outcome=Accepted())
+    await c.post(1, frames.message("two"), txn=txn, **trailing)
+    if staged:
+        assert (await c.peer.expect(Disposition)).state == TransactionalState(txn_id=txn, outcome=Accepted())
+    assert await c.discharge(txn) == Accepted()
+    assert mb.queue("q").depth == (2 if staged else 1)
