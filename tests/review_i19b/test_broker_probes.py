@@ -27,9 +27,11 @@ from minibroker.amqp.definitions import (
 from minibroker.amqp.errors import Condition
 from minibroker.amqp.framing import encode_frame
 from minibroker.amqp.types import Symbol
+from minibroker.broker.core import BrokerSettings
+from minibroker.broker.personality import ACTIVEMQ
 from minibroker.testing import frames
 from minibroker.testing.memory import MemoryBroker
-from tests.broker.test_transactions_frames import body, client, collect, condition
+from tests.broker.test_transactions_frames import body, client, collect, condition, discharge_with
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -216,3 +218,59 @@ async def test_transactional_post_with_trailing_fields(
         assert (await c.peer.expect(Disposition)).state == TransactionalState(txn_id=txn, outcome=Accepted())
     assert await c.discharge(txn) == Accepted()
     assert mb.queue("q").depth == (2 if staged else 1)
+
+
+@pytest.mark.parametrize("settings", [BrokerSettings(personality=ACTIVEMQ)], ids=["activemq"])
+async def test_per_connection_txn_ids_alike_on_two_connections(mb: MemoryBroker, autojump_clock: MockClock) -> None:
+    """§4.3/§4.4 with ActiveMQ's txn-ids (each connection numbers its own from 1: the SAME bytes on both, so the
+    fast path hands both connections one cached state object): interleaved posts land in their own connection's
+    transaction; a's commit publishes exactly its own, b's rollback drops exactly its own."""
+    a, b = await client(mb, "a"), await client(mb, "b")
+    for c in (a, b):
+        await c.coordinator()
+        await c.sender("q", 1)
+    ta, tb = await a.declare(), await b.declare()
+    assert ta == tb  # (the premise)
+    for i in range(3):
+        for c, name in ((a, "a"), (b, "b")):
+            await c.post(1, frames.message(f"{name}{i}"), txn=ta)
+            assert (await c.peer.expect(Disposition)).state == TransactionalState(txn_id=ta, outcome=Accepted())
+    assert await b.discharge(tb, fail=True) == Accepted()
+    assert await a.discharge(ta) == Accepted()
+    await a.receiver("q", 2)
+    await a.credit(2, 10)
+    assert [body(f.payload) for f in await a.take(3)] == ["a0", "a1", "a2"]
+    await a.peer.expect_nothing(0.5)
+    for delivery_id in range(3):
+        await a.peer.disposition(delivery_id, state=Accepted())
+
+
+@pytest.mark.parametrize("settings", [BrokerSettings(personality=ACTIVEMQ)], ids=["activemq"])
+async def test_per_connection_txn_accepts_alike_on_two_connections(mb: MemoryBroker, autojump_clock: MockClock) -> None:
+    """Part 4 §4.4.2: transactional accepts carrying the same txn-id bytes on two connections (one cached state):
+    a's commit retires a's message only; b's rollback leaves b's message acquired, and b's release puts it back."""
+    a, b = await client(mb, "a"), await client(mb, "b")
+    await a.sender("q", 1)
+    for text in ("m0", "m1"):
+        await a.post(1, frames.message(text), settled=True)
+    taken = {}
+    for c in (a, b):
+        await c.coordinator()
+        await c.receiver("q", 2)
+        await c.credit(2, 1)
+        taken[c] = (await c.peer.expect_frame(Transfer)).performative.delivery_id
+    ta, tb = await a.declare(), await b.declare()
+    assert ta == tb
+    for c in (a, b):
+        state = TransactionalState(txn_id=ta, outcome=Accepted())
+        await c.peer.disposition(taken[c], settled=False, state=state)
+        assert (await c.peer.expect(Disposition)).state == state  # the broker's provisional answer
+    state, others = await discharge_with(a, ta, 1)  # the commit settles a's delivery too
+    assert state == Accepted()
+    assert [(f.performative.first, f.performative.settled) for f in others] == [(taken[a], True)]
+    assert await b.discharge(tb, fail=True) == Accepted()
+    assert (mb.queue("q").depth, mb.queue("q").stats().acquired) == (0, 1)  # m0 retired, m1 still b's
+    await b.peer.disposition(taken[b], state=Released())
+    await b.credit(2, 1)
+    assert body((await b.peer.expect_frame(Transfer)).payload) == "m1"
+    await b.peer.disposition(taken[b] + 1, state=Accepted())
