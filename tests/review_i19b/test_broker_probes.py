@@ -29,6 +29,7 @@ from minibroker.amqp.framing import encode_frame
 from minibroker.amqp.types import Symbol
 from minibroker.broker.core import BrokerSettings
 from minibroker.broker.personality import ACTIVEMQ
+from minibroker.broker.policy import NodePolicy
 from minibroker.testing import frames
 from minibroker.testing.memory import MemoryBroker
 from tests.broker.test_transactions_frames import body, client, collect, condition, discharge_with
@@ -286,3 +287,31 @@ async def test_per_connection_txn_accepts_alike_on_two_connections(mb: MemoryBro
     await b.credit(2, 1)
     assert body((await b.peer.expect_frame(Transfer)).payload) == "m1"
     await b.peer.disposition(taken[b] + 1, state=Accepted())
+
+
+@pytest.mark.parametrize("settings", [BrokerSettings(queues={"b": NodePolicy(max_bytes=200)})], ids=["max-bytes"])
+async def test_max_bytes_accounting_through_fast_arrivals(mb: MemoryBroker, autojump_clock: MockClock) -> None:
+    """A queue bounded in bytes (reject-publish: amqp:resource-limit-exceeded) takes as many messages again once
+    drained, released and redelivered ones included: ``Message.size`` (now a field) is added and taken back alike."""
+    c = await client(mb)
+    await c.sender("b", 1)
+    await c.receiver("b", 2)
+    payloads = [EMPTY_HEADER_LIST0 + properties(0) + frames.message("x" * 20) for _ in range(12)]
+    accepted = []
+    for _ in range(2):
+        outcomes = []
+        for payload in payloads:
+            await c.post(1, payload)
+            outcomes.append(type((await c.peer.expect(Disposition)).state).__name__)
+        accepted.append(outcomes.count("Accepted"))
+        assert outcomes.count("Rejected") == len(payloads) - accepted[-1]
+        await c.credit(2, accepted[-1])
+        frames_ = [await c.peer.expect_frame(Transfer) for _ in range(accepted[-1])]
+        await c.peer.disposition(frames_[0].performative.delivery_id, state=Released())  # back, then taken again
+        await c.credit(2, 1)
+        again = await c.peer.expect_frame(Transfer)
+        for f in [*frames_[1:], again]:
+            await c.peer.disposition(f.performative.delivery_id, state=Accepted())
+        await mb.settle()
+        assert mb.queue("b").depth == 0
+    assert accepted[0] == accepted[1] == 200 // len(payloads[0])
