@@ -33,7 +33,11 @@ def transfer_frame(delivery_id: int | None, more: bool, state: bytes | None, chu
     if state is not None:
         fields += b"\x40" + state
         count = 8
-    body_ = b"\x00\x53\x14" + bytes((0xC0, len(fields) + 1, count)) + fields + chunk
+    if len(fields) < 255:
+        listed = bytes((0xC0, len(fields) + 1, count)) + fields
+    else:
+        listed = b"\xd0" + struct.pack(">II", len(fields) + 4, count) + fields
+    body_ = b"\x00\x53\x14" + listed + chunk
     return FRAME_HEADER.pack(8 + len(body_), 2, AMQP_FRAME, 0) + body_
 
 
@@ -63,3 +67,24 @@ async def test_multi_frame_post_with_a_list32_state(mb: MemoryBroker, autojump_c
     assert delivered.payload == payload
     assert body(delivered.payload) == "three pieces of one message"
     await c.peer.disposition(delivered.performative.delivery_id, state=Accepted())
+
+
+@pytest.mark.parametrize("txn_id", [b"", b"\x00" * 32, b"y" * 255], ids=["empty", "32-octets", "255-octets"])
+async def test_post_naming_an_odd_unknown_txn_id(mb: MemoryBroker, autojump_clock: MockClock, txn_id: bytes) -> None:
+    """Part 4 §4.5.5: a post whose list32 transactional-state names no declared transaction (empty, 32 octets, or
+    longer than any txn-id the broker gives) is rejected with transaction:unknown-id, and the link goes on: the
+    connection's real transaction still commits its post."""
+    c = await client(mb)
+    await c.coordinator()
+    await c.sender("q", 1)
+    txn = await c.declare()
+    bad = c.next_id()
+    await c.peer.send_raw(transfer_frame(bad, False, list32_state(txn_id), frames.message("stray")))
+    got = await c.peer.expect(Disposition)
+    assert got.first == bad
+    assert got.state.error.condition == "amqp:transaction:unknown-id"
+    good = c.next_id()
+    await c.peer.send_raw(transfer_frame(good, False, list32_state(txn), frames.message("kept")))
+    assert (await c.peer.expect(Disposition)).state == TransactionalState(txn_id=txn, outcome=Accepted())
+    assert await c.discharge(txn) == Accepted()
+    assert mb.queue("q").depth == 1
