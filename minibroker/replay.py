@@ -202,14 +202,12 @@ def _substituted(raw: bytes, pairs: list[tuple[bytes, bytes]]) -> bytes:
 
 
 def _swapped(value: Any, ids: dict[bytes, bytes]) -> Any:
-    """``value`` with each binary in ``ids`` replaced by its new value, however deep (composites are changed in
-    place: they are freshly decoded)."""
+    """``value`` with each binary in ``ids`` replaced by its new value, however deep (composites are built anew,
+    never changed in place: a decoded one may be shared, as the fast path's cached transactional-state is)."""
     if type(value) is bytes:
         return ids.get(value, value)
     if isinstance(value, Composite):
-        for spec in value.FIELDS:
-            setattr(value, spec.name, _swapped(getattr(value, spec.name), ids))
-        return value
+        return type(value)(*(_swapped(field, ids) for field in value.field_values()))
     if isinstance(value, DescribedSection):
         return type(value)(_swapped(value.value, ids))
     if isinstance(value, list):

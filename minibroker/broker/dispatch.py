@@ -618,7 +618,7 @@ class Dispatcher:
     def inject(self, node: Node | Route, message: Message) -> Error | None:
         """A message posted with no link (the management API): admitted, journaled, posted and dispatched as a
         settled plain transfer is (``publish``); the refusal when it is not taken."""
-        targets = self.targets(node, message, None)
+        targets = self._published(node, message, None)  # (published here: counted on a topic, as ``publish`` does)
         refused = _refusal(targets, message) or self.recorder.refusal(targets, message)
         if refused is not None:
             return refused

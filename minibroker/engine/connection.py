@@ -513,6 +513,8 @@ class ServerConnection:
             else:
                 performative, end = codec.decode(body)
                 kind = type(performative)
+                if kind is Transfer or kind is Disposition:  # a ulong or symbol descriptor (Part 1 §1.5): as valid
+                    fields = (*performative.field_values(), end)
         except DecodeError as exc:
             raise ConnectionDecodeError(f"performative does not decode: {exc}") from None
         handler = _SESSION_HANDLERS.get(kind)
