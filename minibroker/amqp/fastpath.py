@@ -76,7 +76,7 @@ def _state(data: bytes, pos: int) -> tuple[Any, int]:
         return ACCEPTED, pos + 4
     if data[pos : pos + 3] == _TXN_STATE_PREFIX:
         # transactional-state(txn-id) with an optional accepted outcome: every transactional transfer and accept
-        # carries it, as a list8 (the codec, rhea) or a list32 (python-qpid-proton)
+        # carries it, as a list8 (the codec) or a list32 (python-qpid-proton)
         count, at, end = _list_at(data, pos + 3)
         if count and data[at] == 0xA0:
             after = at + 2 + data[at + 1]
@@ -332,11 +332,11 @@ def encode_transfer(
         and not (more or message_format)
     ):
         # a whole message in one frame, no state (all the broker sends but large messages): its five fields in one
-        # join, no helper call per field, a list8 (a tag under 240 octets keeps it under 256) (issue 19)
+        # join, a list8 (a tag under 240 octets keeps it under 256) (issue 19)
         body = b"".join(
             (
-                _SMALL_UINTS[handle] if 0 <= handle < 256 else _uint_bytes(handle),
-                _SMALL_UINTS[delivery_id] if 0 <= delivery_id < 256 else _uint_bytes(delivery_id),
+                _uint_bytes(handle),
+                _uint_bytes(delivery_id),
                 bytes((0xA0, len(tag))),
                 tag,
                 b"\x43\x41" if settled else b"\x43\x42",
@@ -528,13 +528,10 @@ def encode_disposition(role: bool, first: int, last: int | None, settled: bool, 
     body = b"".join(
         (
             b"\x41" if role else b"\x42",
-            # ``_uint_bytes`` inline: one disposition per post answered (issue 19)
-            _SMALL_UINTS[first] if 0 <= first < 256 else b"\x70" + _I.pack(first),
+            _uint_bytes(first),
             b"\x40" if last is None else _uint_bytes(last),
             b"\x41" if settled else b"\x42",
             tail,
         )
     )
-    if len(body) < 255:  # ``_list_bytes``'s list8 inline: the usual case, once per post answered
-        return DISPOSITION_PREFIX + _BBB.pack(0xC0, len(body) + 1, 5 if tail else 4) + body
     return _list_bytes(DISPOSITION_PREFIX, 5 if tail else 4, body)

@@ -1283,9 +1283,7 @@ class ServerConnection:
         if self.trace is not None:
             self.trace("->", session.channel, codec.decode(performative)[0], size)
         if not session.pending and session.remote_incoming_window > 0:
-            # the window is open and nothing waits: straight out (``_write`` inline: once per message, issue 19)
-            self._out += frame
-            self._last_sent = self._now
+            self._write(frame)  # the window is open and nothing waits: straight out
             delivery.begun = True
             session.remote_incoming_window -= 1
             session.next_outgoing_id = (session.next_outgoing_id + 1) & SERIAL_MASK
@@ -1399,8 +1397,7 @@ class ServerConnection:
         if body is not None and self.trace is None and 8 + len(body) <= self.remote_max_frame_size:
             phase = self.phase
             if phase is not _CLOSE_SENT and phase is not _FINISHED:  # §2.4.3: nothing follows our close
-                self._out += FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, channel) + body  # (``_write`` inline)
-                self._last_sent = self._now
+                self._write(FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, channel) + body)
             return
         self._send(
             channel,
