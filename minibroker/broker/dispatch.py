@@ -270,7 +270,7 @@ class Dispatcher:
         ttl = header.ttl if header is not None else None
         expires = now + ttl / 1000 if ttl else None
         # (no call for a message without properties: every arrival passes here, issue 19)
-        absolute = message.absolute_expiry_time() if content.properties_at >= 0 else None
+        absolute = message.absolute_expiry_time() if content.expiry_properties_at >= 0 else None
         if absolute and _sane_ms(absolute):
             at = self.clock.from_wall_ms(absolute)
             expires = at if expires is None else min(expires, at)

@@ -65,6 +65,7 @@ class Content:
         "count",
         "deliver_at",
         "expires_at",
+        "expiry_properties_at",
         "fields",
         "header",
         "key",
@@ -73,7 +74,6 @@ class Content:
         "oversized",
         "payload",
         "priority",
-        "properties_at",
         "properties_start",
         "seq",
     )
@@ -148,7 +148,7 @@ class Content:
                 count = payload[value + 2]
             elif constructor == 0xD0:  # list32: size, count
                 count = int.from_bytes(payload[value + 5 : value + 9], "big")
-        self.properties_at = value if count >= _ABSOLUTE_EXPIRY_FIELD else -1
+        self.expiry_properties_at = value if count >= _ABSOLUTE_EXPIRY_FIELD else -1
 
     def _check_size(self, payload: bytes, pos: int, value: int, name: str) -> None:
         """Refuse to decode the section at ``pos`` (its value at ``value``) when it is larger than ``limit``."""
@@ -302,7 +302,7 @@ class Message:
 
     def absolute_expiry_time(self) -> int | None:
         """``properties.absolute-expiry-time`` in wall-clock ms; decodes only when the field can be present."""
-        if self.content.properties_at < 0:
+        if self.content.expiry_properties_at < 0:
             return None  # no properties, or trailing fields trimmed: no absolute-expiry-time
         properties = self.properties()
         return properties.absolute_expiry_time if properties is not None else None

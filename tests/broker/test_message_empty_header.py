@@ -24,7 +24,7 @@ from minibroker.broker.message import Message
 
 EMPTY_LIST0 = b"\x00\x53\x70\x45"
 EMPTY_LIST8 = b"\x00\x53\x70\xc0\x01\x00"  # the same header, the long way: the codec decodes it
-# (an absolute-expiry-time: the properties list is long enough for ``properties_at`` to point at it)
+# (an absolute-expiry-time: the properties list is long enough for ``expiry_properties_at`` to point at it)
 REST = codec.encode(Properties(message_id="m-1", to="q", absolute_expiry_time=Timestamp(7))) + codec.encode(
     AmqpValue("body")
 )
@@ -49,8 +49,8 @@ def test_an_empty_header_reads_as_the_long_form_does(annotations: bool) -> None:
     short, long = Message(EMPTY_LIST0 + middle + REST), Message(EMPTY_LIST8 + middle + REST)
     assert _view(short) == _view(long)
     assert short.header == Header()
-    assert short.content.properties_at >= 0
-    assert short.content.properties_at - len(EMPTY_LIST0) == long.content.properties_at - len(EMPTY_LIST8)
+    assert short.content.expiry_properties_at >= 0
+    assert short.content.expiry_properties_at - len(EMPTY_LIST0) == long.content.expiry_properties_at - len(EMPTY_LIST8)
     assert short.absolute_expiry_time() == long.absolute_expiry_time() == 7
     assert short.encoded() == EMPTY_LIST0 + middle + REST
 
@@ -94,7 +94,9 @@ def _fields(message: Message, shift: int, properties_shift: int) -> dict[str, An
         "annotations_start": content.annotations_start - shift if content.annotations_start else 0,
         "annotations_end": content.annotations_end - shift if content.annotations_end else 0,
         "properties_start": content.properties_start - shift if content.properties_start else 0,
-        "properties_at": -1 if content.properties_at < 0 else content.properties_at - shift - properties_shift,
+        "expiry_properties_at": (
+            -1 if content.expiry_properties_at < 0 else content.expiry_properties_at - shift - properties_shift
+        ),
         "expiry": message.absolute_expiry_time(),
     }
 

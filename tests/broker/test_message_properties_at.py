@@ -1,5 +1,5 @@
-"""``Content.properties_at``: the place of the properties list when its encoded count reaches absolute-expiry-time,
-found while the sections before it are read
+"""``Content.expiry_properties_at``: the place of the properties list when its encoded count reaches
+absolute-expiry-time, found while the sections before it are read
 (Part 3 §3.2: header, delivery-annotations, message-annotations, properties, in that order), and
 ``Message.absolute_expiry_time`` read through it (issue 19), for every combination of the sections before it."""
 
@@ -44,7 +44,7 @@ def test_absolute_expiry_is_read_after_any_sections(present: tuple[str, ...], pr
     payload = b"".join(codec.encode(section) for section in [*sections, AmqpValue("body")])
     message = Message(payload)
     assert message.malformed is None
-    at = message.content.properties_at
+    at = message.content.expiry_properties_at
     if properties == "none":
         assert at == -1
         assert message.properties() is None
@@ -63,7 +63,7 @@ def test_a_malformed_message_is_looked_at_from_its_first_byte() -> None:
     broken = b"\x00\x53\x72\xc1\x03\x02\xa1"  # message-annotations: a map whose key runs past the end
     message = Message(broken + codec.encode(Properties(absolute_expiry_time=Timestamp(5))))
     assert message.malformed is not None
-    assert message.content.properties_at == -1
+    assert message.content.expiry_properties_at == -1
     assert message.absolute_expiry_time() is None
 
 
