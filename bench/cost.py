@@ -16,8 +16,8 @@ commit: three requests), ``txn_roundtrip`` (declare, then commit an empty transa
 transactional posts, commit), ``txn_accept_100`` (as proton's ``tx_recv``: declare, flow 100, accept each of the
 100 deliveries in the transaction unsettled, commit, then settle them in one ranged disposition). Each
 transactional figure is per transaction; declare, discharge, transactional posts and accepts are written as
-python-qpid-proton writes them (``_proton_control``, ``_proton_post``, ``_proton_state``), the client
-``bench.perf``'s transaction scenarios use. Needs Debian's valgrind.
+python-qpid-proton writes them (``bench.proton_wire``), the client ``bench.perf``'s transaction scenarios
+use. Needs Debian's valgrind.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -42,37 +41,11 @@ SIZES = {
 }
 
 
-def _proton_control(name: bytes, fields: bytes, count: int) -> bytes:
-    """A coordinator message as python-qpid-proton 0.39 encodes it (``Message(body=Described(symbol(name),
-    [...]))``): an empty header and properties, then the amqp-value, its descriptor a symbol, its list a list32."""
-    head = b"\x00\x53\x70\x45\x00\x53\x73\x45\x00\x53\x77\x00\xa3" + bytes((len(name),)) + name
-    return head + struct.pack(">BII", 0xD0, len(fields) + 4, count) + fields
-
-
-def _proton_state(txn_id: bytes, accepted: bool) -> bytes:
-    """A transactional-state (with ``accepted`` as its outcome, or none) as python-qpid-proton 0.39 encodes it:
-    a list32."""
-    fields = b"\xa0" + bytes((len(txn_id),)) + txn_id + (b"\x00\x53\x24\x45" if accepted else b"")
-    return b"\x00\x53\x34" + struct.pack(">BII", 0xD0, len(fields) + 4, 1 + accepted) + fields
-
-
-def _proton_post(handle: int, delivery_id: int, txn_id: bytes, body: bytes) -> bytes:
-    """The frame body of a transactional post of ``body`` (an amqp-value of binary) as python-qpid-proton 0.39
-    writes it: a transfer of eight fields (the last three before the state null), its state a list32, the message
-    an empty header, empty properties and the value."""
-    from minibroker.amqp import codec
-    from minibroker.amqp.types import UInt
-
-    tag = str(delivery_id).encode()
-    fields = codec.encode(UInt(handle)) + codec.encode(UInt(delivery_id)) + b"\xa0" + bytes((len(tag),)) + tag
-    fields += b"\x43\x40\x40\x40" + _proton_state(txn_id, accepted=False)
-    message = b"\x00\x53\x70\x45\x00\x53\x73\x45\x00\x53\x77" + struct.pack(">BI", 0xB0, len(body)) + body
-    return b"\x00\x53\x14" + bytes((0xC0, len(fields) + 1, 8)) + fields + message
-
-
 def _drive(scenario: str, n: int, build_only: bool) -> None:
     """Run ``scenario`` ``n`` times against an in-process broker (``build_only``: make the frames only)."""
-    from minibroker.amqp import codec
+    # (this file's directory, not the measured checkout's ``bench``: ``--drive`` runs it as a script, first on sys.path)
+    import proton_wire
+
     from minibroker.amqp.definitions import Coordinator, Source
     from minibroker.amqp.framing import AMQP_HEADER
     from minibroker.amqp.types import UInt
@@ -81,6 +54,7 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
     from minibroker.testing import frames
 
     body = frames.message("x" * 256)
+    message = proton_wire.message(b"x" * 256)
     broker = Broker()
     conn = ServerConnection()
     broker.connection_made(conn)
@@ -125,7 +99,7 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
         return
     feed(frames.frame(0, frames.attach_sender(None, 0, "ctl", target=Coordinator(), source=Source())))
     feed(frames.frame(0, frames.attach_sender("q", 1)))
-    declare = _proton_control(b"amqp:declare:list", b"\x40", 1)
+    declare = proton_wire.declare()
     next_id = 0  # the client's next delivery-id (one sequence for the session's transfers)
 
     def post(handle: int, payload: bytes, **fields: Any) -> None:
@@ -135,7 +109,7 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
 
     def post_in(txn_id: bytes) -> None:
         nonlocal next_id
-        feed(frames.raw_frame(body=_proton_post(1, next_id, txn_id, b"x" * 256)))
+        feed(frames.raw_frame(body=proton_wire.txn_post(1, next_id, txn_id, message)))
         next_id += 1
 
     if scenario == "txn_accept_100":  # a queue deep enough for the larger run, filled the same in both runs
@@ -152,11 +126,9 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
         if scenario == "txn_accept_100":
             got = 100 * i
             grant(2, got, 100, next_outgoing=next_id)
-            accepted = _proton_state(txn_id, accepted=True)
-            for d in range(got, got + 100):  # (a disposition of five fields as proton writes it, the state its own)
-                fields = b"\x41" + codec.encode(UInt(d)) + b"\x40\x42" + accepted
-                feed(frames.raw_frame(body=b"\x00\x53\x15" + bytes((0xC0, len(fields) + 1, 5)) + fields))
-        post(0, _proton_control(b"amqp:discharge:list", b"\xa0" + bytes((len(txn_id),)) + txn_id + b"\x42", 2))
+            for d in range(got, got + 100):
+                feed(frames.raw_frame(body=proton_wire.txn_accept(d, txn_id)))
+        post(0, proton_wire.discharge(txn_id))
         if scenario == "txn_accept_100":
             feed(frames.frame(0, frames.disposition(100 * i, 100 * i + 99)))
 

@@ -8,8 +8,8 @@ one-message transaction any CPython server, on trio or not, pays before it parse
 A one-message transaction as python-qpid-proton runs it is two round trips: a ``transfer`` carrying ``declare``
 (answered by a ``disposition`` with ``declared``), then the message's ``transfer`` and the ``transfer`` carrying
 ``discharge`` in one write (answered by the dispositions of both). The client here sends exactly those bytes
-(pre-encoded as proton encodes them: ``bench.perf_scenarios.ENCODED`` for the message, ``bench.cost``'s
-``_proton_control`` for declare and discharge), waits for the whole answer (its dispositions counted by their
+(pre-encoded as proton encodes them: ``bench.perf_scenarios.ENCODED`` for the message, ``bench.proton_wire``
+for declare and discharge), waits for the whole answer (its dispositions counted by their
 frame headers), and goes on: N transactions, one after the other, on one connection. It drives, each in a process
 of its own:
 
@@ -94,17 +94,16 @@ class Traffic:
     def requests(i: int) -> tuple[bytes, bytes]:
         """Transaction ``i``'s requests: the declare, then the message and the discharge (with ``_TXN_MARK`` for the
         txn-id the broker declares)."""
-        from bench.cost import _proton_control
+        from bench import proton_wire
         from bench.perf_scenarios import ENCODED
-        from minibroker.amqp.definitions import TransactionalState
         from minibroker.testing import frames
 
-        declare = _proton_control(b"amqp:declare:list", b"\x40", 1)
-        discharge = _proton_control(b"amqp:discharge:list", b"\xa0\x10" + _TXN_MARK + b"\x42", 2)
+        declare = proton_wire.declare()
+        discharge = proton_wire.discharge(_TXN_MARK)
         first = 3 * i
         return (
             frames.frame(0, frames.transfer(0, first), declare),
-            frames.frame(0, frames.transfer(1, first + 1, state=TransactionalState(txn_id=_TXN_MARK)), ENCODED)
+            frames.raw_frame(body=proton_wire.txn_post(1, first + 1, _TXN_MARK, ENCODED))
             + frames.frame(0, frames.transfer(0, first + 2), discharge),
         )
 

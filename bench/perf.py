@@ -27,6 +27,10 @@ proton clients (python-qpid-proton's event-driven Container; the client is usual
 raw clients (pre-encoded frames from minibroker.amqp and minibroker.testing.frames over a plain socket,
 pipelined up to the broker's credit; the client costs a few µs per message, so the broker is the limit):
   raw_send_presettled, raw_send_confirmed, raw_consume_accept (accepts in ranges of up to 100)
+  raw_txn_roundtrip  empty transactions (the codec's encodings)
+  raw_txn_1, raw_txn_10, raw_txn_100, raw_txn_accept_100: txn_1 ... txn_accept_100 with python-qpid-proton's
+                     very octets, written in its pieces (bench.proton_wire), by a client that does not take the
+                     machine from the broker as proton does (its CPU per transaction is a fraction of proton's)
 memory: a fresh broker's RSS idle, then with 100,000 256-byte messages queued (filled by the raw sender).
 
 Each run starts fresh brokers (one for the memory figures, one for the scenarios); the summary gives the

@@ -24,7 +24,7 @@ from bench.perf_proton import (
     TxnSend,
     run_proton,
 )
-from bench.perf_raw import raw_consume, raw_send, raw_txn_roundtrip
+from bench.perf_raw import raw_consume, raw_send, raw_txn, raw_txn_accept, raw_txn_roundtrip
 from bench.perf_scenarios import ClientOptions
 
 
@@ -56,6 +56,10 @@ def run_client(name: str, opts: ClientOptions) -> dict[str, Any]:
         return raw_consume(opts)
     if name == "raw_txn_roundtrip":
         return raw_txn_roundtrip(opts)
+    if name in ("raw_txn_1", "raw_txn_10", "raw_txn_100"):
+        return raw_txn(opts, int(name.rpartition("_")[2]))
+    if name == "raw_txn_accept_100":
+        return raw_txn_accept(opts, 100)
     raise SystemExit(f"unknown scenario {name!r}")
 
 

@@ -118,6 +118,14 @@ SCENARIOS = [
              drains="raw_send_presettled+raw_send_confirmed", reference=(36.3, 72.8, 115)),
     Scenario("raw_txn_roundtrip", "raw: declare + discharge (empty)", "bench.rawtxn", unit="txn", raw=True,
              scale=0.1, latency=True),
+    Scenario("raw_txn_1", "raw: txn, declare, send 1, commit", "bench.rawtxn1", unit="txn", raw=True, scale=0.1,
+             latency=True, reference=(230, None, None)),
+    Scenario("raw_txn_10", "raw: txn, 10 messages per txn", "bench.rawtxn10", raw=True, scale=0.5, latency=True,
+             reference=(32, None, None)),
+    Scenario("raw_txn_100", "raw: txn, 100 messages per txn", "bench.rawtxn100", raw=True, latency=True,
+             reference=(16, None, None)),
+    Scenario("raw_txn_accept_100", "raw: txn, accept 100 per txn", "bench.rawtxn100", raw=True, latency=True,
+             drains="raw_txn_100", reference=(21.5, None, None)),
 ]  # fmt: skip
 BY_NAME = {s.name: s for s in SCENARIOS}
 
