@@ -11,12 +11,18 @@ Reports, as the median (and min-max) of ``--runs`` runs:
   sortedcontainers).
 
     python -m bench.startup --listening [--tree DIR ...] [--runs 20]
+    python -m bench.startup --callgrind PYTHON [--callgrind OTHER_PYTHON ...]
 
 reports instead only ``python -m minibroker --port 0 --log-level warning`` from spawning it to its listening line,
 and the CPU it used by then, for this checkout and each ``--tree`` (another checkout), runs interleaved so that the
 machine's load moves all alike; once with ``PYTHONDONTWRITEBYTECODE=1`` and the checkouts' ``minibroker/**/__pycache__``
 deleted first (minibroker's sources compiled on every run, the dependencies' bytecode used), and once without it,
 after a warm-up run that writes the ``.pyc`` files (what users normally have).
+
+``--callgrind PYTHON`` counts instead, under valgrind, the instructions of an interpreter's empty program, of its
+``import trio`` and of its ``python -m minibroker --port 0`` to the listening line (run outside the checkout, so the
+minibroker that interpreter has installed is measured): a figure the machine's load does not move, to compare
+start-up changes (two virtual environments) or interpreters (say, Python 3.11 against 3.13).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -123,6 +130,43 @@ def listening(trees: list[Path], runs: int) -> dict[str, dict[str, dict[str, dic
     return results
 
 
+def _callgrind(argv: list[str], until_line: bool) -> int:
+    """Instructions (``valgrind --tool=callgrind``) of ``argv`` to its exit or, ``until_line``, to its first line of
+    output (then it is stopped with SIGINT, which the broker answers by shutting down: counted too, a few per cent).
+    """
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv]
+    with subprocess.Popen(command, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None  # (cwd "/": not a checkout's minibroker, but the interpreter's own)
+        if until_line:
+            line = proc.stdout.readline()
+            if not LISTENING.match(line):
+                proc.kill()
+                raise RuntimeError(f"{argv[0]}: no listening line, got {line!r}")
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    match = re.search(r"Collected : (\d+)", err)
+    if match is None:
+        raise RuntimeError(f"no instruction count from callgrind: {err[-500:]}")
+    return int(match.group(1))
+
+
+def instructions(pythons: list[str]) -> dict[str, dict[str, int]]:
+    """For each interpreter (with minibroker and trio installed, run outside the checkout so that its own
+    installation is what starts): the instructions of an empty program, of ``import trio``, and of ``python -m
+    minibroker --port 0`` to its listening line. Deterministic, unlike the wall and CPU times: the measure to
+    compare start-up changes, or interpreters, on a noisy machine."""
+    figures = {}
+    for python in pythons:
+        figures[python] = {
+            "python -c pass": _callgrind([python, "-c", "pass"], until_line=False),
+            "import trio": _callgrind([python, "-c", "import trio"], until_line=False),
+            "to the listening line": _callgrind(
+                [python, "-m", "minibroker", "--port", "0", "--log-level", "warning"], until_line=True
+            ),
+        }
+    return figures
+
+
 def install_size() -> dict[str, float]:
     """Bytes on disk of minibroker's runtime dependency closure (what ``pip install .`` adds)."""
     seen: set[str] = set()
@@ -160,7 +204,22 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--listening", action="store_true", help="only the process's time to its listening line")
     parser.add_argument("--tree", type=Path, action="append", default=[], help="with --listening: another checkout")
+    parser.add_argument(
+        "--callgrind",
+        metavar="PYTHON",
+        action="append",
+        help="only instructions to the listening "
+        "line (valgrind), of the minibroker PYTHON has installed; repeat to compare interpreters",
+    )
     args = parser.parse_args()
+    if args.callgrind:
+        counted = instructions(args.callgrind)
+        for python, rows in counted.items():
+            for what, count in rows.items():
+                print(f"{python:40} {what:24} {count:>14,} instructions")
+        if args.json:
+            args.json.write_text(json.dumps(counted, indent=2))
+        return
     if args.listening:
         timed = listening([ROOT, *args.tree], args.runs)
         for mode, trees in timed.items():
