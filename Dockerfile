@@ -1,6 +1,9 @@
 # minibroker in a container:  docker build -t minibroker . && docker run -p 5672:5672 -p 8672:8672 minibroker
 # A config file mounted at /etc/minibroker/minibroker.toml is read when present.
-FROM python:3.12-slim
+# Python 3.11: the interpreter CI tests on, and the cheapest for this broker (issue 19, instructions under valgrind:
+# Python 3.12 needs 12-15 % more per message, per transaction and to the listening line, 3.13 8-12 % more;
+# `python -m bench.cost`, `python -m bench.startup --callgrind PYTHON`). Security fixes for 3.11 end in 2027-10.
+FROM python:3.11-slim
 
 COPY pyproject.toml README.md /src/
 COPY minibroker /src/minibroker
