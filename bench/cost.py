@@ -109,7 +109,7 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
 
     def post_in(txn_id: bytes) -> None:
         nonlocal next_id
-        feed(frames.raw_frame(body=proton_wire.txn_post(1, next_id, txn_id, message)))
+        feed(frames.raw_frame(body=proton_wire.txn_post(1, next_id, txn_id, message, tag=str(next_id).encode())))
         next_id += 1
 
     if scenario == "txn_accept_100":  # a queue deep enough for the larger run, filled the same in both runs
@@ -127,7 +127,7 @@ def _drive(scenario: str, n: int, build_only: bool) -> None:
             got = 100 * i
             grant(2, got, 100, next_outgoing=next_id)
             for d in range(got, got + 100):
-                feed(frames.raw_frame(body=proton_wire.txn_accept(d, txn_id)))
+                feed(frames.raw_frame(body=proton_wire.txn_accept(d, txn_id, settled=False)))
         post(0, proton_wire.discharge(txn_id))
         if scenario == "txn_accept_100":
             feed(frames.frame(0, frames.disposition(100 * i, 100 * i + 99)))
