@@ -181,3 +181,34 @@ def test_raw_accepts_are_written_as_proton_writes_them_a_read_at_a_time(
         assert all(n <= per_read + 1 for n, _ in transaction)
         assert [discharged for _, discharged in transaction] == [False] * (len(transaction) - 1) + [True]
     assert sum(size <= proton_wire.READ_SIZE for size in reads) >= 2 * 4  # (the declares' answers: any size)
+
+
+@pytest.mark.timeout(60)
+def test_raw_transactions_larger_than_the_credit_go_on_as_credit_comes() -> None:
+    """With less credit than a transaction's posts (``link_credit`` 5, 10 per transaction) proton's ``TxnSend``
+    sends as far as credit goes and the rest when the broker grants more; so must the raw scenario (it waited for
+    10 credit it would never get, then failed ten seconds later)."""
+    with run_in_thread({"server": {"port": 0}, "broker": {"link_credit": 5}}) as broker:
+        sent = raw_txn(ClientOptions(f"127.0.0.1:{broker.port}", "raw.txn", 20, 30.0, None, "raw.sync"), per=10)
+        assert (sent["count"], sent["transactions"]) == (20, 2)
+        assert broker.queue("raw.txn").depth == 20
+
+
+@pytest.mark.timeout(60)
+def test_a_refused_declare_fails_the_scenario_at_once_saying_why() -> None:
+    """A declare the broker rejects (a fault rule: the second declare) ends the run with the broker's error, not
+    with a time-out on a txn-id that never comes."""
+    rule = {"point": "declare", "action": "reject", "times": 1, "after": 1}
+    with run_in_thread({"server": {"port": 0}, "faults": [rule]}) as broker:
+        options = ClientOptions(f"127.0.0.1:{broker.port}", "raw.txn", 5, 30.0, None, "raw.sync")
+        with pytest.raises(RuntimeError, match=r"declare failed: .*resource-limit-exceeded"):
+            raw_txn(options, per=1)
+        assert broker.queue("raw.txn").depth == 1
+
+
+@pytest.mark.timeout(60)
+def test_raw_txn_accept_fails_when_the_queue_holds_fewer_than_asked(broker: ThreadedBroker) -> None:
+    """Five messages queued, ten asked for: the run fails saying how many came, it reports no figure."""
+    raw_txn(_options(broker, 5), per=5)
+    with pytest.raises(TimeoutError, match="5 of the 10 deliveries"):
+        raw_txn_accept(_options(broker, 10), per=10)
