@@ -10,11 +10,11 @@ import pytest
 from proton import Described, Message, symbol
 
 from bench import proton_wire
-from bench.perf_raw import raw_txn, raw_txn_accept
+from bench.perf_raw import TxnClient, raw_txn, raw_txn_accept
 from bench.perf_scenarios import ClientOptions
 from bench.raw import RECV_SIZE, RawClient
 from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, Disposition, Flow, TransactionalState, Transfer
+from minibroker.amqp.definitions import Accepted, Disposition, Flow, Rejected, TransactionalState, Transfer
 from minibroker.testing.client import parse_frames
 from minibroker.testing.thread import ThreadedBroker, run_in_thread
 
@@ -142,14 +142,9 @@ def test_the_raw_scenario_sends_the_octets_python_qpid_proton_sends(
     assert [r.hex() for r in raw_sent if close not in r] == [r.hex() for r in proton_sent if close not in r]
 
 
-@pytest.mark.timeout(60)
-def test_raw_accepts_are_written_as_proton_writes_them_a_read_at_a_time(
-    broker: ThreadedBroker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """proton's reactor reads at most 8 KiB (``proton_wire.READ_SIZE``) and writes the accepts of the deliveries
-    each read completed before it reads again, the discharge with the last of them (``strace`` of
-    ``bench.perf_client txn_accept_100``: accepts written 27, 27, 27, then 19 with the discharge): the broker
-    takes a transaction's accepts in several reads, not one, and the raw scenario must make it do the same."""
+def _record_io(monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[Any]], list[int]]:
+    """From now on, every ``RawClient``'s writes (each as the performatives it carries) and the most each read
+    asked for."""
     writes: list[list[Any]] = []
     reads: list[int] = []
     flush, receive = RawClient.flush, RawClient.receive
@@ -164,9 +159,61 @@ def test_raw_accepts_are_written_as_proton_writes_them_a_read_at_a_time(
         reads.append(size)
         return receive(self, timeout, size)
 
-    raw_txn(_options(broker, 200), per=100)
     monkeypatch.setattr(RawClient, "flush", recording_flush)
     monkeypatch.setattr(RawClient, "receive", recording_receive)
+    return writes, reads
+
+
+@pytest.mark.timeout(60)
+def test_raw_posts_and_their_discharge_are_one_write(broker: ThreadedBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """proton's ``TxnSend`` writes a transaction's posts and its discharge in one write, after the declare's own
+    (``strace`` of ``bench.perf_client txn_10``: a write of 11 transfers): the broker reads them at once."""
+    writes, _ = _record_io(monkeypatch)
+    raw_txn(_options(broker, 30), per=10)
+    transfers = [len([p for p in w if isinstance(p, Transfer)]) for w in writes]
+    assert transfers[-6:] == [1, 11] * 3  # (declare; ten posts and the discharge), three times
+    assert broker.queue("raw.txn").depth == 30
+
+
+@pytest.mark.timeout(60)
+def test_a_post_not_accepted_fails_the_scenario_even_if_the_commit_is(
+    broker: ThreadedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A post the broker answers otherwise than accepted in the transaction is not committed work, whatever the
+    discharge's answer: the run fails. (No broker configuration commits then, so the client is shown a rejected
+    post here: each transactional-state it reads loses its outcome.)"""
+    on_frame = TxnClient.on_frame
+
+    def rejecting(self: TxnClient, frame: Any) -> None:
+        state = getattr(frame.performative, "state", None)
+        if isinstance(state, TransactionalState):
+            frame.performative.state = TransactionalState(txn_id=state.txn_id, outcome=Rejected())
+        on_frame(self, frame)
+
+    monkeypatch.setattr(TxnClient, "on_frame", rejecting)
+    with pytest.raises(RuntimeError, match="transactional post was answered"):
+        raw_txn(_options(broker, 2), per=2)
+
+
+@pytest.mark.timeout(60)
+def test_a_run_out_of_time_reports_only_the_transactions_done(broker: ThreadedBroker) -> None:
+    sent = raw_txn(ClientOptions(f"127.0.0.1:{broker.port}", "raw.txn", 30, 0.0, None, "raw.sync"), per=10)
+    assert (sent["count"], sent["transactions"], sent["timed_out"]) == (0, 0, True)
+    taken = raw_txn_accept(ClientOptions(f"127.0.0.1:{broker.port}", "raw.txn", 30, 0.0, None, "raw.sync"), per=10)
+    assert (taken["count"], taken["transactions"], taken["timed_out"]) == (0, 0, True)
+    assert broker.queue("raw.txn").depth == 0
+
+
+@pytest.mark.timeout(60)
+def test_raw_accepts_are_written_as_proton_writes_them_a_read_at_a_time(
+    broker: ThreadedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """proton's reactor reads at most 8 KiB (``proton_wire.READ_SIZE``) and writes the accepts of the deliveries
+    each read completed before it reads again, the discharge with the last of them (``strace`` of
+    ``bench.perf_client txn_accept_100``: accepts written 27, 27, 27, then 19 with the discharge): the broker
+    takes a transaction's accepts in several reads, not one, and the raw scenario must make it do the same."""
+    raw_txn(_options(broker, 200), per=100)
+    writes, reads = _record_io(monkeypatch)
     taken = raw_txn_accept(_options(broker, 200), per=100)
     assert taken["count"] == 200
     assert broker.queue("raw.txn").depth == 0
