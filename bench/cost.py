@@ -13,11 +13,13 @@ gives the cost of building the client's frames, which is subtracted. ``--tree`` 
 Scenarios: ``presettled_send`` (one pre-settled 256-byte transfer into a queue), ``presettled_receive`` (the
 same, then sent on to a consumer that takes it pre-settled), ``txn_one`` (declare, one transactional post,
 commit: three requests), ``txn_roundtrip`` (declare, then commit an empty transaction), ``txn_10`` (declare, ten
-transactional posts, commit), ``txn_accept_100`` (as proton's ``tx_recv``: declare, flow 100, accept each of the
-100 deliveries in the transaction unsettled, commit, then settle them in one ranged disposition). Each
-transactional figure is per transaction; declare, discharge, transactional posts and accepts are written as
-python-qpid-proton writes them (``bench.proton_wire``), the client ``bench.perf``'s transaction scenarios
-use. Needs Debian's valgrind.
+transactional posts, commit), ``txn_accept_100`` (declare, flow 100, accept each of the 100 deliveries in the
+transaction unsettled, commit, then settle them in one ranged disposition: not what ``bench.perf``'s
+``txn_accept_100`` sends, whose transaction settles each accept with it, ``settle_before_discharge``). Each
+transactional figure is per transaction; the coordinator messages, transactional posts and accepts are encoded
+as python-qpid-proton encodes them (``bench.proton_wire``), the transfers carrying a declare or a discharge, and
+the flows, by minibroker's codec (kept so, that the figures stay comparable with earlier runs). Needs Debian's
+valgrind.
 """
 
 from __future__ import annotations
