@@ -246,6 +246,7 @@ class TxnClient(PerfClient):
         return str(self.tags[link.handle]).encode()
 
     def attach_controller(self) -> None:
+        """Attach the coordinator link (``controller``), as proton does at the first declare."""
         coordinator = Coordinator(capabilities=[Symbol("amqp:local-transactions")])
         self.controller = self.attach_sender(None, "bench-raw-coordinator", target=coordinator)
 
