@@ -103,7 +103,7 @@ class Traffic:
         first = 3 * i
         return (
             frames.frame(0, frames.transfer(0, first), declare),
-            frames.raw_frame(body=proton_wire.txn_post(1, first + 1, _TXN_MARK, ENCODED))
+            frames.raw_frame(body=proton_wire.txn_post(1, first + 1, _TXN_MARK, ENCODED, tag=str(first + 1).encode()))
             + frames.frame(0, frames.transfer(0, first + 2), discharge),
         )
 

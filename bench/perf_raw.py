@@ -19,9 +19,18 @@ from typing import Any
 from bench import proton_wire
 from bench.measures import percentile
 from bench.perf_scenarios import ENCODED, ClientOptions, Meter
-from bench.raw import BrokerClosed, Encoded, RawClient, encode_transfer, runs
-from minibroker.amqp import codec
-from minibroker.amqp.definitions import Accepted, AmqpValue, Coordinator, Declare, Declared, Discharge, Disposition
+from bench.raw import BrokerClosed, Encoded, RawClient, encode_transfer
+from minibroker.amqp import fastpath
+from minibroker.amqp.definitions import (
+    Accepted,
+    AmqpValue,
+    Coordinator,
+    Declare,
+    Declared,
+    Discharge,
+    Disposition,
+    TransactionalState,
+)
 from minibroker.amqp.framing import AMQP_FRAME, FRAME_HEADER
 from minibroker.amqp.types import Symbol, UInt
 from minibroker.testing import frames
@@ -35,6 +44,9 @@ class PerfClient(RawClient):
     """A ``RawClient`` with one session (channel 0) that times and tallies the broker's dispositions of the
     deliveries it sent: settled ids, how many accepted, the txn-id of each declare, send -> outcome latencies."""
 
+    window = WINDOW
+    """Our session's incoming and outgoing windows."""
+
     def __init__(self, url: str) -> None:
         host, _, port = url.rpartition(":")
         super().__init__(host or "127.0.0.1", int(port))
@@ -47,7 +59,7 @@ class PerfClient(RawClient):
         self.open(
             f"bench-raw-{os.getpid()}",
             sasl="ANONYMOUS",
-            begin=frames.begin(incoming_window=WINDOW, outgoing_window=WINDOW),
+            begin=frames.begin(incoming_window=self.window, outgoing_window=self.window),
             max_frame_size=UInt(65536),
         )
 
@@ -99,7 +111,7 @@ class PerfClient(RawClient):
 
     def grant(self, link: Link, credit: int) -> None:
         """Queue a flow granting ``link`` ``credit``, the session fields as the core knows them."""
-        self.send(self.conn.flow(link.handle, credit, outgoing_window=WINDOW))
+        self.send(self.conn.flow(link.handle, credit, outgoing_window=self.window))
 
     def transfer(self, link: Link, payload: bytes, *, settled: bool, offset: int = 0) -> Encoded:
         """A pre-encoded transfer on ``link`` with the delivery id ``offset`` past the session's next one."""
@@ -198,49 +210,106 @@ def raw_txn_roundtrip(opts: ClientOptions) -> dict[str, Any]:
     return result
 
 
+_PENDING = object()
+"""``TxnClient.outcomes``' value for a delivery the broker has not settled yet."""
+
+
 class TxnClient(PerfClient):
-    """A ``PerfClient`` with a coordinator link that declares and discharges as python-qpid-proton does."""
+    """A ``PerfClient`` that writes what python-qpid-proton writes for a transaction (``bench.proton_wire``):
+    proton's session windows and delivery-tags, its coordinator attached after the link the transactions use
+    (proton attaches it at the first declare), declares and discharges as ``Transaction`` sends them; each
+    delivery it sent is remembered with the state the broker settled it with (``outcomes``)."""
+
+    window = proton_wire.WINDOW
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
+        self.controller: Link | None = None
+        self.tags: dict[int, int] = {}
+        """Handle -> the last delivery-tag proton's ``Link.delivery_tag`` gave (counted from 1)."""
+        self.outcomes: dict[int, Any] = {}
+        """Delivery id of a transfer we sent -> the state the broker settled it with (``_PENDING`` until then)."""
+
+    def on_frame(self, frame: Frame) -> None:
+        super().on_frame(frame)
+        disposition = frame.performative
+        if isinstance(disposition, Disposition) and disposition.role and disposition.settled:
+            first = int(disposition.first or 0)
+            last = first if disposition.last is None else int(disposition.last)
+            outcomes = self.outcomes  # (the deliveries in flight: a transaction's)
+            for delivery_id in [d for d, state in outcomes.items() if state is _PENDING and first <= d <= last]:
+                outcomes[delivery_id] = disposition.state
+
+    def tag(self, link: Link) -> bytes:
+        """``link``'s next delivery-tag as proton gives it: "1", "2", ... per link."""
+        self.tags[link.handle] = self.tags.get(link.handle, 0) + 1
+        return str(self.tags[link.handle]).encode()
+
+    def attach_controller(self) -> None:
+        """Attach the coordinator link (``controller``), as proton does at the first declare."""
         coordinator = Coordinator(capabilities=[Symbol("amqp:local-transactions")])
         self.controller = self.attach_sender(None, "bench-raw-coordinator", target=coordinator)
 
+    def post(self, link: Link, payload: bytes, txn_id: bytes | None = None) -> int:
+        """Queue a transfer of ``payload`` on ``link`` (in ``txn_id``'s transaction when given); its delivery id."""
+        delivery_id = self.conn.next_delivery_id()
+        tag = self.tag(link)
+        if txn_id is None:
+            self.queue_frame(proton_wire.transfer(link.handle, delivery_id, tag, payload))
+        else:
+            self.queue_frame(proton_wire.txn_post(link.handle, delivery_id, txn_id, payload, tag=tag))
+        self.outcomes[delivery_id] = _PENDING
+        return delivery_id
+
+    def settle_state(self, delivery_id: int) -> Any:
+        """Write what is queued, wait until the broker settled ``delivery_id``; the state it settled it with."""
+        self.wait(lambda: self.outcomes[delivery_id] is not _PENDING)
+        return self.outcomes.pop(delivery_id)
+
     def declare(self) -> bytes:
         """Declare a transaction; its txn-id, once the broker answered."""
-        first = self.conn.next_delivery_id()
-        self.stream(self.controller, [self.transfer(self.controller, proton_wire.declare(), settled=False)])
-        self.wait(partial(dict.__contains__, self.declared, first))
-        txn_id: bytes = self.declared.pop(first)
+        assert self.controller is not None
+        state = self.settle_state(self.post(self.controller, proton_wire.declare()))
+        if not isinstance(state, Declared):
+            raise RuntimeError(f"declare failed: {state!r}")
+        txn_id: bytes = state.txn_id
         return txn_id
 
     def discharge(self, txn_id: bytes) -> None:
         """Write what is queued and the discharge (commit) of ``txn_id`` in one write; wait for its outcome, which
         must be ``accepted``."""
-        delivery_id = self.conn.next_delivery_id()
-        accepted = self.accepted
-        self.stream(self.controller, [self.transfer(self.controller, proton_wire.discharge(txn_id), settled=False)])
-        self.wait(partial(set.__contains__, self.settled_ids, delivery_id))
-        if self.accepted == accepted:
-            raise RuntimeError("commit failed: the discharge was not accepted")
+        assert self.controller is not None
+        state = self.settle_state(self.post(self.controller, proton_wire.discharge(txn_id)))
+        if not isinstance(state, Accepted):
+            raise RuntimeError(f"commit failed: the discharge was answered {state!r}")
 
     def queue_frame(self, body: bytes) -> None:
         """Queue a frame whose body is encoded already (written by the next flush), booked as what it carries."""
-        performative, _ = codec.decode(body)
+        performative, _ = fastpath.decode_performative(body)
         self.conn.send_encoded(FRAME_HEADER.pack(8 + len(body), 2, AMQP_FRAME, 0) + body, performative)
+
+    def flow(self, link: Link, credit: int) -> None:
+        """Queue proton's ``Receiver.flow(credit)``."""
+        session = self.conn.session(0)
+        body = proton_wire.flow(
+            session.next_incoming_id, session.next_outgoing_id, link.handle, link.delivery_count, credit
+        )
+        self.queue_frame(body)
 
 
 def raw_txn(opts: ClientOptions, per: int) -> dict[str, Any]:
     """Transactions of ``per`` messages each, one after the other, as python-qpid-proton's ``Transaction.send``
-    runs them: declare and wait for the txn-id, then the ``per`` unsettled transactional posts and the discharge
-    in one write, then wait for every answer. Latency: declare sent -> commit accepted."""
+    runs them (``perf_proton.TxnSend``): declare and wait for the txn-id, then the ``per`` unsettled
+    transactional posts and the discharge in one write (the posts as far as credit goes: the rest once the broker
+    grants more), then wait for every answer: each post and the commit must be accepted. Latency: declare sent
+    -> commit accepted."""
     with contextlib.closing(TxnClient(opts.url)) as client:  # (closed also when a commit fails)
         return _raw_txn(client, opts, per)
 
 
 def _raw_txn(client: TxnClient, opts: ClientOptions, per: int) -> dict[str, Any]:
     link = client.attach_sender(opts.address, "bench-raw-txn-sender")
-    settled = client.settled_ids
+    client.attach_controller()
     transactions = max(1, opts.count // per)
     meter = Meter(opts.pid)
     meter.start()
@@ -249,30 +318,34 @@ def _raw_txn(client: TxnClient, opts: ClientOptions, per: int) -> dict[str, Any]
     while done < transactions and time.perf_counter() < deadline:
         started = time.perf_counter()
         txn_id = client.declare()
-        client.wait(lambda: link.credit >= per)
-        first = client.conn.next_delivery_id()
-        for delivery_id in range(first, first + per):
-            client.queue_frame(proton_wire.txn_post(link.handle, delivery_id, txn_id, ENCODED))
+        posts = []
+        while len(posts) < per:
+            client.wait(lambda: link.credit > 0)
+            posts += [client.post(link, ENCODED, txn_id) for _ in range(min(link.credit, per - len(posts)))]
         client.discharge(txn_id)
-        if not settled.issuperset(range(first, first + per)):  # (each post is answered before the commit is)
-            raise RuntimeError("a transactional post was not answered before its transaction's commit")
+        for delivery_id in posts:  # (each post is answered before the commit is)
+            state = client.outcomes.pop(delivery_id)
+            if not (isinstance(state, TransactionalState) and isinstance(state.outcome, Accepted)):
+                raise RuntimeError(f"a transactional post was answered {state!r}, not accepted, before the commit")
         meter.latencies_ms.append((time.perf_counter() - started) * 1000)
         done += 1
     return meter.stop(done * per, timed_out=done < transactions, transactions=done)
 
 
 def raw_txn_accept(opts: ClientOptions, per: int) -> dict[str, Any]:
-    """As python-qpid-proton's tx_recv: declare, grant ``per`` credit, accept each delivery in the transaction
-    (a disposition each, unsettled), and with the last accept the discharge in one write; once committed, settle
-    them in one ranged disposition; then a synchronous message on a second link as the barrier."""
+    """As python-qpid-proton's ``perf_proton.TxnAccept`` (a transaction declared with settle_before_discharge):
+    declare, flow ``per`` credit, then read as proton reads (``proton_wire.READ_SIZE`` at a time) and after each
+    read accept (settled) in the transaction each delivery it completed, in one write; the last accepts and the
+    discharge in one write; the next declare once the commit is accepted. The queue must hold what is asked."""
     with contextlib.closing(TxnClient(opts.url)) as client:
         return _raw_txn_accept(client, opts, per)
 
 
 def _raw_txn_accept(client: TxnClient, opts: ClientOptions, per: int) -> dict[str, Any]:
-    sync = client.attach_sender(opts.sync_address, "bench-raw-sync", snd_settle_mode=UInt(2))
     link = client.attach_receiver(opts.address, "bench-raw-txn-receiver", 0)
+    client.attach_controller()
     unsettled = client.conn.session(0).unsettled
+    reader = client.conn.reader
     meter = Meter(opts.pid)
     meter.start()
     deadline = time.perf_counter() + opts.time_limit
@@ -281,18 +354,22 @@ def _raw_txn_accept(client: TxnClient, opts: ClientOptions, per: int) -> dict[st
         started = time.perf_counter()
         txn_id = client.declare()
         want = min(per, opts.count - received)
-        client.grant(link, want)
-        client.wait(lambda want=want: len(unsettled) >= want)
-        ids = list(unsettled)
-        for delivery_id in ids:
-            client.queue_frame(proton_wire.txn_accept(delivery_id, txn_id))
+        client.flow(link, want)
+        client.flush()
+        taken = 0
+        timeout = time.monotonic() + client.timeout
+        while True:
+            client.receive(0.2, size=max(1, proton_wire.READ_SIZE - len(reader)))
+            for delivery_id in list(unsettled):  # (each accept settles it: gone from ``unsettled``)
+                client.queue_frame(proton_wire.txn_accept(delivery_id, txn_id, settled=True))
+                taken += 1
+            if taken >= want:
+                break
+            if time.monotonic() > timeout:
+                raise TimeoutError(f"{taken} of the {want} deliveries asked for came in {client.timeout} s")
+            client.flush()
         client.discharge(txn_id)
-        for first, last in runs(ids):
-            client.send(frames.disposition(first, last if last != first else None))
         meter.latencies_ms.append((time.perf_counter() - started) * 1000)
-        received += len(ids)
+        received += taken
         transactions += 1
-    barrier = client.transfer(sync, ENCODED, settled=False)
-    client.stream(sync, [barrier])
-    client.wait(lambda: barrier.transfer.delivery_id in client.settled_ids, timeout=60)
     return meter.stop(received, timed_out=received < opts.count, transactions=transactions)

@@ -1,10 +1,12 @@
-"""The octets python-qpid-proton 0.39 writes for a transaction's frames, so that the benchmarks that do not run
+"""The octets python-qpid-proton (0.39, 0.40) writes for a transaction's frames, so that the benchmarks that do not run
 proton itself (``bench.cost``, ``bench.floor``, ``bench.perf``'s raw transaction scenarios) send exactly what it
 sends (captured from ``bench.perf_client``'s transaction scenarios with ``--trace-frames`` and a socket tap).
 
 Where proton's encoding differs from minibroker's codec it matters to the broker's fast paths: proton writes a
 coordinator message's descriptor as a symbol and its list as a list32, and a transactional-state as a list32;
-its messages begin with an empty header and an empty properties section.
+its messages begin with an empty header and an empty properties section. Its delivery-tags count each link's
+deliveries in decimal from "1" (``Link.delivery_tag``), and a transfer outside a transaction (a declare, a
+discharge) stops after message-format: four fields, no settled flag.
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ import struct
 
 DECLARE_NAME = b"amqp:declare:list"
 DISCHARGE_NAME = b"amqp:discharge:list"
+WINDOW = 0x7FFFFFFF
+"""A proton session's incoming and outgoing windows (its ``begin``)."""
+READ_SIZE = 8192
+"""What proton's reactor reads at most at a time: its transport's input buffer, less the partial frame it holds
+(reads of 8192, 8126, 8127 bytes under ``strace`` while ``txn_accept_100`` takes its deliveries), each read's
+deliveries accepted and written before the next read."""
 
 
 def message(body: bytes) -> bytes:
@@ -44,20 +52,35 @@ def txn_state(txn_id: bytes, accepted: bool) -> bytes:
     return b"\x00\x53\x34" + struct.pack(">BII", 0xD0, len(fields) + 4, 1 + accepted) + fields
 
 
-def txn_post(handle: int, delivery_id: int, txn_id: bytes, payload: bytes) -> bytes:
+def transfer(handle: int, delivery_id: int, tag: bytes, payload: bytes) -> bytes:
+    """The frame body of an unsettled transfer outside a transaction (a declare, a discharge) of the encoded
+    message ``payload``: four fields, message-format 0 the last."""
+    fields = _uint(handle) + _uint(delivery_id) + _binary(tag) + b"\x43"
+    return b"\x00\x53\x14" + bytes((0xC0, len(fields) + 1, 4)) + fields + payload
+
+
+def txn_post(handle: int, delivery_id: int, txn_id: bytes, payload: bytes, *, tag: bytes) -> bytes:
     """The frame body of a transactional post of the encoded message ``payload``: a transfer of eight fields
-    (delivery-tag the id in decimal; message-format 0; the three fields before the state null), its state a
-    ``txn_state``."""
-    tag = str(delivery_id).encode()
+    (message-format 0; the three fields before the state null), its state a ``txn_state``."""
     fields = _uint(handle) + _uint(delivery_id) + _binary(tag) + b"\x43\x40\x40\x40" + txn_state(txn_id, False)
     return b"\x00\x53\x14" + bytes((0xC0, len(fields) + 1, 8)) + fields + payload
 
 
-def txn_accept(delivery_id: int, txn_id: bytes) -> bytes:
-    """The frame body of a receiver's disposition accepting ``delivery_id`` in ``txn_id``, unsettled (as proton's
-    ``Transaction.accept`` writes it): five fields, last null."""
-    fields = b"\x41" + _uint(delivery_id) + b"\x40\x42" + txn_state(txn_id, True)
+def txn_accept(delivery_id: int, txn_id: bytes, *, settled: bool) -> bytes:
+    """The frame body of a receiver's disposition accepting ``delivery_id`` in ``txn_id`` (``Transaction.accept``):
+    five fields, last null; ``settled`` as a transaction declared with ``settle_before_discharge`` writes it (the
+    delivery settled with its accept; without it, proton 0.40 never settles it)."""
+    fields = b"\x41" + _uint(delivery_id) + b"\x40" + (b"\x41" if settled else b"\x42") + txn_state(txn_id, True)
     return b"\x00\x53\x15" + bytes((0xC0, len(fields) + 1, 5)) + fields
+
+
+def flow(next_incoming_id: int, next_outgoing_id: int, handle: int, delivery_count: int, credit: int) -> bytes:
+    """The frame body of a receiver's ``Receiver.flow(credit)``: nine fields, both windows ``WINDOW`` (proton's
+    session default), available null, drain false."""
+    window = _uint(WINDOW)
+    fields = _uint(next_incoming_id) + window + _uint(next_outgoing_id) + window
+    fields += _uint(handle) + _uint(delivery_count) + _uint(credit) + b"\x40\x42"
+    return b"\x00\x53\x13" + bytes((0xC0, len(fields) + 1, 9)) + fields
 
 
 def _uint(value: int) -> bytes:

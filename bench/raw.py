@@ -143,17 +143,17 @@ class RawClient:
             return None
         return self._frame(event)
 
-    def receive(self, timeout: float | None = None) -> list[Frame]:
+    def receive(self, timeout: float | None = None, size: int = RECV_SIZE) -> list[Frame]:
         """The frames complete now, heartbeats included: those already read, else after one read of the socket
-        (waiting up to ``timeout`` when given, else as the socket's mode says). ``BrokerClosed`` at the end of the
-        stream, once every frame before it was taken."""
+        (of at most ``size`` bytes, waiting up to ``timeout`` when given, else as the socket's mode says).
+        ``BrokerClosed`` at the end of the stream, once every frame before it was taken."""
         found = self._complete()
         if found:
             return found
         if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
             return found
         try:
-            data = self.sock.recv(RECV_SIZE)
+            data = self.sock.recv(size)
         except BlockingIOError:
             return found
         except ConnectionResetError:

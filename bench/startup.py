@@ -32,6 +32,7 @@ import importlib.metadata
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import statistics
@@ -130,20 +131,46 @@ def listening(trees: list[Path], runs: int) -> dict[str, dict[str, dict[str, dic
     return results
 
 
-def _callgrind(argv: list[str], until_line: bool) -> int:
+CALLGRIND_TIMEOUT = 300.0
+"""Seconds a run under callgrind may take to its listening line, or to its exit."""
+
+
+def _outside_env() -> dict[str, str]:
+    """This environment without PYTHONPATH: the measured interpreter imports its own installation, not the
+    checkout this repository's rules put on PYTHONPATH."""
+    return {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+
+
+def interpreter(python: str) -> str:
+    """The executable ``python`` runs as (a launcher such as pyenv's shim is a shell script that execs it, and
+    valgrind, not following the exec, would count the shell): its ``sys.executable``, resolved."""
+    result = subprocess.run(
+        [python, "-c", "import os, sys; print(os.path.realpath(sys.executable))"],
+        cwd="/", env=_outside_env(), capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return result.stdout.strip()
+
+
+def _callgrind(argv: list[str], until_line: bool, timeout: float = CALLGRIND_TIMEOUT) -> int:
     """Instructions (``valgrind --tool=callgrind``) of ``argv`` to its exit or, ``until_line``, to its first line of
     output (then it is stopped with SIGINT, which the broker answers by shutting down: counted too, a few per cent).
+    Run from "/" without PYTHONPATH, so that a checkout's minibroker is not the one started; ``RuntimeError`` (with
+    the program's last words) when it prints no listening line within ``timeout`` seconds.
     """
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv]
-    with subprocess.Popen(command, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        assert proc.stdout is not None  # (cwd "/": not a checkout's minibroker, but the interpreter's own)
+    with subprocess.Popen(
+        command, cwd="/", env=_outside_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
         if until_line:
-            line = proc.stdout.readline()
+            ready = select.select([proc.stdout], [], [], timeout)[0]  # (a broker stuck before listening: no hang)
+            line = proc.stdout.readline() if ready else ""
             if not LISTENING.match(line):
                 proc.kill()
-                raise RuntimeError(f"{argv[0]}: no listening line, got {line!r}")
+                _, err = proc.communicate()
+                raise RuntimeError(f"{argv[0]}: no listening line within {timeout} s, got {line!r}: {err[-500:]}")
             proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=timeout)
     match = re.search(r"Collected : (\d+)", err)
     if match is None:
         raise RuntimeError(f"no instruction count from callgrind: {err[-500:]}")
@@ -157,11 +184,12 @@ def instructions(pythons: list[str]) -> dict[str, dict[str, int]]:
     compare start-up changes, or interpreters, on a noisy machine."""
     figures = {}
     for python in pythons:
+        executable = interpreter(python)
         figures[python] = {
-            "python -c pass": _callgrind([python, "-c", "pass"], until_line=False),
-            "import trio": _callgrind([python, "-c", "import trio"], until_line=False),
+            "python -c pass": _callgrind([executable, "-c", "pass"], until_line=False),
+            "import trio": _callgrind([executable, "-c", "import trio"], until_line=False),
             "to the listening line": _callgrind(
-                [python, "-m", "minibroker", "--port", "0", "--log-level", "warning"], until_line=True
+                [executable, "-m", "minibroker", "--port", "0", "--log-level", "warning"], until_line=True
             ),
         }
     return figures
