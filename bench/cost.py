@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -149,10 +148,9 @@ def _instructions(tree: Path, scenario: str, n: int, build_only: bool) -> int:
     ]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     result = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=True)
-    match = re.search(r"Collected : (\d+)", result.stderr)
-    if match is None:
-        raise RuntimeError(f"no instruction count from callgrind: {result.stderr[-500:]}")
-    return int(match.group(1))
+    from bench.measures import callgrind_instructions  # (here, not at the top: ``--drive`` runs under another tree)
+
+    return callgrind_instructions(result.stderr)
 
 
 def _per_operation(tree: Path, scenario: str, build_only: bool = False) -> float:

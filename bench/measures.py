@@ -6,6 +6,7 @@ Nothing here imports minibroker: tests/crash/workload.py, which starts quickly, 
 from __future__ import annotations
 
 import os
+import re
 import resource
 import time
 from pathlib import Path
@@ -87,3 +88,12 @@ def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return ordered[index]
+
+
+def callgrind_instructions(stderr: str) -> int:
+    """The instructions ``valgrind --tool=callgrind`` counted, from its report on stderr; ``RuntimeError`` (with
+    the report's end) when it has none."""
+    match = re.search(r"Collected : (\d+)", stderr)
+    if match is None:
+        raise RuntimeError(f"no instruction count from callgrind: {stderr[-500:]}")
+    return int(match.group(1))

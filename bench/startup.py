@@ -46,7 +46,7 @@ import trio
 import minibroker
 from bench import ROOT
 from bench.broker_process import LISTENING, TimedBroker
-from bench.measures import cpu_seconds, rss_kib
+from bench.measures import callgrind_instructions, cpu_seconds, rss_kib
 
 CONFIG = {"server": {"port": 0}, "queues": {"orders": {}}}
 
@@ -171,10 +171,7 @@ def _callgrind(argv: list[str], until_line: bool, timeout: float = CALLGRIND_TIM
                 raise RuntimeError(f"{argv[0]}: no listening line within {timeout} s, got {line!r}: {err[-500:]}")
             proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=timeout)
-    match = re.search(r"Collected : (\d+)", err)
-    if match is None:
-        raise RuntimeError(f"no instruction count from callgrind: {err[-500:]}")
-    return int(match.group(1))
+    return callgrind_instructions(err)
 
 
 def instructions(pythons: list[str]) -> dict[str, dict[str, int]]:
@@ -236,8 +233,8 @@ def main() -> None:
         "--callgrind",
         metavar="PYTHON",
         action="append",
-        help="only instructions to the listening "
-        "line (valgrind), of the minibroker PYTHON has installed; repeat to compare interpreters",
+        help="only instructions to the listening line (valgrind), of the minibroker PYTHON has installed; repeat to "
+        "compare interpreters",
     )
     args = parser.parse_args()
     if args.callgrind:
