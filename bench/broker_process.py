@@ -3,8 +3,9 @@
 ``BrokerProcess`` runs ``python -m minibroker --host 127.0.0.1 --port 0 --log-level warning`` (or, with
 ``introspect``, ``python -m bench.introspect`` with the same arguments: the same broker answering questions
 about itself on stdin), reads its "listening" line for the port the system picked, and stops it with
-SIGTERM, or kills it with SIGKILL. Both programs run from the checkout, so the checkout's minibroker is the
-one started. Nothing here imports minibroker: tests/crash/workload.py, which starts quickly, uses it.
+SIGTERM, or kills it with SIGKILL. Both programs run from the checkout (or ``tree``, another checkout), so that
+checkout's minibroker is the one started. Nothing here imports minibroker: tests/crash/workload.py, which starts
+quickly, uses it.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class BrokerProcess:
         stderr_path: str | Path | None = None,
         introspect: bool = False,
         timeout: float = 15.0,
+        tree: Path = ROOT,
     ) -> None:
         program = "bench.introspect" if introspect else "minibroker"
         command = [sys.executable, "-m", program, "--host", HOST, "--port", "0", "--log-level", "warning"]
@@ -84,11 +86,13 @@ class BrokerProcess:
             command += ["--config", os.path.abspath(config)]
         environ = {k: v for k, v in os.environ.items() if k not in CLEARED_ENVIRONMENT}
         environ.update(env or {})
+        if tree != ROOT:  # another checkout's minibroker (its directory first on sys.path, before any install)
+            environ["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [environ.get("PYTHONPATH")])])
         self._stderr = open(stderr_path, "ab") if stderr_path is not None else None  # noqa: SIM115 (closed in wait())
         self._lock = threading.Lock()
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE if introspect else None, stdout=subprocess.PIPE, stderr=self._stderr,
-            text=True, env=environ, cwd=ROOT,
+            text=True, env=environ, cwd=tree,
         )  # fmt: skip
         self.pid = self.proc.pid
         try:
@@ -177,12 +181,12 @@ class TimedBroker(BrokerProcess):
     minibroker's sources again, 0.09 s of a 0.2 s start here, which no installed broker pays.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tree: Path = ROOT) -> None:
         from minibroker.health import check  # here, not at the top: the crash workload imports this module
 
-        compileall.compile_dir(ROOT / "minibroker", quiet=1)
+        compileall.compile_dir(tree / "minibroker", quiet=1)
         started = time.perf_counter()
-        super().__init__()
+        super().__init__(tree=tree)
         self.listening_s = time.perf_counter() - started
         check(f"amqp://{self.url}", timeout=5)
         self.startup_s = time.perf_counter() - started

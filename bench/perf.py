@@ -1,7 +1,7 @@
 """Broker CPU per message, throughput, latency, start-up and memory of an AMQP 1.0 broker.
 
     python -m bench.perf [--runs 3] [--count N] [--url HOST:PORT [--pid PID]] [--json out.json]
-                         [--scenarios a,b,...] [--profile DIR]
+                         [--scenarios a,b,...] [--profile DIR] [--tree OTHER_CHECKOUT ...]
 
 Without ``--url`` each run starts minibroker as a subprocess (``python -m minibroker --port 0 --log-level
 warning``). With ``--url`` it drives any AMQP 1.0 broker; broker CPU and RSS then need ``--pid`` (the
@@ -34,9 +34,11 @@ pipelined up to the broker's credit; the client costs a few µs per message, so 
 memory: a fresh broker's RSS idle, then with 100,000 256-byte messages queued (filled by the raw sender).
 
 Each run starts fresh brokers (one for the memory figures, one for the scenarios); the summary gives the
-median and the min-max spread over the runs. ``--profile DIR`` additionally records the broker with
-py-spy (``pip install py-spy``) during send_presettled and consume_accept (and their raw versions) and
-prints the top 15 functions by own time.
+median and the min-max spread over the runs. ``--tree DIR`` measures another checkout's minibroker in the same
+runs (every run goes through each checkout in turn) and prints its figures beside this one's with the ratios: a
+change against its parent, or today's code against an older one on a machine whose speed moves from day to day.
+``--profile DIR`` additionally records the broker with py-spy (``pip install py-spy``) during send_presettled and
+consume_accept (and their raw versions) and prints the top 15 functions by own time.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from bench import ROOT
 from bench.broker_process import TimedBroker
 from bench.measures import rss_kib, settle_cpu
 from bench.perf_profile import profile
-from bench.perf_report import aggregate, report, summarise_one, targets
+from bench.perf_report import aggregate, comparison, report, summarise_one, targets
 from bench.perf_scenarios import BY_NAME, MEMORY_MESSAGES, SCENARIOS, ClientOptions, Scenario, spawn_client
 from minibroker.health import NotHealthy, check
 
@@ -80,13 +82,13 @@ def memory_figures(url: str, pid: int, prefix: str, tag: str, time_limit: float)
 
 
 def one_run(
-    args: argparse.Namespace, run: int, scenarios: list[Scenario], log: Callable[[str], None]
+    args: argparse.Namespace, run: int, scenarios: list[Scenario], log: Callable[[str], None], tree: Path = ROOT
 ) -> dict[str, Any]:
     tag = f"{os.getpid()}.{run}"
     prefix = args.address_prefix
     out: dict[str, Any] = {"scenarios": {}}
     # 1. memory, on a broker of its own (also a start-up sample)
-    broker = None if args.url else TimedBroker()
+    broker = None if args.url else TimedBroker(tree)
     url = args.url or (broker.url if broker else "")
     pid = broker.pid if broker else args.pid
     try:
@@ -104,7 +106,7 @@ def one_run(
         if broker is not None:
             broker.stop()
     # 2. the scenarios, on a fresh broker
-    broker = None if args.url else TimedBroker()
+    broker = None if args.url else TimedBroker(tree)
     url = args.url or (broker.url if broker else "")
     pid = broker.pid if broker else args.pid
     if broker is not None:
@@ -133,12 +135,12 @@ def one_run(
     return out
 
 
-def source_state() -> dict[str, str]:
+def source_state(tree: Path = ROOT) -> dict[str, str]:
     """The commit measured, and a digest of uncommitted changes to minibroker/ (the figures' code)."""
 
     def git(*argv: str) -> str:
         try:
-            return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout
+            return subprocess.run(["git", *argv], cwd=tree, capture_output=True, text=True, timeout=30).stdout
         except (OSError, subprocess.TimeoutExpired):
             return ""
 
@@ -164,6 +166,9 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per scenario at most")
     parser.add_argument("--scenarios", help="comma-separated subset of: " + ", ".join(BY_NAME))
     parser.add_argument("--skip-memory", action="store_true", help="no RSS with 100,000 messages queued")
+    parser.add_argument("--tree", action="append", type=Path, default=[],
+                        help="another checkout's minibroker, measured in the same runs (each run goes through "
+                             "every checkout in turn); its figures beside this one's, with the ratios")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="also profile the broker with py-spy")
     parser.add_argument("--profile-count", type=int, default=20_000, help="messages per profiled scenario")
@@ -178,6 +183,12 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown scenarios: {unknown}")
         scenarios = [s for s in SCENARIOS if s.name in wanted]
+    if args.url and args.tree:
+        parser.error("--tree starts each checkout's broker: not with --url")
+    trees = [ROOT, *[tree.resolve() for tree in args.tree]]
+    for tree in trees:
+        if not (tree / "minibroker" / "__main__.py").exists():
+            parser.error(f"--tree {tree}: no minibroker checkout there")
     if args.url:
         try:
             check(args.url, timeout=5)
@@ -188,15 +199,20 @@ def main() -> None:
         print(text, file=sys.stderr, flush=True)
 
     started = time.perf_counter()
-    runs = []
+    runs: dict[Path, list[dict[str, Any]]] = {tree: [] for tree in trees}
     for run in range(args.runs):
-        log(f"run {run + 1}/{args.runs}")
-        runs.append(one_run(args, run, scenarios, log))
-    summary = aggregate(runs, scenarios)
-    if runs:  # --runs 0 --profile DIR: only the profiles
+        for tree in trees if run % 2 == 0 else trees[::-1]:  # (turns swapped every run: a drift moves all alike)
+            log(f"run {run + 1}/{args.runs}" + (f" ({tree})" if len(trees) > 1 else ""))
+            runs[tree].append(one_run(args, run, scenarios, log, tree))
+    summaries = {tree: aggregate(tree_runs, scenarios) for tree, tree_runs in runs.items()}
+    summary = summaries[ROOT]
+    others = {str(tree): (source_state(tree)["commit"], summaries[tree]) for tree in trees[1:]}
+    if args.runs:  # --runs 0 --profile DIR: only the profiles
         print("\n".join(report(summary, scenarios)))
+        for name, (_commit, other) in others.items():
+            print("\n".join(comparison(summary, other, name, scenarios)))
         print("targets:")
-        print("\n".join(targets(summary)))
+        print("\n".join(targets(summary, others)))
         print(f"({args.runs} runs in {time.perf_counter() - started:.0f} s)")
     profiles = None
     if args.profile:
@@ -213,7 +229,11 @@ def main() -> None:
             "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "source": source_state(),
             "summary": summary,
-            "runs": runs,
+            "runs": runs[ROOT],
+            "trees": {
+                name: {"source": source_state(Path(name)), "summary": summaries[Path(name)], "runs": runs[Path(name)]}
+                for name in others
+            },
             "profiles": profiles,
         }
         args.json.write_text(json.dumps(document, indent=2))

@@ -3,13 +3,16 @@ written first, as an installed broker has it)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import ROOT
-from bench.broker_process import TimedBroker
-from bench.perf_report import ISSUE_19_CPU_US, targets
+from bench.broker_process import BrokerProcess, TimedBroker
+from bench.perf_report import ISSUE_19_BASE_CPU_US, ISSUE_19_CPU_US, targets
 
 
 def _summary(broker_us: dict[str, float], p50_ms: float, listening_s: float) -> dict[str, Any]:
@@ -56,3 +59,61 @@ def test_the_start_up_sample_runs_on_written_bytecode(monkeypatch: pytest.Monkey
     with TimedBroker() as broker:
         assert broker.listening_s > 0
     assert list((ROOT / "minibroker" / "broker" / "__pycache__").glob("coordinator.*.pyc"))
+
+
+def _base(broker_us: dict[str, float], p50_ms: float, listening_s: float) -> tuple[str, dict[str, Any]]:
+    return "df67daab424a3110e1b6706b53f0f748660bbc60", _summary(broker_us, p50_ms, listening_s)
+
+
+def _ratio_lines(summary: dict[str, Any], others: dict[str, tuple[str, dict[str, Any]]]) -> list[str]:
+    return [line for line in targets(summary, others) if "as a ratio" in line]
+
+
+def test_beside_the_issues_own_code_each_row_is_held_to_activemqs_share_of_it() -> None:
+    """raw_txn_1: ActiveMQ 150 µs beside df67daa's 520 µs in the issue's run; measured at 300 µs today, df67daa
+    makes the bar 150/520 x 300 = 86.5 µs."""
+    base = _base({name: then * 300 / 520 for name, then in ISSUE_19_BASE_CPU_US.items()}, 1.38, 0.29)
+    at_bar = {name: ISSUE_19_CPU_US[name] * 300 / 520 * 0.999 for name in ISSUE_19_CPU_US}  # (rounding)
+    lines = _ratio_lines(_summary(at_bar, 0.89, 0.15), {"/tmp/base": base})
+    assert len(lines) == len(ISSUE_19_CPU_US) + 2
+    assert all("[MET" in line for line in lines), lines
+    assert "(86.5 µs;" in next(line for line in lines if "raw_txn_1:" in line)
+    over = at_bar | {"raw_txn_1": at_bar["raw_txn_1"] * 1.02}
+    missed = [line for line in _ratio_lines(_summary(over, 0.5, 0.1), {"/tmp/base": base}) if "MISSED" in line]
+    assert len(missed) == 1
+    assert "raw_txn_1:" in missed[0]
+
+
+def test_a_slower_round_trip_or_start_than_the_share_is_missed() -> None:
+    base = _base(dict(ISSUE_19_BASE_CPU_US), 1.0, 0.2)
+    lines = _ratio_lines(_summary(dict(ISSUE_19_CPU_US), 0.66, 0.11), {"/tmp/base": base})
+    missed = [line for line in lines if "MISSED" in line]
+    assert len(missed) == 2, lines
+    assert "declare+discharge" in missed[0]
+    assert "listening line" in missed[1]
+
+
+def test_another_checkout_brings_no_ratio_bar() -> None:
+    _commit, summary = _base(dict(ISSUE_19_BASE_CPU_US), 1.0, 0.2)
+    assert _ratio_lines(_summary(dict(ISSUE_19_CPU_US), 0.5, 0.1), {"/tmp/other": ("0123abc", summary)}) == []
+
+
+def test_a_tree_s_own_minibroker_is_started(tmp_path: Path) -> None:
+    """``--tree DIR`` starts DIR's minibroker, not the one installed or this checkout's."""
+    package = tmp_path / "minibroker"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import time\nprint('minibroker listening on amqp://127.0.0.1:7', flush=True)\ntime.sleep(30)\n"
+    )
+    with BrokerProcess(tree=tmp_path) as broker:
+        assert broker.port == 7
+
+
+def test_perf_refuses_a_tree_that_is_no_checkout(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.perf", "--runs", "0", "--tree", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "no minibroker checkout there" in result.stderr
