@@ -189,6 +189,8 @@ def main() -> None:
     for tree in trees:
         if not (tree / "minibroker" / "__main__.py").exists():
             parser.error(f"--tree {tree}: no minibroker checkout there")
+    if len(set(trees)) < len(trees):
+        parser.error("--tree: each checkout once, and not this one")
     if args.url:
         try:
             check(args.url, timeout=5)
@@ -226,7 +228,7 @@ def main() -> None:
                 print(f"  {row['own_pct']:5.1f}% own {row['total_pct']:5.1f}% total  {row['function']}")
     if args.json:
         document = {
-            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "settings": json.loads(json.dumps(vars(args), default=str)),  # (paths as strings)
             "source": source_state(),
             "summary": summary,
             "runs": runs[ROOT],

@@ -3,6 +3,8 @@ written first, as an installed broker has it)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +119,32 @@ def test_perf_refuses_a_tree_that_is_no_checkout(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "no minibroker checkout there" in result.stderr
+
+
+def test_perf_refuses_this_checkout_as_a_tree() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.perf", "--runs", "0", "--tree", str(ROOT)],
+        cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "not this one" in result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_perf_measures_both_checkouts_in_one_run(tmp_path: Path) -> None:
+    """A copy of this checkout's minibroker as the other tree: both brokers measured, both in the JSON, the
+    comparison printed."""
+    shutil.copytree(ROOT / "minibroker", tmp_path / "minibroker", ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "perf.json"
+    argv = ["--runs", "1", "--count", "40", "--skip-memory", "--scenarios", "raw_txn_roundtrip"]
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.perf", *argv, "--tree", str(tmp_path), "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=100, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"beside {tmp_path} (same runs" in result.stdout
+    document = json.loads(out.read_text())
+    ours = document["summary"]["scenarios"]["raw_txn_roundtrip"]["broker_cpu_us"]
+    theirs = document["trees"][str(tmp_path)]["summary"]["scenarios"]["raw_txn_roundtrip"]["broker_cpu_us"]
+    assert ours["n"] == theirs["n"] == 1
+    assert document["settings"]["tree"] == [str(tmp_path)]
