@@ -88,10 +88,12 @@ async def _answer_stdin(running: Any) -> None:
 
 async def _serve(config: Any) -> None:
     from minibroker import serve
+    from minibroker.cli import tune_collector
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with serve(config) as running, trio.open_nursery() as nursery:
             print(f"minibroker listening on {running.url}", flush=True)
+            tune_collector()  # as python -m minibroker does
 
             async def until_signal() -> None:
                 async for _ in signals:

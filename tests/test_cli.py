@@ -3,6 +3,7 @@ environment variables and their precedence, and --trace-frames."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 
+from minibroker import serve
 from minibroker.broker.personality import get, names
 from minibroker.cli import build_parser, resolve_config
 
@@ -259,3 +261,39 @@ def test_a_broker_started_with_a_virtual_clock_is_advanced_over_http() -> None:
         _round_trip(port)
         proc.terminate()
         assert proc.wait(10) == 0
+
+
+WATCH_COLLECTOR = """
+import gc, os, signal, sys, threading, time
+from minibroker import cli
+
+def watch():
+    before = gc.get_threshold()
+    deadline = time.monotonic() + 20
+    while gc.get_threshold() == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("collector", *gc.get_threshold(), gc.get_freeze_count(), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=watch, daemon=True).start()
+sys.exit(cli.main(["--port", "0", "--log-level", "warning"]))
+"""
+
+
+def test_the_broker_process_tunes_the_collector_once_it_serves() -> None:
+    """``python -m minibroker`` (cli.main) freezes what start-up made and collects the youngest generation every
+    10,000 allocations (``tune_collector``); an application embedding the broker keeps its own settings."""
+    result = subprocess.run([sys.executable, "-c", WATCH_COLLECTOR], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    listening, collector = result.stdout.splitlines()[:2]
+    assert LISTENING.match(listening)
+    _, young, middle, old, frozen = collector.split()
+    assert (int(young), int(middle), int(old)) == (10_000, 10, 10)
+    assert int(frozen) > 10_000  # trio, minibroker and the configured broker
+
+
+async def test_an_embedded_broker_leaves_the_collector_alone() -> None:
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    async with serve({"server": {"port": 0}}):
+        pass
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, frozen)
