@@ -370,9 +370,8 @@ def measure(kinds: list[str], count: int, rounds: int, answers_file: Path, think
         for server in servers:
             server.stop()
     load = os.getloadavg()
-    ticks = os.sysconf("SC_CLK_TCK")
     print(f"server CPU per one-message transaction, median of {rounds} rounds of {count} "
-          f"(load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; CPU ticks of 1/{ticks} s)")  # fmt: skip
+          f"(load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; bench.measures.cpu_seconds)")  # fmt: skip
     base = statistics.median(figures["minibroker"]) if "minibroker" in figures else None
     for kind in kinds:
         median = statistics.median(figures[kind])
