@@ -204,9 +204,9 @@ def tune_collector() -> None:
     queued message scanned each time: 8-10 % of the CPU of filling queues, and a third of each transactional
     message's on a broker holding 40,000 messages (bench/README.md, "The garbage collector"). So what the start-up
     made (modules, classes, the configured nodes) leaves every future collection (``gc.freeze``), and the youngest
-    generation is collected every ``YOUNG_COLLECTION_EVERY`` allocations: full collections come a fourteenth as
-    often; unreachable cycles are still collected, later. Only ``python -m minibroker`` does this: embedded, the
-    broker leaves the collector as the application set it.
+    generation is collected every ``YOUNG_COLLECTION_EVERY`` allocations: young collections, and the checks that
+    start a full one, come a fourteenth as often; unreachable cycles are still collected, later. Only
+    ``python -m minibroker`` does this: embedded, the broker leaves the collector as the application set it.
     """
     gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
