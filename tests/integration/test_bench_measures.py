@@ -106,3 +106,20 @@ def test_an_idle_process_settles_at_once(spinner: subprocess.Popen[bytes]) -> No
     began = time.monotonic()
     settle_cpu(spinner.pid, quiet=0.1, limit=3.0)
     assert time.monotonic() - began < 1.0
+
+
+SLOW_DRAIN = """
+import time
+while True:
+    began = time.process_time()
+    while time.process_time() - began < 0.002: pass
+    time.sleep(0.02)
+"""
+
+
+@pytest.mark.parametrize("spinner", [SLOW_DRAIN], indirect=True)
+def test_a_process_working_at_a_tenth_of_a_cpu_is_waited_for(spinner: subprocess.Popen[bytes]) -> None:
+    """A broker handling a back-log slowly (2 ms of CPU every 20 ms) is not quiet: the wait runs to its limit."""
+    began = time.monotonic()
+    settle_cpu(spinner.pid, quiet=0.1, limit=0.6)
+    assert time.monotonic() - began >= 0.6

@@ -4,6 +4,7 @@ written first, as an installed broker has it)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -140,6 +141,7 @@ def test_perf_measures_both_checkouts_in_one_run(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "bench.perf", *argv, "--tree", str(tmp_path), "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=100, check=False,
+        env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"beside {tmp_path} (same runs" in result.stdout
@@ -148,3 +150,4 @@ def test_perf_measures_both_checkouts_in_one_run(tmp_path: Path) -> None:
     theirs = document["trees"][str(tmp_path)]["summary"]["scenarios"]["raw_txn_roundtrip"]["broker_cpu_us"]
     assert ours["n"] == theirs["n"] == 1
     assert document["settings"]["tree"] == [str(tmp_path)]
+    assert list((tmp_path / "minibroker" / "broker" / "__pycache__").glob("coordinator.*.pyc"))  # its start-up too
