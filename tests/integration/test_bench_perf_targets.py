@@ -15,6 +15,7 @@ import pytest
 
 from bench import ROOT
 from bench.broker_process import BrokerProcess, TimedBroker
+from bench.perf import measured_commit
 from bench.perf_report import ISSUE_19_BASE_CPU_US, ISSUE_19_CPU_US, targets
 
 
@@ -151,3 +152,24 @@ def test_perf_measures_both_checkouts_in_one_run(tmp_path: Path) -> None:
     assert ours["n"] == theirs["n"] == 1
     assert document["settings"]["tree"] == [str(tmp_path)]
     assert list((tmp_path / "minibroker" / "broker" / "__pycache__").glob("coordinator.*.pyc"))  # its start-up too
+
+
+def test_an_edited_checkout_is_of_no_commit(tmp_path: Path) -> None:
+    """A checkout of df67daa with changes to its minibroker/ is not the code issue 19 measured: no ratio bar."""
+
+    def git(*argv: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *argv], cwd=tmp_path, check=True,
+                       capture_output=True)  # fmt: skip
+
+    (tmp_path / "minibroker").mkdir()
+    (tmp_path / "minibroker" / "__init__.py").write_text("")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    commit = measured_commit(tmp_path)
+    assert len(commit) == 40
+    (tmp_path / "minibroker" / "__init__.py").write_text("FASTER = True\n")
+    assert measured_commit(tmp_path) == ""
+    (tmp_path / "minibroker" / "__init__.py").write_text("")
+    (tmp_path / "minibroker" / "new.py").write_text("")
+    assert measured_commit(tmp_path) == ""
