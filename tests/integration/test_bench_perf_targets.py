@@ -20,11 +20,15 @@ from bench.perf_report import ISSUE_19_BASE_CPU_US, ISSUE_19_CPU_US, targets
 
 
 def _summary(broker_us: dict[str, float], p50_ms: float, listening_s: float) -> dict[str, Any]:
+    """``p50_ms`` is the proton client's declare + discharge p50 (the issue's client); the raw client's is a tenth of
+    it, as on this machine, so a target read from the wrong client's figure is met where it should be missed."""
+
     def spread(value: float) -> dict[str, float]:
         return {"median": value, "min": value, "max": value, "n": 1}
 
     scenarios = {name: {"broker_cpu_us": spread(us), "latency_p50_ms": None} for name, us in broker_us.items()}
-    scenarios.setdefault("raw_txn_roundtrip", {"broker_cpu_us": spread(100.0)})["latency_p50_ms"] = spread(p50_ms)
+    for name, p50 in (("txn_roundtrip", p50_ms), ("raw_txn_roundtrip", p50_ms / 10)):
+        scenarios.setdefault(name, {"broker_cpu_us": spread(100.0)})["latency_p50_ms"] = spread(p50)
     figures = ("startup_s", "listening_s", "idle_rss_mib", "bytes_per_queued_message")
     return {"scenarios": scenarios} | {key: spread(listening_s) for key in figures}
 
