@@ -56,8 +56,9 @@ def test_a_process_of_several_threads_is_read_finer_than_a_tick_too(spinner: sub
 
 
 ENDING_THREAD = """
-import threading, time
+import sys, threading, time
 def spin():
+    sys.stdin.readline()
     began = time.thread_time()
     while time.thread_time() - began < 0.5: pass
 worker = threading.Thread(target=spin)
@@ -72,12 +73,16 @@ time.sleep(60)
 def test_a_thread_that_ends_between_two_readings_is_counted() -> None:
     """A broker's worker threads come and go (trio's idle ones end after 10 s; logins, the journal's fsync): their
     time is counted whether the process has one thread or several at either reading."""
-    with subprocess.Popen([sys.executable, "-c", ENDING_THREAD], stdout=subprocess.PIPE, text=True) as process:
+    command = [sys.executable, "-c", ENDING_THREAD]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as process:
         try:
+            assert process.stdin is not None
             assert process.stdout is not None
             assert process.stdout.readline() == "started\n"
-            before = cpu_seconds(process.pid)
-            assert process.stdout.readline() == "ended\n"
+            before = cpu_seconds(process.pid)  # two threads, the second waiting for its go
+            process.stdin.write("go\n")
+            process.stdin.flush()
+            assert process.stdout.readline() == "ended\n"  # one thread
             time.sleep(0.1)
             assert 0.45 <= cpu_seconds(process.pid) - before < 0.7
         finally:
