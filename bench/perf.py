@@ -152,6 +152,13 @@ def source_state(tree: Path = ROOT) -> dict[str, str]:
     }
 
 
+def measured_commit(tree: Path) -> str:
+    """The commit whose code ``tree``'s figures are of; none ("") while its minibroker/ has uncommitted changes, so
+    an edited checkout of df67daa is not held to issue 19's shares as the code that issue measured."""
+    state = source_state(tree)
+    return "" if state["uncommitted_files"] else state["commit"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.perf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -208,7 +215,7 @@ def main() -> None:
             runs[tree].append(one_run(args, run, scenarios, log, tree))
     summaries = {tree: aggregate(tree_runs, scenarios) for tree, tree_runs in runs.items()}
     summary = summaries[ROOT]
-    others = {str(tree): (source_state(tree)["commit"], summaries[tree]) for tree in trees[1:]}
+    others = {str(tree): (measured_commit(tree), summaries[tree]) for tree in trees[1:]}
     if args.runs:  # --runs 0 --profile DIR: only the profiles
         print("\n".join(report(summary, scenarios)))
         for name, (_commit, other) in others.items():

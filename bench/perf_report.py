@@ -132,6 +132,9 @@ ISSUE_19_CPU_US = {
     "send_20_conns": 16.1,
 }
 ISSUE_19_P50_MS = 0.89
+# ... with python-qpid-proton's client, as every latency then (df67daa's README: 1.25 ms p50 with it, 0.48 ms with the
+# raw client; the issue's 1.38 ms is the former): the raw client's round trip is under half as long, not comparable.
+ISSUE_19_P50_SCENARIO = "txn_roundtrip"
 # The same table's minibroker column: the code it measured (df67daa) beside ActiveMQ in that run. This machine's
 # speed moves by up to 2x from day to day, and ActiveMQ cannot be run here now (Debian's ActiveMQ has no AMQP
 # transport), so the bar that holds on any day is the ratio: ActiveMQ / df67daa then, against this checkout /
@@ -196,9 +199,10 @@ def targets(summary: dict[str, Any], others: dict[str, tuple[str, dict[str, Any]
         if name in s:
             label = f"{name}: broker CPU ≤ ActiveMQ's best run ({limit} µs, issue 19)"
             checks.append((label, broker(name), limit, "≤"))
-    if "raw_txn_roundtrip" in s:
-        checks.append((f"declare+discharge p50 ≤ ActiveMQ's ({ISSUE_19_P50_MS} ms, issue 19, raw client)",
-                       _med(s["raw_txn_roundtrip"]["latency_p50_ms"]), ISSUE_19_P50_MS, "≤"))  # fmt: skip
+    p50 = ISSUE_19_P50_SCENARIO
+    if p50 in s:
+        checks.append((f"declare+discharge p50 ≤ ActiveMQ's ({ISSUE_19_P50_MS} ms, issue 19, proton client)",
+                       _med(s[p50]["latency_p50_ms"]), ISSUE_19_P50_MS, "≤"))  # fmt: skip
     for commit, base in (others or {}).values():
         if not commit.startswith(ISSUE_19_BASE):
             continue
@@ -210,12 +214,12 @@ def targets(summary: dict[str, Any], others: dict[str, tuple[str, dict[str, Any]
                 limit = share * theirs["median"]
                 label = f"{row}: ≤ {share:.2f} x {ISSUE_19_BASE}'s in this run ({limit:.1f} µs; issue 19, as a ratio)"
                 checks.append((label, broker(row), limit, "≤"))
-        theirs = b.get("raw_txn_roundtrip", {}).get("latency_p50_ms")
-        if "raw_txn_roundtrip" in s and theirs is not None:
+        theirs = b.get(p50, {}).get("latency_p50_ms")
+        if p50 in s and theirs is not None:
             share = ISSUE_19_P50_MS / ISSUE_19_BASE_P50_MS
             limit = share * theirs["median"]
             checks.append((f"declare+discharge p50 ≤ {share:.2f} x {ISSUE_19_BASE}'s ({limit:.2f} ms; issue 19, as a "
-                           "ratio)", _med(s["raw_txn_roundtrip"]["latency_p50_ms"]), limit, "≤"))  # fmt: skip
+                           "ratio, proton client)", _med(s[p50]["latency_p50_ms"]), limit, "≤"))  # fmt: skip
         if base["listening_s"] is not None:
             share = ISSUE_19_LISTENING_S / ISSUE_19_BASE_LISTENING_S
             limit = share * float(base["listening_s"]["median"])

@@ -24,6 +24,7 @@ from minibroker import serve
 from minibroker.broker.personality import get, names
 from minibroker.cli import build_parser, resolve_config
 
+ROOT = Path(__file__).parent.parent
 LISTENING = re.compile(r"^minibroker listening on amqp://127\.0\.0\.1:(\d+)$")
 
 
@@ -264,8 +265,8 @@ def test_a_broker_started_with_a_virtual_clock_is_advanced_over_http() -> None:
 
 
 WATCH_COLLECTOR = """
-import gc, os, signal, sys, threading, time
-from minibroker import cli
+import gc, importlib, os, signal, sys, threading, time
+program = importlib.import_module(sys.argv[1])
 
 def watch():
     before = gc.get_threshold()
@@ -276,16 +277,21 @@ def watch():
     os.kill(os.getpid(), signal.SIGTERM)
 
 threading.Thread(target=watch, daemon=True).start()
-sys.exit(cli.main(["--port", "0", "--log-level", "warning"]))
+sys.exit(program.main(["--port", "0", "--log-level", "warning"]))
 """
 
 
-def test_the_broker_process_tunes_the_collector_once_it_serves() -> None:
+@pytest.mark.parametrize("program", ["minibroker.cli", "bench.introspect"])
+def test_the_broker_process_tunes_the_collector_once_it_serves(program: str) -> None:
     """``python -m minibroker`` (cli.main) freezes what start-up made and collects the youngest generation every
-    10,000 allocations (``tune_collector``); an application embedding the broker keeps its own settings."""
-    result = subprocess.run([sys.executable, "-c", WATCH_COLLECTOR], capture_output=True, text=True, timeout=30)
-    assert result.returncode == 0, result.stderr
-    listening, collector = result.stdout.splitlines()[:2]
+    10,000 allocations (``tune_collector``); an application embedding the broker keeps its own settings. The broker
+    whose leaks ``bench.soak`` reads (``bench.introspect``) runs on the same settings. (stdin stays open: the end of
+    it stops ``bench.introspect``.)"""
+    command = [sys.executable, "-c", WATCH_COLLECTOR, program]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
+        assert proc.stdout is not None
+        listening, collector = proc.stdout.readline().strip(), proc.stdout.readline()
+        assert proc.wait(30) == 0
     assert LISTENING.match(listening)
     _, young, middle, old, frozen = collector.split()
     assert (int(young), int(middle), int(old)) == (10_000, 10, 10)

@@ -4,6 +4,7 @@ written first, as an installed broker has it)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,15 +15,20 @@ import pytest
 
 from bench import ROOT
 from bench.broker_process import BrokerProcess, TimedBroker
+from bench.perf import measured_commit
 from bench.perf_report import ISSUE_19_BASE_CPU_US, ISSUE_19_CPU_US, targets
 
 
 def _summary(broker_us: dict[str, float], p50_ms: float, listening_s: float) -> dict[str, Any]:
+    """``p50_ms`` is the proton client's declare + discharge p50 (the issue's client); the raw client's is a tenth of
+    it, as on this machine, so a target read from the wrong client's figure is met where it should be missed."""
+
     def spread(value: float) -> dict[str, float]:
         return {"median": value, "min": value, "max": value, "n": 1}
 
     scenarios = {name: {"broker_cpu_us": spread(us), "latency_p50_ms": None} for name, us in broker_us.items()}
-    scenarios.setdefault("raw_txn_roundtrip", {"broker_cpu_us": spread(100.0)})["latency_p50_ms"] = spread(p50_ms)
+    for name, p50 in (("txn_roundtrip", p50_ms), ("raw_txn_roundtrip", p50_ms / 10)):
+        scenarios.setdefault(name, {"broker_cpu_us": spread(100.0)})["latency_p50_ms"] = spread(p50)
     figures = ("startup_s", "listening_s", "idle_rss_mib", "bytes_per_queued_message")
     return {"scenarios": scenarios} | {key: spread(listening_s) for key in figures}
 
@@ -140,6 +146,7 @@ def test_perf_measures_both_checkouts_in_one_run(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "bench.perf", *argv, "--tree", str(tmp_path), "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=100, check=False,
+        env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"beside {tmp_path} (same runs" in result.stdout
@@ -148,3 +155,25 @@ def test_perf_measures_both_checkouts_in_one_run(tmp_path: Path) -> None:
     theirs = document["trees"][str(tmp_path)]["summary"]["scenarios"]["raw_txn_roundtrip"]["broker_cpu_us"]
     assert ours["n"] == theirs["n"] == 1
     assert document["settings"]["tree"] == [str(tmp_path)]
+    assert list((tmp_path / "minibroker" / "broker" / "__pycache__").glob("coordinator.*.pyc"))  # its start-up too
+
+
+def test_an_edited_checkout_is_of_no_commit(tmp_path: Path) -> None:
+    """A checkout of df67daa with changes to its minibroker/ is not the code issue 19 measured: no ratio bar."""
+
+    def git(*argv: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *argv], cwd=tmp_path, check=True,
+                       capture_output=True)  # fmt: skip
+
+    (tmp_path / "minibroker").mkdir()
+    (tmp_path / "minibroker" / "__init__.py").write_text("")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    commit = measured_commit(tmp_path)
+    assert len(commit) == 40
+    (tmp_path / "minibroker" / "__init__.py").write_text("FASTER = True\n")
+    assert measured_commit(tmp_path) == ""
+    (tmp_path / "minibroker" / "__init__.py").write_text("")
+    (tmp_path / "minibroker" / "new.py").write_text("")
+    assert measured_commit(tmp_path) == ""
