@@ -118,22 +118,15 @@ def test_a_tree_s_own_minibroker_is_started(tmp_path: Path) -> None:
         assert broker.port == 7
 
 
-def test_perf_refuses_a_tree_that_is_no_checkout(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("this_checkout", "refusal"), [(False, "no minibroker checkout"), (True, "not this one")])
+def test_perf_refuses_a_tree_that_is_no_other_checkout(tmp_path: Path, this_checkout: bool, refusal: str) -> None:
+    tree = ROOT if this_checkout else tmp_path
     result = subprocess.run(
-        [sys.executable, "-m", "bench.perf", "--runs", "0", "--tree", str(tmp_path)],
+        [sys.executable, "-m", "bench.perf", "--runs", "0", "--tree", str(tree)],
         cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert result.returncode == 2
-    assert "no minibroker checkout there" in result.stderr
-
-
-def test_perf_refuses_this_checkout_as_a_tree() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.perf", "--runs", "0", "--tree", str(ROOT)],
-        cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
-    assert result.returncode == 2
-    assert "not this one" in result.stderr
+    assert refusal in result.stderr
 
 
 @pytest.mark.timeout(120)
