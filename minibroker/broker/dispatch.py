@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from functools import partial
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from weakref import WeakSet
 
@@ -73,6 +74,8 @@ else:  # Service Bus topics only (read per message there): loaded on its first r
 _ATTACHING = LinkState.ATTACHING  # globals: ~10x cheaper than enum lookups (issue 19)
 _LOCK_LOST_OUTCOME = Modified(delivery_failed=True)  # a Service Bus lock ran out: back, a delivery counted
 _MAX_TIME_MS = 10**15  # about 31,700 years: a delay, delivery time or expiry beyond it is ignored
+
+_made = attrgetter("made")  # a queue's place among the queues made
 
 
 def _sane_ms(value: object) -> TypeGuard[int | float]:
@@ -744,8 +747,11 @@ class Dispatcher:
             self.outbox.touch(consumer.conn)
 
     # -- out to consumers ---------------------------------------------------------------------------
-    def dispatch_all(self, queues: Iterable[Queue]) -> None:
-        for queue in queues:
+    def dispatch_all(self, queues: Collection[Queue]) -> None:
+        """Dispatch each of ``queues`` (a commit's, a rollback's, a batch of outcomes'), in the order they were made:
+        the callers gather them in sets, whose order is their addresses in memory, and the same client steps must
+        give the same deliveries in the same order on every run."""
+        for queue in sorted(queues, key=_made) if len(queues) > 1 else queues:
             self.dispatch(queue)
 
     def dispatch(self, queue: Queue) -> None:

@@ -22,6 +22,7 @@ is bounded by the ready messages, not by readers times messages (a reader far be
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -162,12 +163,17 @@ class Scan:
         self.position = self._log.end
 
 
+_MADE = itertools.count()  # (queues numbered as they are made, across brokers: only their order matters)
+
+
 class Queue:
     """One queue node (or one topic subscription)."""
 
     kind = "queue"
 
     def __init__(self, name: str, policy: NodePolicy | None = None, *, node_name: str | None = None) -> None:
+        self.made = next(_MADE)
+        """Its place among the queues made: the order one dispatch serves several in (``Dispatcher.dispatch_all``)."""
         self.name = name
         self.node_name = node_name or name
         self.policy = policy or NodePolicy()
