@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from functools import partial
 from typing import Any
 
@@ -1248,7 +1248,7 @@ class Coordinator:
 
     # -- introspection ----------------------------------------------------------------------------------
     def infos(
-        self, now: float, conns: set[ServerConnection] | None = None, namespace: Namespace | None = None
+        self, now: float, conns: Collection[ServerConnection] | None = None, namespace: Namespace | None = None
     ) -> list[TransactionInfo]:
         """The open and in-doubt transactions (of ``conns``, and those held in doubt for ``namespace``, when
         given), oldest first, as of ``now``."""

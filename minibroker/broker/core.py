@@ -33,7 +33,7 @@ This module holds no routing, dispatch or transaction logic: only the wiring, an
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, KeysView
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -431,8 +431,9 @@ class Broker:
         return self.nodes.namespaces
 
     @property
-    def connections(self) -> set[ServerConnection]:
-        return self.nodes.connections
+    def connections(self) -> KeysView[ServerConnection]:
+        """The connections made and not yet closed, in the order they were made (a set-like view)."""
+        return self.nodes.connections.keys()
 
     @property
     def queues(self) -> dict[str, Queue]:
@@ -464,6 +465,7 @@ class Broker:
         namespaces are untouched; configured nodes are created again, empty. O(nodes + connections).
         """
         namespace = namespace or self.nodes.default
+        # in the order they came: what one's close puts back goes to a consumer of another still open
         for conn in list(namespace.connections):
             conn.close(error(Condition.CONNECTION_FORCED, f"namespace {namespace.name!r} was reset"))
             self.handle(conn, conn.take_events(), self.clock.now)
@@ -546,7 +548,7 @@ class Broker:
         return self.coordinator.infos(self.clock.now)
 
     def transactions_at(
-        self, now: float, conns: set[ServerConnection] | None = None, namespace: Namespace | None = None
+        self, now: float, conns: Collection[ServerConnection] | None = None, namespace: Namespace | None = None
     ) -> list[TransactionInfo]:
         """``transactions`` with ages computed at ``now`` (only those of ``conns``, and those held in doubt for
         ``namespace``, when given)."""
