@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable, Iterator, KeysView
 from functools import partial
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp.definitions import Error
@@ -72,6 +73,8 @@ from minibroker.engine.events import (
 if TYPE_CHECKING:
     from minibroker.broker.views import ConnectionInfo
     from minibroker.store.state import DurableState
+
+_made = attrgetter("made")  # a connection's place among the connections made
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "SHARED-SUBS", "DELAYED_DELIVERY")
 """What the broker's open offers (Qpid JMS checks each before using the feature): the anonymous relay (a null target
@@ -243,9 +246,11 @@ class Broker:
         self.outbox.dirty.add(conn)
 
     def _handle_caused(self) -> None:
-        """Handle the events our own commands caused outside any read (a connection closed by a timer)."""
+        """Handle the events our own commands caused outside any read (a connection closed by a timer), connection
+        by connection in the order they were made, not in a set's (their addresses in memory): what one's close
+        puts back on a queue goes to a consumer of another, so the order is seen by the peers."""
         dirty = self.outbox.dirty
-        for conn in list(dirty):
+        for conn in sorted(dirty, key=_made) if len(dirty) > 1 else list(dirty):
             caused = conn.take_events()
             if caused:
                 self._apply_contained(conn, caused)
