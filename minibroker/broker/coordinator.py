@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from functools import partial
 from typing import Any
 
@@ -686,7 +686,7 @@ class Coordinator:
                 if txn.deadline is None and txn.controller.personality.timeout_from == "first-operation":
                     self._time(txn)
                 self._acquiring[consumer] = txn
-                txn.consumers.add(consumer)
+                txn.consumers[consumer] = None
                 if txn.state is None:
                     txn.state = TransactionalState(txn_id=txn.id)
         if was_stopped and err is None:
@@ -697,7 +697,7 @@ class Coordinator:
         """End the link's transactional acquisition; True if it was stopped on a transaction that ended."""
         txn = self._acquiring.pop(consumer, None)
         if txn is not None:
-            txn.consumers.discard(consumer)
+            txn.consumers.pop(consumer, None)
         return self._stopped.pop(consumer, None) is not None
 
     def _stop(self, consumers: list[Consumer], txn_id: bytes) -> None:
@@ -1248,7 +1248,7 @@ class Coordinator:
 
     # -- introspection ----------------------------------------------------------------------------------
     def infos(
-        self, now: float, conns: set[ServerConnection] | None = None, namespace: Namespace | None = None
+        self, now: float, conns: Collection[ServerConnection] | None = None, namespace: Namespace | None = None
     ) -> list[TransactionInfo]:
         """The open and in-doubt transactions (of ``conns``, and those held in doubt for ``namespace``, when
         given), oldest first, as of ``now``."""

@@ -33,8 +33,9 @@ This module holds no routing, dispatch or transaction logic: only the wiring, an
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, KeysView
 from functools import partial
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from minibroker.amqp.definitions import Error
@@ -72,6 +73,8 @@ from minibroker.engine.events import (
 if TYPE_CHECKING:
     from minibroker.broker.views import ConnectionInfo
     from minibroker.store.state import DurableState
+
+_made = attrgetter("made")  # a connection's place among the connections made
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY", "SHARED-SUBS", "DELAYED_DELIVERY")
 """What the broker's open offers (Qpid JMS checks each before using the feature): the anonymous relay (a null target
@@ -243,9 +246,11 @@ class Broker:
         self.outbox.dirty.add(conn)
 
     def _handle_caused(self) -> None:
-        """Handle the events our own commands caused outside any read (a connection closed by a timer)."""
+        """Handle the events our own commands caused outside any read (a connection closed by a timer), connection
+        by connection in the order they were made, not in a set's (their addresses in memory): what one's close
+        puts back on a queue goes to a consumer of another, so the order is seen by the peers."""
         dirty = self.outbox.dirty
-        for conn in list(dirty):
+        for conn in sorted(dirty, key=_made) if len(dirty) > 1 else list(dirty):
             caused = conn.take_events()
             if caused:
                 self._apply_contained(conn, caused)
@@ -431,8 +436,9 @@ class Broker:
         return self.nodes.namespaces
 
     @property
-    def connections(self) -> set[ServerConnection]:
-        return self.nodes.connections
+    def connections(self) -> KeysView[ServerConnection]:
+        """The connections made and not yet closed, in the order they were made (a set-like view)."""
+        return self.nodes.connections.keys()
 
     @property
     def queues(self) -> dict[str, Queue]:
@@ -464,6 +470,7 @@ class Broker:
         namespaces are untouched; configured nodes are created again, empty. O(nodes + connections).
         """
         namespace = namespace or self.nodes.default
+        # in the order they came: what one's close puts back goes to a consumer of another still open
         for conn in list(namespace.connections):
             conn.close(error(Condition.CONNECTION_FORCED, f"namespace {namespace.name!r} was reset"))
             self.handle(conn, conn.take_events(), self.clock.now)
@@ -546,7 +553,7 @@ class Broker:
         return self.coordinator.infos(self.clock.now)
 
     def transactions_at(
-        self, now: float, conns: set[ServerConnection] | None = None, namespace: Namespace | None = None
+        self, now: float, conns: Collection[ServerConnection] | None = None, namespace: Namespace | None = None
     ) -> list[TransactionInfo]:
         """``transactions`` with ages computed at ``now`` (only those of ``conns``, and those held in doubt for
         ``namespace``, when given)."""

@@ -241,8 +241,9 @@ class Dispatcher:
         self.acquirer: Acquirer = _NoTransactions()
         self._new_deadline = new_deadline
         self._groups: dict[Queue, ConsumerGroup] = {}
-        self._stopped: dict[Queue, set[Consumer]] = {}  # attached, but out of their group until restarted
-        self._by_conn: dict[ServerConnection, set[Consumer]] = {}
+        # (dicts, not sets: in the order they attached or stopped, the order a deleted queue detaches them in)
+        self._stopped: dict[Queue, dict[Consumer, None]] = {}  # attached, but out of their group until restarted
+        self._by_conn: dict[ServerConnection, dict[Consumer, None]] = {}
         self._seq = 0
         self._rule_actions = False  # a Service Bus rule with an action was ever made: copies may need rewriting
         self._session_subscriptions = False  # a Service Bus subscription requiring sessions ever took a message
@@ -670,7 +671,7 @@ class Dispatcher:
     def add_consumer(self, consumer: Consumer) -> None:
         """``consumer`` takes from its queue from now on."""
         self._groups.setdefault(consumer.queue, ConsumerGroup()).add(consumer)
-        self._by_conn.setdefault(consumer.conn, set()).add(consumer)
+        self._by_conn.setdefault(consumer.conn, {})[consumer] = None
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """``consumer`` is gone (its unsettled deliveries are someone else's to finish); a Service Bus session
@@ -681,14 +682,14 @@ class Dispatcher:
         self._unstop(consumer)
         consumers = self._by_conn.get(consumer.conn)
         if consumers is not None:
-            consumers.discard(consumer)
+            consumers.pop(consumer, None)
             if not consumers:
                 del self._by_conn[consumer.conn]
 
     def stop(self, consumer: Consumer) -> None:
         """``consumer`` gets nothing more until ``restart`` (it stays attached, with its credit)."""
         self._leave_group(consumer)
-        self._stopped.setdefault(consumer.queue, set()).add(consumer)
+        self._stopped.setdefault(consumer.queue, {})[consumer] = None
 
     def restart(self, consumer: Consumer) -> None:
         """A stopped consumer takes messages again."""
@@ -708,7 +709,7 @@ class Dispatcher:
         stopped = self._stopped.get(consumer.queue)
         if stopped is None or consumer not in stopped:
             return False
-        stopped.discard(consumer)
+        del stopped[consumer]
         if not stopped:
             del self._stopped[consumer.queue]
         return True
@@ -727,8 +728,9 @@ class Dispatcher:
         """Whether any link (consumer, browser, or one stopped by a transaction) is attached to ``queue``."""
         return queue in self._groups or queue in self._stopped
 
-    def consumers_of(self, conn: ServerConnection) -> set[Consumer]:
-        return self._by_conn.get(conn, set())
+    def consumers_of(self, conn: ServerConnection) -> Collection[Consumer]:
+        """``conn``'s consumer links, in the order they attached."""
+        return self._by_conn.get(conn, {}).keys()
 
     def resume(self, conn: ServerConnection) -> None:
         """``conn``'s peer read what was queued for it: deliveries held back for it may go on."""

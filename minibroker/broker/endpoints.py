@@ -139,11 +139,12 @@ class Endpoints:
         self.outbox = outbox
         self.decide = decide
         self.clock = clock or BrokerClock()
-        self._producers: dict[Node, set[Producer]] = {}  # producer links of each node, detached when it goes
+        # producer links of each node, detached when it goes (in the order they attached: a dict, not a set)
+        self._producers: dict[Node, dict[Producer, None]] = {}
         self.links = 0
         """Links attached now on the whole broker (bounded by ``max_links``): the size of ``_linked``."""
         # the attached links of each connection: a detach counts one out once, however often it is handled
-        self._linked: dict[ServerConnection, set[Linked]] = {}
+        self._linked: dict[ServerConnection, dict[Linked, None]] = {}  # (in the order they attached)
         self._topic_links: dict[ServerConnection, int] = {}  # receiver links on topics, per connection
         self._next_sweep: float | None = None
         self.injection = Injection()
@@ -241,9 +242,9 @@ class Endpoints:
             self._attach_coordinator(conn, link, decision)
         context = link.context
         if isinstance(context, self._linked_types):
-            linked = self._linked.setdefault(conn, set())
+            linked = self._linked.setdefault(conn, {})
             if context not in linked:
-                linked.add(context)
+                linked[context] = None
                 self.links += 1
         if fault is not None and fault.action == "detach":
             conn.detach(link, fault.error())  # accepted, then detached at once
@@ -561,7 +562,7 @@ class Endpoints:
             settle_at_once=decision.settle_at_once,
         )
         if node is not None:
-            self._producers.setdefault(node, set()).add(producer)
+            self._producers.setdefault(node, {})[producer] = None
         conn.grant_credit(link, self.settings.link_credit)
 
     def _attach_coordinator(self, conn: ServerConnection, link: Link, decision: AttachCoordinator) -> None:
@@ -622,7 +623,7 @@ class Endpoints:
         if isinstance(context, self._linked_types):
             linked = self._linked.get(conn)
             if linked is not None and context in linked:
-                linked.discard(context)
+                del linked[context]
                 self.links -= 1
                 if not linked:
                     del self._linked[conn]
@@ -632,7 +633,7 @@ class Endpoints:
             if context.node is not None:
                 producers = self._producers.get(context.node)
                 if producers is not None:
-                    producers.discard(context)
+                    producers.pop(context, None)
                     if not producers:
                         del self._producers[context.node]
             if context.owned_node is not None:

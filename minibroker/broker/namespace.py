@@ -51,7 +51,7 @@ class Namespace:
         self.topics: dict[str, Topic] = {}
         self.exchanges: dict[str, Exchange] = predeclared()
         """RabbitMQ exchanges by name (``exchanges.py``), the predeclared ones first; queues are ``queues``."""
-        self.connections: set[ServerConnection] = set()
+        self.connections: dict[ServerConnection, None] = {}  # (an ordered set: in the order they came)
         self.servicebus_entities: dict[str, EntityProperties] = {}
         """Configured Service Bus entities by ``entities.key`` of their path (``servicebus`` personality only)."""
 

@@ -60,7 +60,7 @@ class Nodes:
         self.recorder = recorder
         self._dynamic_ids = dynamic_ids if dynamic_ids is not None else _random_ids()
         self.namespaces: dict[str, Namespace] = {}
-        self.connections: set[ServerConnection] = set()
+        self.connections: dict[ServerConnection, None] = {}  # (an ordered set: in the order they came)
         self._namespace_of: dict[ServerConnection, Namespace] = {}
         self.queue_gone: Callable[[Queue], None] = lambda queue: None
         self.auto_nodes: dict[Node, None] = {}
@@ -104,23 +104,23 @@ class Nodes:
 
     def connection_made(self, conn: ServerConnection, namespace: Namespace | None) -> None:
         namespace = namespace or self.default
-        self.connections.add(conn)
-        namespace.connections.add(conn)
+        self.connections[conn] = None
+        namespace.connections[conn] = None
         self._namespace_of[conn] = namespace
 
     def connection_opened(self, conn: ServerConnection, hostname: str | None) -> None:
         """An ``open`` whose hostname names a namespace moves its connection there."""
         chosen = self.namespaces.get(hostname) if hostname else None
         if chosen is not None:
-            self._namespace_of[conn].connections.discard(conn)
-            chosen.connections.add(conn)
+            self._namespace_of[conn].connections.pop(conn, None)
+            chosen.connections[conn] = None
             self._namespace_of[conn] = chosen
 
     def connection_closed(self, conn: ServerConnection) -> None:
-        self.connections.discard(conn)
+        self.connections.pop(conn, None)
         namespace = self._namespace_of.pop(conn, None)
         if namespace is not None:
-            namespace.connections.discard(conn)
+            namespace.connections.pop(conn, None)
 
     def namespace_of(self, conn: ServerConnection) -> Namespace:
         """The namespace ``conn`` works in."""

@@ -171,7 +171,8 @@ class RabbitModel:
         self._ids = ids if ids is not None else _random_ids()
         self.declared: dict[Queue, Declaration] = {}
         """Queues declared through the model, with their declarations."""
-        self._owned: dict[ServerConnection, set[Queue]] = {}  # exclusive queues per owner
+        # exclusive queues per owner, in the order declared (an ordered set: they go with it in that order)
+        self._owned: dict[ServerConnection, dict[Queue, None]] = {}
         self.later: Callable[[float, Callable[[], None]], None] | None = None
         """Runs a step that many seconds of broker time from now (set by the core: ``Injection.later``); without
         it ``x-expires`` deletes nothing."""
@@ -426,7 +427,7 @@ class RabbitModel:
             declared.expires = expires / 1000
             self._used(created, declared)
         if owner is not None:
-            self._owned.setdefault(owner, set()).add(created)
+            self._owned.setdefault(owner, {})[created] = None
         return name, 0, 0
 
     def _used(self, queue: Queue, declared: Declaration) -> None:
@@ -546,7 +547,7 @@ class RabbitModel:
         if declared is not None and declared.exclusive is not None:
             owned = self._owned.get(declared.exclusive)
             if owned is not None:
-                owned.discard(queue)
+                owned.pop(queue, None)
         namespace = queue.namespace
         if namespace is not None and queue.node_name == queue.name:
             self._unbind_destination(namespace, ex.QUEUE_DESTINATION, queue.name)

@@ -25,7 +25,7 @@ receiver, with the broker time it was last set (``get-message-sessions`` filters
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from minibroker.amqp.definitions import Error
@@ -185,7 +185,7 @@ class Sessions:
         lock = self._held.get((queue, session_key(session_id)))
         return lock.consumer if lock is not None else None
 
-    def renew(self, queue: Queue, session_id: str, lock_duration: float, holders: set[Consumer]) -> float | None:
+    def renew(self, queue: Queue, session_id: str, lock_duration: float, holders: Collection[Consumer]) -> float | None:
         """Extend the lock of a session held by one of ``holders`` (the requesting connection's receivers) for
         another lock duration from now: its new end, or None when none of them holds it."""
         lock = self._held.get((queue, session_key(session_id)))

@@ -108,7 +108,7 @@ class Transaction:
         # an outcome for, with the outcome its commit applies; consumers: links whose flow named it
         self.acquired: dict[Dispatched, None] = {}
         self.outcomes: dict[Dispatched, Outcome] = {}
-        self.consumers: set[Consumer] = set()
+        self.consumers: dict[Consumer, None] = {}  # (an ordered set: they stop and start again in this order)
         self.failed: Error | None = None
         self.check_back = controller.check_back
         """Held in doubt when its connection is lost, and its outcome remembered (``checkback.py``)."""

@@ -30,6 +30,7 @@ Not here on purpose: routing, settlement policy, transactions (broker core); soc
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterator
 from enum import Enum
@@ -130,6 +131,7 @@ Trace = Callable[[str, int, Any, int], None]
 _INCOMING_WINDOW = 2048  # transfer frames we accept before the peer needs a session flow from us
 _PENDING_LIMIT = 64  # outgoing transfer frames held back by the peer's window before we stop sending
 _CLOSE_GRACE = 2.0  # seconds we wait for the peer's close after sending ours with an error
+_MADE = itertools.count()  # (connections numbered as they are made, across brokers: only their order matters)
 # Frames one message may take when max-message-size is set: one per _BYTES_PER_FRAME bytes of the limit (half the
 # smallest max-frame-size, 512, so a sender filling frames of any size AMQP allows stays well within), and never
 # fewer than _MIN_FRAMES. Endless empty or tiny continuation frames thus end, while bytes are counted exactly.
@@ -186,6 +188,8 @@ class ServerConnection:
     ) -> None:
         self.conn_id = conn_id
         """A number the embedder gives this connection (logs, traces, introspection)."""
+        self.made = next(_MADE)
+        """Its place among the connections made: the order the broker handles several in (``Broker._handle_caused``)."""
         self.container_id = container_id
         self.sasl = sasl or SaslPolicy()
         self.max_frame_size = max(MIN_MAX_FRAME_SIZE, max_frame_size)
