@@ -5,7 +5,6 @@ when."""
 
 from __future__ import annotations
 
-from minibroker.amqp.definitions import Declared
 from minibroker.amqp.types import Symbol
 from minibroker.broker.core import Broker
 from minibroker.broker.personality import BROKER_J
@@ -57,10 +56,8 @@ def _seen_after_time_outs() -> list[str]:
     publisher.attach_producer("p", "q")
     world.settle()
     for peer in peers:
-        delivery_id = peer.declare("ctl")
-        declared = world.settle()[peer].answers[delivery_id][0]
-        assert isinstance(declared, Declared)
-        peer.flow("c", 1, properties={Symbol("txn-id"): declared.txn_id})
+        txn_id = peer.declared("ctl")
+        peer.flow("c", 1, properties={Symbol("txn-id"): txn_id})
     world.settle()
     for n in range(PEERS):
         publisher.transfer("p", payload(f"m{n}"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from minibroker.amqp.definitions import Declared
 from minibroker.amqp.types import Symbol
 from minibroker.broker.core import Broker
 from minibroker.broker.policy import NodePolicy
@@ -25,6 +24,20 @@ def _world() -> tuple[World, Any]:
     return world, peer
 
 
+def _acquiring(world: World, peer: Any, credit: int) -> bytes:
+    """A controller, and every link of ``LINKS`` a consumer of "q" given ``credit`` to acquire under a transaction
+    (§4.4.3: its txn-id in the flow's properties); the txn-id."""
+    peer.attach_controller("ctl")
+    for name in LINKS:
+        peer.attach_consumer(name, "q", presettled=False, default_outcome=None)
+    world.settle()
+    txn_id = peer.declared("ctl")
+    for name in LINKS:
+        peer.flow(name, credit, properties={Symbol("txn-id"): txn_id})
+    world.settle()
+    return txn_id
+
+
 def _producers_detached() -> list[str]:
     world, peer = _world()
     for name in LINKS:
@@ -38,16 +51,7 @@ def _stopped_consumers_detached() -> list[str]:
     """Each consumer acquires under a transaction whose controller goes without a discharge: they stop (§4.4.3),
     then their queue is deleted."""
     world, peer = _world()
-    peer.attach_controller("ctl")
-    for name in LINKS:
-        peer.attach_consumer(name, "q", presettled=False, default_outcome=None)
-    world.settle()
-    delivery_id = peer.declare("ctl")
-    declared = world.settle()[peer].answers[delivery_id][0]
-    assert isinstance(declared, Declared)
-    for name in LINKS:
-        peer.flow(name, 10, properties={Symbol("txn-id"): declared.txn_id})
-    world.settle()
+    _acquiring(world, peer, credit=10)
     peer.detach("ctl")
     world.settle()
     assert world.broker.delete_node(world.broker.default, "q")
@@ -69,23 +73,14 @@ def _restarted_order() -> list[str]:
     wait on the queue; the discharge of the timed-out id starts them again, each taking one as it starts."""
     world = World(Broker(BrokerSettings(queues={"q": NodePolicy()}, transaction_timeout=5.0)))
     peer = world.connect("app")
-    peer.attach_controller("ctl")
     peer.attach_producer("p", "q")
-    for name in LINKS:
-        peer.attach_consumer(name, "q", presettled=False, default_outcome=None)
-    world.settle()
-    delivery_id = peer.declare("ctl")
-    declared = world.settle()[peer].answers[delivery_id][0]
-    assert isinstance(declared, Declared)
-    for name in LINKS:
-        peer.flow(name, 1, properties={Symbol("txn-id"): declared.txn_id})
-    world.settle()
+    txn_id = _acquiring(world, peer, credit=1)
     world.advance(10.0)
     world.settle()
     for n in range(len(LINKS)):
         peer.transfer("p", frames.message(f"m{n}"))
     assert not world.settle()[peer].completed  # (stopped: nothing goes out)
-    peer.discharge("ctl", declared.txn_id, fail=True)
+    peer.discharge("ctl", txn_id, fail=True)
     return [completed.link for completed in world.settle()[peer].completed]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from minibroker.amqp.definitions import Declared, TransactionalState
+from minibroker.amqp.definitions import TransactionalState
 from minibroker.amqp.types import Symbol
 from minibroker.broker.core import Broker
 from minibroker.broker.policy import NodePolicy
@@ -27,13 +27,11 @@ def _world() -> tuple[World, Any, bytes]:
     for name in SUBSCRIBERS:
         peer.attach_consumer(name, "t", presettled=False, default_outcome=None)
     world.settle()
-    delivery_id = peer.declare("ctl")
-    declared = world.settle()[peer].answers[delivery_id][0]
-    assert isinstance(declared, Declared)
+    txn_id = peer.declared("ctl")
     for name in SUBSCRIBERS:
         peer.flow(name, 10)
     world.settle()
-    return world, peer, declared.txn_id
+    return world, peer, txn_id
 
 
 def _committed_order() -> list[str]:

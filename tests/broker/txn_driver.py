@@ -39,6 +39,7 @@ from minibroker.amqp.definitions import (
     Close,
     Coordinator,
     Declare,
+    Declared,
     Detach,
     Discharge,
     Disposition,
@@ -382,6 +383,14 @@ class Peer:
 
     def declare(self, controller: str, *, settled: bool = False, state: Any = None) -> int:
         return self.transfer(controller, frames.message(AmqpValue(Declare())), settled=settled, state=state)
+
+    def declared(self, controller: str) -> bytes:
+        """Declare a transaction on ``controller`` and let the world settle: its txn-id (the broker must declare it;
+        what else the world saw meanwhile is dropped)."""
+        delivery_id = self.declare(controller)
+        answer = self.world.settle()[self].answers[delivery_id][0]
+        assert isinstance(answer, Declared), answer
+        return answer.txn_id
 
     def discharge(self, controller: str, txn_id: bytes, *, fail: bool, settled: bool = False) -> int:
         body = frames.message(AmqpValue(Discharge(txn_id=txn_id, fail=fail)))
