@@ -21,8 +21,11 @@ from proton import Message
 from proton.utils import BlockingConnection
 
 from minibroker import serve
+from minibroker.amqp.definitions import Close
+from minibroker.amqp.errors import Condition
 from minibroker.broker.personality import get, names
 from minibroker.cli import build_parser, resolve_config
+from minibroker.testing.peer import ScriptedPeer
 
 ROOT = Path(__file__).parent.parent
 LISTENING = re.compile(r"^minibroker listening on amqp://127\.0\.0\.1:(\d+)$")
@@ -60,10 +63,15 @@ def _round_trip(port: int) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serves_then_exits_zero_on_signal(sig: signal.Signals) -> None:
-    with broker_process("--port", "0") as (proc, port):
+    """... and a client still connected is told why: a close with amqp:connection:forced before its socket ends."""
+    with broker_process("--port", "0") as (proc, port), ScriptedPeer.connect("127.0.0.1", port) as peer:
         assert port != 0
         _round_trip(port)
+        peer.open()
         proc.send_signal(sig)
+        close = peer.expect(Close)
+        assert close.error is not None
+        assert close.error.condition == Condition.CONNECTION_FORCED
         assert proc.wait(10) == 0
         assert proc.stdout is not None
         assert proc.stdout.read() == "", "only one line may be printed to stdout"

@@ -195,6 +195,11 @@ class ConnectionTask:
         self._wakeup.set()
 
     @property
+    def flushed(self) -> bool:
+        """Everything the engine gave to send is written (none held, none left unsent, no write under way)."""
+        return not self.wire.has_output and not self._unsent and not self._send_lock.locked()
+
+    @property
     def reads_socket(self) -> bool:
         """True while the task reads and writes its plain TCP socket itself (``PlainSocket``)."""
         return self._plain is not None

@@ -7,6 +7,7 @@ timeout (5 s), far inside the global pytest timeout.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -328,3 +329,21 @@ def raw_performative(channel: int, performative: Any, **string_keyed: dict[str, 
     while values and values[-1] is None:
         values.pop()
     return frames.frame(channel, Described(ULong(performative.DESCRIPTOR_CODE), values))
+
+
+def test_stopping_the_broker_closes_each_connection_with_connection_forced() -> None:
+    """A broker that stops (SIGTERM, the end of ``serve``) tells each peer why its socket ends: a close with
+    amqp:connection:forced, written before the socket goes (§2.4.3, §2.8.15); a peer that does not answer it holds
+    the stop up a moment at most."""
+    with run_in_thread({"server": {"port": 0}}) as running:
+        peer = ScriptedPeer.connect(HOST, running.port)
+        peer.open()
+        peer.begin()
+        started = time.monotonic()
+    stopped_in = time.monotonic() - started
+    with peer:
+        close = peer.expect(Close)
+        assert close.error is not None
+        assert close.error.condition == Condition.CONNECTION_FORCED
+        peer.expect_closed()
+    assert stopped_in < 1.0
