@@ -379,3 +379,18 @@ def test_a_connection_opened_while_the_broker_stops_is_refused_with_connection_f
                 assert close.error.condition == Condition.CONNECTION_FORCED
         finally:
             stopping.join()
+
+
+def test_stopping_the_broker_closes_a_connection_before_its_open_with_connection_forced() -> None:
+    """A peer that has exchanged protocol headers but not yet sent its open is told why too: the broker's open,
+    then its close with amqp:connection:forced (§2.4.1: a close follows an open), not a socket cut silently."""
+    with run_in_thread({"server": {"port": 0}}) as running:
+        peer = ScriptedPeer.connect(HOST, running.port)
+        peer.send_header()
+        peer.expect_header()
+        running.wait_for(lambda: len(running.connections) == 1)
+    with peer:
+        peer.expect(Open)
+        close = peer.expect(Close)
+        assert close.error is not None
+        assert close.error.condition == Condition.CONNECTION_FORCED
