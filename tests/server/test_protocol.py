@@ -7,6 +7,7 @@ timeout (5 s), far inside the global pytest timeout.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -357,6 +358,7 @@ def test_a_connection_opened_while_the_broker_stops_is_refused_with_connection_f
     cm = run_in_thread({"server": {"port": 0}})
     running = cm.__enter__()
     with ScriptedPeer.connect(HOST, running.port) as sender, ScriptedPeer.connect(HOST, running.port) as idle:
+        idle.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # no window grown to take it all
         sender.open()
         sender.begin()
         sender.attach_sender("q")
