@@ -1164,8 +1164,9 @@ class ServerConnection:
             self._detach_link(link, err)
 
     def close(self, err: Error | None = None) -> None:
-        """Close the connection from our side (e.g. broker shutdown)."""
-        if self.phase is _OPENED:
+        """Close the connection from our side (e.g. broker shutdown). Past the protocol headers and before the
+        peer's open, our open goes first (``_close_with``): the peer learns why, its socket is not just cut."""
+        if self.phase is _OPENED or self.phase is _OPEN:
             self._close_with(err or error(Condition.CONNECTION_FORCED, "broker shutting down"))
         else:
             self._finish(err, by_peer=False)

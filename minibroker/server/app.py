@@ -270,6 +270,8 @@ class _Server:
         self.tls_context = ssl_context(config.tls) if config.tls.enabled else None
         self.ready = False
         """Listeners bound (and recovery done, which comes before): what ``/readyz`` tells."""
+        self.stopping = False
+        """``shutdown`` has begun: an open that arrives from then on is refused with amqp:connection:forced."""
         self.namespace_ports: dict[str, int] = {}
         """The plain listener's port of each namespace that has one."""
         self.captures: CaptureStore | None = None
@@ -391,6 +393,8 @@ class _Server:
         def admit() -> Error | None:
             # asked when the peer's open arrives: only connections past their handshake count against the limit
             nonlocal counted
+            if self.stopping:  # a connect that raced the stop: its close now, not a cut socket a moment later
+                return error(Condition.CONNECTION_FORCED, "broker shutting down")
             if self.opened >= limit:
                 return error(Condition.RESOURCE_LIMIT_EXCEEDED, f"at most {limit} connections")
             self._done_pending(conn_id)
@@ -451,8 +455,10 @@ class _Server:
         that does not read holds the stop no longer), then stop serving. The connection tasks run under the
         listeners' scopes, so those are cancelled only once the closes are written: cancelled first, the sockets
         ended with no word of why. The peers' own closes are not awaited (§2.4.3 lets the broker close its socket
-        once its close is sent)."""
+        once its close is sent). A connection accepted meanwhile (the listeners accept until cancelled) has its
+        open refused with amqp:connection:forced (``admit``)."""
         self.ready = False
+        self.stopping = True
         for task in list(self.tasks):
             task.engine.close(error(Condition.CONNECTION_FORCED, "broker shutting down"))
             self.broker.handle(task.engine, task.engine.take_events(), self.clock.time())

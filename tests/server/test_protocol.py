@@ -7,6 +7,8 @@ timeout (5 s), far inside the global pytest timeout.
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -347,3 +349,50 @@ def test_stopping_the_broker_closes_each_connection_with_connection_forced() -> 
         assert close.error.condition == Condition.CONNECTION_FORCED
         peer.expect_closed()
     assert stopped_in < 1.0
+
+
+def test_a_connection_opened_while_the_broker_stops_is_refused_with_connection_forced() -> None:
+    """A connect that races the stop gets its close too: while the stop waits for the closes to be written (here
+    up to a second, held by a peer that reads nothing), a new peer's open is answered with an open and a close
+    with amqp:connection:forced, never admitted and then cut without a word."""
+    cm = run_in_thread({"server": {"port": 0}})
+    running = cm.__enter__()
+    with ScriptedPeer.connect(HOST, running.port) as sender, ScriptedPeer.connect(HOST, running.port) as idle:
+        idle.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # no window grown to take it all
+        sender.open()
+        sender.begin()
+        sender.attach_sender("q")
+        credit = sender.expect(Flow).link_credit
+        for delivery_id in range(min(credit, 200)):  # some 12 MB: more than the sockets' buffers hold
+            sender.transfer(0, delivery_id, frames.message("x" * 60_000), settled=True)
+        idle.open()
+        idle.begin()
+        idle.attach_receiver("q")
+        idle.flow(0, 1000)  # and reads nothing more: the broker's writes to it block
+        running.wait_for(lambda: running.queue("q").stats().acquired > 0)
+        stopping = threading.Thread(target=cm.__exit__, args=(None, None, None))
+        stopping.start()
+        try:
+            time.sleep(0.2)  # the stop is waiting for the idle peer
+            with ScriptedPeer.connect(HOST, running.port) as late:
+                late.open()
+                close = late.expect(Close)
+                assert close.error is not None
+                assert close.error.condition == Condition.CONNECTION_FORCED
+        finally:
+            stopping.join()
+
+
+def test_stopping_the_broker_closes_a_connection_before_its_open_with_connection_forced() -> None:
+    """A peer that has exchanged protocol headers but not yet sent its open is told why too: the broker's open,
+    then its close with amqp:connection:forced (§2.4.1: a close follows an open), not a socket cut silently."""
+    with run_in_thread({"server": {"port": 0}}) as running:
+        peer = ScriptedPeer.connect(HOST, running.port)
+        peer.send_header()
+        peer.expect_header()
+        running.wait_for(lambda: len(running.connections) == 1)
+    with peer:
+        peer.expect(Open)
+        close = peer.expect(Close)
+        assert close.error is not None
+        assert close.error.condition == Condition.CONNECTION_FORCED
