@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pika
+import pika.exceptions
 import pytest
 
 from minibroker.amqp import codec
@@ -373,14 +375,29 @@ def test_a_connection_opened_while_the_broker_stops_is_refused_with_connection_f
         stopping = threading.Thread(target=cm.__exit__, args=(None, None, None))
         stopping.start()
         try:
-            time.sleep(0.2)  # the stop is waiting for the idle peer
+            deadline = time.monotonic() + 5
+            while not running.running._server.stopping:  # the stop has begun; it waits for the idle peer
+                assert time.monotonic() < deadline, "the stop never began"
+                time.sleep(0.005)
             with ScriptedPeer.connect(HOST, running.port) as late:
                 late.open()
                 close = late.expect(Close)
                 assert close.error is not None
                 assert close.error.condition == Condition.CONNECTION_FORCED
         finally:
-            stopping.join()
+            stopping.join(10)
+        assert not stopping.is_alive(), "a peer that reads nothing held the stop"
+
+
+def test_stopping_the_broker_closes_an_amqp091_connection_with_320() -> None:
+    """An AMQP 0-9-1 client is told too: connection.close 320 CONNECTION_FORCED (as RabbitMQ says it)."""
+    with run_in_thread({"server": {"port": 0}}) as running:
+        params = pika.URLParameters(running.amqp091_url + "?socket_timeout=5&blocked_connection_timeout=5")
+        connection = pika.BlockingConnection(params)
+        connection.channel()
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        connection.process_data_events(time_limit=5)
+    assert closed.value.reply_code == 320
 
 
 def test_stopping_the_broker_closes_a_connection_before_its_open_with_connection_forced() -> None:
