@@ -116,9 +116,10 @@ class ConsumerGroup:
         if consumer in self.browsers:
             self.browsers.remove(consumer)
         elif consumer in self.consumers:
-            if self.consumers.index(consumer) < self._next:
+            index = self.consumers.index(consumer)
+            del self.consumers[index]
+            if index < self._next:
                 self._next -= 1  # (the one whose turn it is moves up a place: it keeps its turn)
-            self.consumers.remove(consumer)
             if consumer.selector is not None:
                 self.selective -= 1
         if consumer.scan is not None:
